@@ -1,0 +1,288 @@
+"""Markdown with YAML frontmatter ⇄ validated definitions.
+
+``parse_definition`` never half-accepts a file: it returns a complete
+:class:`ParsedDefinition` or raises :class:`DefinitionError` naming the file,
+the line and the field. ``render_definition`` is canonical, so
+render → parse → render is byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from agents_app.definitions.kinds import AGENT, Kind
+
+FRONTMATTER_FENCE = "---"
+
+# Claude Code subagent files: tool names and model aliases mapped to MAS.
+CLAUDE_TOOL_MAP: dict[str, str] = {
+    "Read": "vfs_read",
+    "Write": "vfs_write",
+    "Edit": "vfs_edit",
+    "MultiEdit": "vfs_edit",
+    "Grep": "vfs_search",
+    "Glob": "vfs_list",
+    "LS": "vfs_list",
+    "Bash": "code_exec",
+    "WebFetch": "web_fetch",
+    "WebSearch": "web_search",
+    "Task": "spawn_agent",
+}
+CLAUDE_MODEL_TIERS: dict[str, str | None] = {"haiku": "small", "sonnet": "medium", "opus": "large", "inherit": None}
+
+
+class DefinitionError(ValueError):
+    """A definition that cannot be accepted; says where and why."""
+
+    def __init__(self, message: str, *, path: str = "", line: int | None = None, field: str = "") -> None:
+        self.path, self.line, self.field, self.message = path, line, field, message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.path or "<definition>"
+        if self.line:
+            where += f":{self.line}"
+        return f"{where}: {self.field + ': ' if self.field else ''}{self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "field": self.field, "message": self.message}
+
+
+@dataclass
+class ParsedDefinition:
+    kind: Kind
+    spec: BaseModel
+    extra: dict[str, Any]
+    body: str
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def slug_name(self) -> str:
+        return self.spec.name  # type: ignore[attr-defined]
+
+    def spec_data(self) -> dict[str, Any]:
+        return spec_to_data(self.spec)
+
+
+def spec_to_data(spec: BaseModel) -> dict[str, Any]:
+    """The canonical JSON form of a spec: defaults left out, field order kept."""
+    return spec.model_dump(mode="json", exclude_defaults=True)
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def normalize_body(body: str) -> str:
+    body = body.replace("\r\n", "\n").replace("\r", "\n")
+    return body.strip("\n").rstrip()
+
+
+# -- rendering ---------------------------------------------------------------
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # Multi-line text (contexts, prompts) reads best as a literal block; the
+    # emitter falls back to a quoted style when a block cannot hold the value.
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    if not data:
+        return ""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=10_000)
+
+
+def render_definition(*, spec: dict[str, Any], extra: dict[str, Any], body: str) -> str:
+    frontmatter = dump_yaml({**spec, **{k: v for k, v in extra.items() if k not in spec}})
+    text = f"{FRONTMATTER_FENCE}\n{frontmatter}{FRONTMATTER_FENCE}\n"
+    body = normalize_body(body)
+    if body:
+        text += f"\n{body}\n"
+    return text
+
+
+# -- parsing -----------------------------------------------------------------
+
+
+def split_frontmatter(text: str, *, path: str) -> tuple[str, str]:
+    """Return (frontmatter YAML, body). The YAML starts on line 2 of the file."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
+    lines = text.split("\n")
+    if not lines or lines[0].strip() != FRONTMATTER_FENCE:
+        raise DefinitionError("must start with a '---' line opening the YAML frontmatter", path=path, line=1)
+    for index in range(1, len(lines)):
+        if lines[index].strip() == FRONTMATTER_FENCE:
+            return "\n".join(lines[1:index]) + "\n", "\n".join(lines[index + 1 :])
+    raise DefinitionError("frontmatter opened with '---' is never closed", path=path, line=1)
+
+
+_PLAIN_KEY_LINE = re.compile(r"^(?P<key>[A-Za-z_][\w-]*):[ \t]+(?P<value>[^\s'\"\[{|>&*!#].*:\s.*)$")
+
+
+def _relaxed_yaml(yaml_text: str) -> tuple[str, list[int]]:
+    """Quote plain top-level values that contain ': ', as other agent tools read them."""
+    fixed, changed = [], []
+    for number, line in enumerate(yaml_text.split("\n"), start=2):
+        match = _PLAIN_KEY_LINE.match(line)
+        if match:
+            value = match["value"].rstrip()
+            fixed.append(f"{match['key']}: {yaml.safe_dump(value, width=10_000, allow_unicode=True).strip()}")
+            if fixed[-1].endswith("\n..."):
+                fixed[-1] = fixed[-1][: -len("\n...")]
+            changed.append(number)
+        else:
+            fixed.append(line)
+    return "\n".join(fixed), changed
+
+
+def load_frontmatter(yaml_text: str, *, path: str) -> tuple[dict[str, Any], yaml.Node | None, list[str]]:
+    warnings: list[str] = []
+    try:
+        data = yaml.safe_load(yaml_text)
+        node = yaml.compose(yaml_text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as error:
+        relaxed, changed = _relaxed_yaml(yaml_text)
+        try:
+            data = yaml.safe_load(relaxed) if changed else None
+            node = yaml.compose(relaxed, Loader=yaml.SafeLoader) if changed else None
+        except yaml.YAMLError:
+            data = None
+        if data is None:
+            mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+            line = mark.line + 2 if mark is not None else None
+            problem = getattr(error, "problem", None) or str(error)
+            raise DefinitionError(f"invalid YAML: {problem}", path=path, line=line) from None
+        warnings.extend(
+            f"{path}:{number}: value contains ': ' and was read as plain text to the end of the line"
+            for number in changed
+        )
+    if data is None:
+        data, node = {}, None
+    if not isinstance(data, dict):
+        raise DefinitionError("frontmatter must be a mapping of keys to values", path=path, line=2)
+    return data, node, warnings
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """The file line of the deepest node on ``loc`` that exists."""
+    line = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if key_node.value == str(part):
+                    line, node = key_node.start_mark.line + 2, value_node
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 2
+        else:
+            return line
+    return line
+
+
+def _claude_agent(data: dict[str, Any], *, path: str, warnings: list[str]) -> dict[str, Any]:
+    """Map a Claude Code subagent's frontmatter to MAS fields; keep what is unknown."""
+    data = dict(data)
+    tools = data.get("tools")
+    if isinstance(tools, str):
+        names = [name.strip() for name in tools.split(",") if name.strip()]
+        mapped: list[str] = []
+        unknown: list[str] = []
+        for name in names:
+            target = CLAUDE_TOOL_MAP.get(name)
+            if target is None:
+                unknown.append(name)
+            elif target not in mapped:
+                mapped.append(target)
+        data["tools"] = mapped
+        if unknown:
+            data["unmapped_tools"] = unknown
+            warnings.append(f"{path}: tools {', '.join(unknown)} have no MAS equivalent; kept in unmapped_tools")
+    model = data.get("model")
+    if isinstance(model, str) and model in CLAUDE_MODEL_TIERS:
+        del data["model"]
+        tier = CLAUDE_MODEL_TIERS[model]
+        if tier and "tier" not in data:
+            data["tier"] = tier
+        warnings.append(f"{path}: model alias {model!r} read as tier {tier or 'default'}")
+    return data
+
+
+def is_foreign_agent(data: dict[str, Any]) -> bool:
+    """True for agent files written for other tools (comma-string tools, model aliases)."""
+    return isinstance(data.get("tools"), str) or data.get("model") in CLAUDE_MODEL_TIERS
+
+
+def parse_definition(
+    kind: Kind, text: str, *, path: str = "", context: dict[str, Any] | None = None
+) -> ParsedDefinition:
+    yaml_text, body = split_frontmatter(text, path=path)
+    data, node, warnings = load_frontmatter(yaml_text, path=path)
+    if kind is AGENT and is_foreign_agent(data):
+        data = _claude_agent(data, path=path, warnings=warnings)
+    return validate_definition(kind, data, body=body, path=path, node=node, warnings=warnings, context=context)
+
+
+def validate_definition(
+    kind: Kind,
+    data: dict[str, Any],
+    *,
+    body: str = "",
+    path: str = "",
+    node: yaml.Node | None = None,
+    warnings: list[str] | None = None,
+    context: dict[str, Any] | None = None,
+) -> ParsedDefinition:
+    """Validate frontmatter ``data`` against the kind's schema; split off unknown keys."""
+    warnings = list(warnings or [])
+    known = set(kind.spec.model_fields)
+    unknown = [key for key in data if key not in known]
+    extra: dict[str, Any] = {}
+    if unknown:
+        if not kind.keeps_unknown_keys:
+            key = unknown[0]
+            raise DefinitionError(
+                f"unknown field (allowed: {', '.join(kind.spec.model_fields)})",
+                path=path,
+                line=_line_of(node, (key,)),
+                field=str(key),
+            )
+        extra = {str(key): data[key] for key in unknown}
+        warnings.append(f"{path or kind.name}: unknown keys kept as they are: {', '.join(map(str, unknown))}")
+    try:
+        spec = kind.spec.model_validate({k: v for k, v in data.items() if k in known}, context=context)
+    except ValidationError as error:
+        first = error.errors()[0]
+        loc = tuple(first["loc"])
+        message = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "missing":
+            message = "required field is missing"
+        return_field = ".".join(str(part) for part in loc)
+        line = _line_of(node, loc) if loc else None
+        if not loc:
+            # A whole-model check; its message starts with the field it concerns.
+            head = message.split(":", 1)[0].split("[", 1)[0].split("/", 1)[0]
+            line = _line_of(node, (head,)) if head in known else None
+        raise DefinitionError(message, path=path, line=line, field=return_field) from None
+    return ParsedDefinition(kind=kind, spec=spec, extra=extra, body=normalize_body(body), warnings=warnings)
+
+
+def render_parsed(parsed: ParsedDefinition) -> str:
+    return render_definition(spec=parsed.spec_data(), extra=parsed.extra, body=parsed.body)

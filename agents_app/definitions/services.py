@@ -1,0 +1,244 @@
+"""Saving and deleting definitions: one code path for the API, admin and sync.
+
+A save validates, updates the row, keeps a version when the content changed,
+and writes the markdown file — unless the file changed on disk since the last
+sync, in which case nothing is overwritten and the conflict is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.utils.text import slugify
+
+from agents_app.definitions import storage
+from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, WORKFLOW, Kind
+from agents_app.definitions.markdown import (
+    DefinitionError,
+    ParsedDefinition,
+    parse_definition,
+    render_definition,
+    validate_definition,
+)
+from agents_app.models import Definition, DefinitionVersion, ProviderModel, Team
+
+logger = logging.getLogger(__name__)
+
+
+class DefinitionPermissionError(PermissionError):
+    pass
+
+
+@dataclass
+class SaveResult:
+    row: Definition
+    created: bool
+    changed: bool
+    file_status: str  # written | unchanged | conflict | skipped
+    warnings: list[str] = field(default_factory=list)
+
+
+def definition_slug(name: str) -> str:
+    slug = slugify(name)[:100]
+    if not slug:
+        raise DefinitionError("must contain at least one letter or digit", field="name")
+    return slug
+
+
+def validation_context(*, kind: Kind, team: Team, extra_agents: set[str] = frozenset()) -> dict[str, Any] | None:
+    if kind is WORKFLOW:
+        known = set(AGENT.model.objects.filter(team=team).values_list("slug", flat=True))
+        return {"known_agents": known | set(extra_agents)}
+    return None
+
+
+def definition_parse(
+    *, kind: Kind, team: Team, text: str, path: str = "", extra_agents: set[str] = frozenset()
+) -> ParsedDefinition:
+    """Parse markdown for ``team``: workflows are checked against the team's agents."""
+    context = validation_context(kind=kind, team=team, extra_agents=extra_agents)
+    return parse_definition(kind, text, path=path, context=context)
+
+
+def definition_validate(*, kind: Kind, team: Team, data: dict[str, Any], body: str = "") -> ParsedDefinition:
+    """Validate API data (frontmatter fields as JSON) for ``team``."""
+    return validate_definition(kind, data, body=body, context=validation_context(kind=kind, team=team))
+
+
+def row_files(kind: Kind, row: Definition) -> storage.ItemFiles:
+    text = render_definition(spec=row.spec, extra=row.extra, body=row.body)
+    return storage.ItemFiles(text=text, references=dict(getattr(row, "references", {}) or {}))
+
+
+def _apply_columns(kind: Kind, row: Definition, parsed: ParsedDefinition) -> list[str]:
+    """Copy kind-specific columns from the spec; returns warnings."""
+    spec = parsed.spec
+    warnings: list[str] = []
+    if kind is AGENT:
+        row.model = spec.model or ""
+        row.tier = spec.tier or ""
+    elif kind is WORKFLOW:
+        row.trigger = spec.trigger
+    elif kind is PROVIDER:
+        row.provider_type = spec.type
+        row.base_url = spec.base_url or ""
+        row.api_key_env = spec.api_key_env or ""
+    elif kind is MCP:
+        row.transport = spec.transport
+        row.enabled = spec.enabled
+        env_secrets, header_secrets = spec.secret_values()
+        for column, values, secrets in (("env", spec.env, env_secrets), ("headers", spec.headers, header_secrets)):
+            stored = dict(getattr(row, f"secret_{column}") or {})
+            for key, value in values.items():
+                if key in secrets:
+                    if value == "":
+                        stored.pop(key, None)
+                    else:
+                        stored[key] = value
+                else:
+                    stored.pop(key, None)  # now a ${NAME} reference
+            setattr(row, f"secret_{column}", stored)
+            if secrets:
+                # Literal secrets are kept in the database only, never in the
+                # spec, the markdown or a version.
+                setattr(spec, column, {k: v for k, v in values.items() if k not in secrets})
+                warnings.append(f"{column}: literal values of {', '.join(sorted(secrets))} are stored as secrets")
+    return warnings
+
+
+def _sync_provider_models(row: Definition, parsed: ParsedDefinition) -> None:
+    ProviderModel.objects.filter(provider=row).delete()
+    ProviderModel.objects.bulk_create(
+        ProviderModel(
+            provider=row,
+            name=model.name,
+            tier=model.tier or "",
+            input_price=model.input_price,
+            output_price=model.output_price,
+        )
+        for model in parsed.spec.models
+    )
+
+
+@transaction.atomic
+def definition_save(
+    *,
+    kind: Kind,
+    team: Team,
+    parsed: ParsedDefinition,
+    slug: str | None = None,
+    author=None,
+    source: str = "api",
+    references: dict[str, str] | None = None,
+    allow_stdio: bool = True,
+    write_file: bool = True,
+    create_only: bool = False,
+) -> SaveResult:
+    """Create or update the ``kind`` definition ``slug`` of ``team`` from ``parsed``.
+
+    The row is locked for the update; a new :class:`DefinitionVersion` is kept
+    when the rendered content changed. With ``write_file`` the markdown mirror
+    is written in the same transaction (a write error rolls the row back).
+    """
+    slug = slug or definition_slug(parsed.spec.name)
+    if kind is MCP and parsed.spec.transport == "stdio" and not allow_stdio:
+        raise DefinitionPermissionError("stdio MCP servers run a command on the server: this needs the stdio permission")
+    model = kind.model
+    row = model.objects.select_for_update().filter(team=team, slug=slug).first()
+    created = row is None
+    if created:
+        row = model(team=team, slug=slug)
+    elif create_only:
+        raise DefinitionError(f"a {kind.label.lower()} with slug {slug!r} already exists", field="name")
+    elif kind is MCP and row.transport == "stdio" and not allow_stdio:
+        raise DefinitionPermissionError("stdio MCP servers run a command on the server: this needs the stdio permission")
+
+    warnings = list(parsed.warnings)
+    warnings += _apply_columns(kind, row, parsed)
+    if kind is AGENT:
+        for tool in parsed.spec.custom_tools:
+            warnings += [f"custom_tools.{tool.name}: {w}" for w in tool.template_warnings()]
+    elif kind.name == "tool":
+        warnings += parsed.spec.template_warnings()
+    row.name = parsed.spec.name
+    row.description = parsed.spec.description
+    row.body = parsed.body
+    row.spec = parsed.spec_data()
+    row.extra = parsed.extra
+    if kind is SKILL and references is not None:
+        row.references = references
+    files = row_files(kind, row)
+    new_hash = files.hash
+    changed = created or new_hash != row.content_hash
+    if changed:
+        row.version += 1
+        row.content_hash = new_hash
+    row.full_clean(exclude=["team"], validate_unique=False, validate_constraints=False)
+    row.save()
+    if kind is PROVIDER:
+        _sync_provider_models(row, parsed)
+    if changed:
+        DefinitionVersion.objects.create(
+            team=team,
+            kind=kind.name,
+            slug=slug,
+            number=row.version,
+            content=files.text,
+            content_hash=new_hash,
+            author=author if getattr(author, "pk", None) else None,
+            source=source,
+        )
+    file_status = "skipped"
+    if write_file:
+        file_status = _write_mirror(kind, team, row, files, warnings)
+    logger.info(
+        "definition saved",
+        extra={"team": team.slug, "kind": kind.name, "slug": slug, "version": row.version, "file": file_status},
+    )
+    return SaveResult(row=row, created=created, changed=changed, file_status=file_status, warnings=warnings)
+
+
+def _write_mirror(kind: Kind, team: Team, row: Definition, files: storage.ItemFiles, warnings: list[str]) -> str:
+    root = storage.team_defs_dir(team)
+    on_disk = storage.read_item(kind, root, row.slug)
+    if on_disk is not None:
+        if on_disk.hash == files.hash:
+            if row.synced_hash != files.hash:
+                row.synced_hash = files.hash
+                row.save(update_fields=["synced_hash"])
+            return "unchanged"
+        if on_disk.hash != row.synced_hash:
+            warnings.append(
+                f"{kind.relative_path(row.slug)} changed on disk since the last sync: not overwritten "
+                "(run `manage.py sync_markdown` to resolve)"
+            )
+            return "conflict"
+    storage.write_item(kind, root, row.slug, files)
+    row.synced_hash = files.hash
+    row.save(update_fields=["synced_hash"])
+    return "written"
+
+
+@transaction.atomic
+def definition_delete(*, kind: Kind, team: Team, slug: str, allow_stdio: bool = True) -> list[str]:
+    """Delete a definition and its file (unless the file changed on disk). Versions stay."""
+    row = kind.model.objects.select_for_update().get(team=team, slug=slug)
+    if kind is MCP and row.transport == "stdio" and not allow_stdio:
+        raise DefinitionPermissionError("stdio MCP servers run a command on the server: this needs the stdio permission")
+    warnings: list[str] = []
+    root = storage.team_defs_dir(team)
+    on_disk = storage.read_item(kind, root, slug)
+    row.delete()
+    if on_disk is not None:
+        if on_disk.hash in {row.synced_hash, row.content_hash}:
+            storage.delete_item(kind, root, slug)
+        else:
+            warnings.append(f"{kind.relative_path(slug)} changed on disk since the last sync: left in place")
+    return warnings
+
+
+def definition_versions(*, kind: Kind, team: Team, slug: str):
+    return DefinitionVersion.objects.filter(team=team, kind=kind.name, slug=slug).order_by("-number")

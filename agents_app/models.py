@@ -1,0 +1,168 @@
+"""Teams, members, API tokens, and the definitions a team owns.
+
+Every definition row (agent, skill, provider here; tools, MCP servers and
+workflows in their apps) extends :class:`Definition`: the validated
+frontmatter lives in ``spec``, unknown keys in ``extra``, the markdown body in
+``body``; every change is kept as a :class:`DefinitionVersion`.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Role(models.TextChoices):
+    VIEWER = "viewer", "Viewer"
+    EDITOR = "editor", "Editor"
+    OPERATOR = "operator", "Operator"
+    ADMIN = "admin", "Admin"
+
+
+# Viewing, editing and running are separate capabilities (SPEC §7).
+ROLE_CAPABILITIES: dict[str, frozenset[str]] = {
+    Role.VIEWER: frozenset({"view"}),
+    Role.EDITOR: frozenset({"view", "edit"}),
+    Role.OPERATOR: frozenset({"view", "run"}),
+    Role.ADMIN: frozenset({"view", "edit", "run", "manage"}),
+}
+
+
+class Team(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    defs_dir = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Folder of this team's markdown definitions; blank means MAS_DEFS_ROOT/<slug>.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="mas_memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_unique_team_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class ApiToken(models.Model):
+    """A bearer token: only its SHA-256 is stored; the token is shown once."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="api_tokens")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="mas_api_tokens")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=12, help_text="First characters of the token, to recognise it.")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user}, {self.team})"
+
+
+class Definition(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    slug = models.SlugField(max_length=100)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    body = models.TextField(blank=True)
+    spec = models.JSONField(default=dict, blank=True)
+    extra = models.JSONField(default=dict, blank=True, help_text="Unknown frontmatter keys, kept as they were.")
+    version = models.PositiveIntegerField(default=0)
+    content_hash = models.CharField(max_length=64, blank=True)
+    synced_hash = models.CharField(
+        max_length=64, blank=True, help_text="Hash of the markdown file as last written or read."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    kind_name: str = ""
+
+    class Meta:
+        abstract = True
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Agent(Definition):
+    kind_name = "agent"
+    model = models.CharField(max_length=200, blank=True)
+    tier = models.CharField(max_length=16, blank=True)
+
+    class Meta(Definition.Meta):
+        constraints = [models.UniqueConstraint(fields=["team", "slug"], name="agent_unique_team_slug")]
+
+
+class Skill(Definition):
+    kind_name = "skill"
+    references = models.JSONField(default=dict, blank=True, help_text="Files beside SKILL.md: path → text.")
+
+    class Meta(Definition.Meta):
+        constraints = [models.UniqueConstraint(fields=["team", "slug"], name="skill_unique_team_slug")]
+
+
+class ModelProvider(Definition):
+    kind_name = "provider"
+    provider_type = models.CharField(max_length=32)
+    base_url = models.CharField(max_length=500, blank=True)
+    api_key_env = models.CharField(max_length=100, blank=True)
+
+    class Meta(Definition.Meta):
+        constraints = [models.UniqueConstraint(fields=["team", "slug"], name="provider_unique_team_slug")]
+
+
+class ProviderModel(models.Model):
+    """One model of a provider; derived from the provider's spec on every save."""
+
+    provider = models.ForeignKey(ModelProvider, on_delete=models.CASCADE, related_name="models")
+    name = models.CharField(max_length=200)
+    tier = models.CharField(max_length=16, blank=True)
+    input_price = models.DecimalField(max_digits=12, decimal_places=4, default=0, help_text="USD per million tokens")
+    output_price = models.DecimalField(max_digits=12, decimal_places=4, default=0, help_text="USD per million tokens")
+
+    class Meta:
+        ordering = ["provider_id", "name"]
+        constraints = [models.UniqueConstraint(fields=["provider", "name"], name="provider_model_unique_name")]
+
+    def __str__(self) -> str:
+        return f"{self.provider.slug}:{self.name}"
+
+
+class DefinitionVersion(models.Model):
+    """An immutable snapshot of a definition as markdown, one per saved change."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="definition_versions")
+    kind = models.CharField(max_length=16)
+    slug = models.SlugField(max_length=100)
+    number = models.PositiveIntegerField()
+    content = models.TextField()
+    content_hash = models.CharField(max_length=64)
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    source = models.CharField(max_length=16, default="api")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team_id", "kind", "slug", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "kind", "slug", "number"], name="definition_version_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.slug} v{self.number}"

@@ -1,0 +1,139 @@
+"""Teams, memberships and API tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import transaction
+from django.utils import timezone
+
+from agents_app.models import ROLE_CAPABILITIES, ApiToken, Membership, Role, Team
+
+TOKEN_PREFIX = "mas_"
+
+
+def role_group_name(role: str) -> str:
+    return f"MAS {role}"
+
+
+@transaction.atomic
+def team_create(*, slug: str, name: str = "", defs_dir: str = "") -> Team:
+    team, _ = Team.objects.get_or_create(slug=slug, defaults={"name": name or slug, "defs_dir": defs_dir})
+    return team
+
+
+@transaction.atomic
+def membership_set(*, team: Team, user, role: str) -> Membership:
+    """Give ``user`` ``role`` in ``team``; Django groups follow the role so the admin shows the right models."""
+    if role not in ROLE_CAPABILITIES:
+        raise ValueError(f"unknown role {role!r}")
+    membership, _ = Membership.objects.update_or_create(team=team, user=user, defaults={"role": role})
+    roles = set(Membership.objects.filter(user=user).values_list("role", flat=True))
+    wanted = {role_group_name(r) for r in roles}
+    for group in Group.objects.filter(name__startswith="MAS "):
+        if group.name in wanted:
+            user.groups.add(group)
+        else:
+            user.groups.remove(group)
+    if not user.is_staff:
+        user.is_staff = True
+        user.save(update_fields=["is_staff"])
+    return membership
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    token: str  # shown once, never stored
+    row: ApiToken
+
+
+def api_token_create(*, user, team: Team, role: str | None = None, name: str = "") -> IssuedToken:
+    """Issue a token for ``user`` in ``team``; its role cannot exceed the membership's."""
+    membership = Membership.objects.filter(team=team, user=user).first()
+    if membership is None:
+        raise ValueError(f"{user} is not a member of team {team.slug}")
+    role = role or membership.role
+    if role not in ROLE_CAPABILITIES:
+        raise ValueError(f"unknown role {role!r}")
+    if not ROLE_CAPABILITIES[role] <= ROLE_CAPABILITIES[membership.role]:
+        raise ValueError(f"role {role} exceeds {user}'s role {membership.role} in {team.slug}")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken.objects.create(
+        team=team, user=user, role=role, name=name, prefix=token[:12], token_hash=_token_hash(token)
+    )
+    return IssuedToken(token=token, row=row)
+
+
+def api_token_authenticate(token: str) -> ApiToken | None:
+    if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+        return None
+    row = (
+        ApiToken.objects.select_related("team", "user")
+        .filter(token_hash=_token_hash(token), revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+    if row is None:
+        return None
+    # Still a member with at least the token's rights?
+    membership = Membership.objects.filter(team=row.team, user=row.user).first()
+    if membership is None or not ROLE_CAPABILITIES[row.role] <= ROLE_CAPABILITIES[membership.role]:
+        return None
+    now = timezone.now()
+    if row.last_used_at is None or (now - row.last_used_at).total_seconds() > 60:
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+    return row
+
+
+def user_create(*, username: str, password: str | None = None, email: str = ""):
+    User = get_user_model()
+    user = User.objects.create_user(username=username, email=email, password=password)
+    return user
+
+
+__all__ = ["Role", "team_create", "membership_set", "api_token_create", "api_token_authenticate", "user_create"]
+
+
+DEFINITION_MODELS = (
+    "agents_app.agent",
+    "agents_app.skill",
+    "agents_app.modelprovider",
+    "tools_app.customtool",
+    "tools_app.mcpserver",
+    "workflows_app.workflow",
+)
+READ_ONLY_MODELS = ("agents_app.providermodel", "agents_app.definitionversion")
+
+
+def role_groups_sync(**_kwargs) -> None:
+    """Create the Django groups that mirror the MAS roles (run after migrate)."""
+    from django.contrib.auth.models import Permission
+
+    def perms(models: tuple[str, ...], actions: tuple[str, ...]) -> list[Permission]:
+        found = []
+        for label in models:
+            app_label, model = label.split(".")
+            found += Permission.objects.filter(
+                content_type__app_label=app_label, codename__in=[f"{a}_{model}" for a in actions]
+            )
+        return found
+
+    view = perms(DEFINITION_MODELS + READ_ONLY_MODELS, ("view",))
+    edit = perms(DEFINITION_MODELS, ("add", "change", "delete"))
+    stdio = list(Permission.objects.filter(codename="manage_stdio_mcpserver"))
+    wanted = {
+        Role.VIEWER: view,
+        Role.EDITOR: view + edit,
+        Role.OPERATOR: view,
+        Role.ADMIN: view + edit + stdio,
+    }
+    for role, permissions in wanted.items():
+        group, _ = Group.objects.get_or_create(name=role_group_name(role))
+        group.permissions.set(permissions)

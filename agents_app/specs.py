@@ -1,0 +1,138 @@
+"""Frontmatter schemas of agents, skills and model providers.
+
+One schema serves the markdown files, the REST API and the admin, so a
+definition is valid or not in the same way whichever way it arrives.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from tools_app.catalog import BUILTIN_TOOLS, TOOL_NAME_RE
+
+TIERS = ("small", "medium", "large")
+Tier = Literal["small", "medium", "large"]
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+
+class AgentLimits(Strict):
+    max_steps: int = Field(default=20, ge=1, le=1000)
+    max_tool_calls: int = Field(default=50, ge=0, le=10000)
+    timeout_s: int = Field(default=600, ge=1, le=86400)
+
+
+class AgentMemory(Strict):
+    enabled: bool = False
+    k: int = Field(default=5, ge=1, le=100)
+
+
+class AgentExample(Strict):
+    task: str
+    approach: str = ""
+    outcome: str = ""
+
+
+class ToolParameter(Strict):
+    type: Literal["string", "integer", "number", "boolean", "array", "object"] = "string"
+    description: str = ""
+    required: bool = True
+    enum: list[Any] | None = None
+
+
+class CustomToolSpec(Strict):
+    """A tool that runs a worker agent on a filled prompt template (SPEC §3.2)."""
+
+    name: Name
+    description: str = ""
+    parameters: dict[str, ToolParameter] = Field(default_factory=dict)
+    prompt: str
+    model: str | None = None
+    result_schema: dict[str, Any] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _tool_name(cls, value: str) -> str:
+        if not TOOL_NAME_RE.match(value):
+            raise ValueError("must match ^[a-zA-Z0-9_-]{1,64}$ to be valid for every model provider")
+        return value
+
+    def template_warnings(self) -> list[str]:
+        """Template variables ``{{x}}`` with no parameter of that name."""
+        import re
+
+        used = set(re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}", self.prompt))
+        return [f"prompt uses {{{{{name}}}}} but no parameter is named {name!r}" for name in sorted(used - set(self.parameters))]
+
+
+class AgentSpec(Strict):
+    name: Name
+    description: str = ""
+    model: str | None = None
+    tier: Tier | None = None
+    escalation: list[Tier] = Field(default_factory=list)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    tools: list[str] | None = None
+    custom_tools: list[CustomToolSpec] = Field(default_factory=list)
+    mcp_servers: list[str | dict[str, Any]] = Field(default_factory=list)
+    limits: AgentLimits = Field(default_factory=AgentLimits)
+    memory: AgentMemory = Field(default_factory=AgentMemory)
+    context: str = ""
+    examples: list[AgentExample] = Field(default_factory=list)
+    skills: list[str] = Field(default_factory=list)
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        unknown = [name for name in value if name not in BUILTIN_TOOLS]
+        if unknown:
+            raise ValueError(f"unknown tool(s) {', '.join(unknown)}; built-in tools are: {', '.join(BUILTIN_TOOLS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_custom_tools(self) -> "AgentSpec":
+        names = [tool.name for tool in self.custom_tools]
+        dupes = sorted({name for name in names if names.count(name) > 1})
+        if dupes:
+            raise ValueError(f"custom_tools: duplicate name(s) {', '.join(dupes)}")
+        return self
+
+
+class SkillSpec(Strict):
+    # Skills written for other tools carry keys of their own (license,
+    # allowed-tools, …): the markdown layer keeps them in ``extra``.
+    name: Name
+    description: str = ""
+
+
+class ProviderModelSpec(Strict):
+    name: Name
+    tier: Tier | None = None
+    input_price: Decimal = Field(default=Decimal(0), ge=0, max_digits=12, decimal_places=4)
+    output_price: Decimal = Field(default=Decimal(0), ge=0, max_digits=12, decimal_places=4)
+
+
+class ProviderSpec(Strict):
+    name: Name
+    description: str = ""
+    type: Literal["scripted", "openai", "anthropic", "gemini"]
+    base_url: str | None = None
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    models: list[ProviderModelSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_models(self) -> "ProviderSpec":
+        names = [model.name for model in self.models]
+        dupes = sorted({name for name in names if names.count(name) > 1})
+        if dupes:
+            raise ValueError(f"models: duplicate name(s) {', '.join(dupes)}")
+        return self

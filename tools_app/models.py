@@ -1,0 +1,24 @@
+from django.db import models
+
+from agents_app.models import Definition
+
+
+class CustomTool(Definition):
+    kind_name = "tool"
+
+    class Meta(Definition.Meta):
+        constraints = [models.UniqueConstraint(fields=["team", "slug"], name="tool_unique_team_slug")]
+
+
+class MCPServer(Definition):
+    """An MCP server config. ``secret_env``/``secret_headers`` are write-only."""
+
+    kind_name = "mcp"
+    transport = models.CharField(max_length=24)
+    enabled = models.BooleanField(default=True)
+    secret_env = models.JSONField(default=dict, blank=True)
+    secret_headers = models.JSONField(default=dict, blank=True)
+
+    class Meta(Definition.Meta):
+        constraints = [models.UniqueConstraint(fields=["team", "slug"], name="mcp_unique_team_slug")]
+        permissions = [("manage_stdio_mcpserver", "Can create or edit stdio MCP servers (runs a command)")]

@@ -1,0 +1,59 @@
+"""Frontmatter schema of workflows (SPEC §5)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from agents_app.specs import Name, Strict
+from workflows_app.engine.dag import topological_levels, validate_graph
+
+STEP_ID = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
+
+
+class WorkflowStep(Strict):
+    id: str = Field(pattern=STEP_ID)
+    agent: str = Field(min_length=1)
+    prompt: str = ""
+    depends_on: list[str] = Field(default_factory=list)
+    outputs: list[str] = Field(default_factory=list)
+    max_retries: int = Field(default=0, ge=0, le=10)
+    on_failure: Literal["stop", "continue"] | None = None
+
+
+class WorkflowSpec(Strict):
+    name: Name
+    description: str = ""
+    trigger: Literal["manual", "schedule", "channel"] = "manual"
+    schedule: str | None = None
+    channel: str | None = None
+    inputs: list[str] = Field(default_factory=list)
+    on_failure: Literal["stop", "continue"] = "stop"
+    steps: list[WorkflowStep] = Field(min_length=1)
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is not None and len(value.split()) != 5:
+            raise ValueError("must be a cron expression of five fields, e.g. '0 6 * * 1'")
+        return value
+
+    @model_validator(mode="after")
+    def _graph(self, info: ValidationInfo) -> "WorkflowSpec":
+        if self.trigger == "schedule" and not self.schedule:
+            raise ValueError("schedule: required when trigger is schedule")
+        if self.trigger == "channel" and not self.channel:
+            raise ValueError("channel: required when trigger is channel")
+        known_agents = (info.context or {}).get("known_agents")
+        errors = validate_graph(self.steps, inputs=self.inputs, known_agents=known_agents)
+        if errors:
+            raise ValueError("; ".join(str(error) for error in errors))
+        return self
+
+    def levels(self) -> list[list[str]]:
+        """Step ids grouped so that each group can run in parallel, in order."""
+        return topological_levels({step.id: list(step.depends_on) for step in self.steps})
+
+
+__all__ = ["WorkflowSpec", "WorkflowStep"]
