@@ -14,3 +14,9 @@ CELERY_RESULT_BACKEND = TEST_REDIS_URL
 CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [TEST_REDIS_URL]
 CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = "mas-test"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Each pytest process gets its own test database, so parallel runs (and the
+# worker processes a test starts, via MAS_DATABASE_NAME) never collide.
+from mas_project.settings import DATABASES  # noqa: E402
+
+DATABASES["default"]["TEST"] = {"NAME": os.environ.setdefault("MAS_TEST_DB_NAME", f"test_mas_{os.getpid()}")}
