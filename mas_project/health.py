@@ -1,3 +1,98 @@
-from ninja import Router
+"""GET /api/health: is every part of the stack answering? No authentication."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from django.conf import settings
+from django.db import connection
+from ninja import Router, Schema, Status
 
 router = Router(tags=["health"])
+
+
+class Check(Schema):
+    ok: bool
+    detail: str
+    ms: float
+
+
+class HealthReport(Schema):
+    status: str  # ok | failed
+    failed: list[str]
+    checks: dict[str, Check]
+
+
+def check_database() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('server_version')")
+        return f"PostgreSQL {cursor.fetchone()[0]}"
+
+
+def check_pgvector() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        row = cursor.fetchone()
+    if row is None:
+        raise RuntimeError("the vector extension is not installed in this database")
+    return f"pgvector {row[0]}"
+
+
+def check_redis() -> str:
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
+    try:
+        client.ping()
+        return f"redis {client.info('server')['redis_version']}"
+    finally:
+        client.close()
+
+
+def check_celery() -> str:
+    from mas_project.celery import app
+
+    with app.connection_for_write(settings.CELERY_BROKER_URL) as conn:
+        conn.ensure_connection(max_retries=1, timeout=1)
+        replies = app.control.ping(timeout=1.0, connection=conn)
+    if not replies:
+        raise RuntimeError("no Celery worker answered a ping within 1 s")
+    return f"{len(replies)} worker(s): " + ", ".join(sorted(name for reply in replies for name in reply))
+
+
+def check_embeddings() -> str:
+    from memory_app.embeddings import DIMENSIONS, embed
+
+    vector = embed(["health check"])[0]
+    if len(vector) != DIMENSIONS:
+        raise RuntimeError(f"embedding has {len(vector)} dimensions, expected {DIMENSIONS}")
+    return f"all-MiniLM-L6-v2, {DIMENSIONS} dimensions"
+
+
+CHECKS: dict[str, Callable[[], str]] = {
+    "database": check_database,
+    "pgvector": check_pgvector,
+    "redis": check_redis,
+    "celery": check_celery,
+    "embeddings": check_embeddings,
+}
+
+
+def health_report() -> dict[str, Any]:
+    checks: dict[str, dict[str, Any]] = {}
+    for name, check in CHECKS.items():
+        started = time.perf_counter()
+        try:
+            checks[name] = {"ok": True, "detail": check()}
+        except Exception as error:  # a failing part is reported, never raised
+            checks[name] = {"ok": False, "detail": f"{type(error).__name__}: {error}"[:500]}
+        checks[name]["ms"] = round((time.perf_counter() - started) * 1000, 1)
+    failed = [name for name, result in checks.items() if not result["ok"]]
+    return {"status": "failed" if failed else "ok", "failed": failed, "checks": checks}
+
+
+@router.get("/health", auth=None, response={200: HealthReport, 503: HealthReport}, summary="Health of every part")
+def health(request):
+    report = health_report()
+    return Status(503 if report["failed"] else 200, report)

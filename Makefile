@@ -1,0 +1,53 @@
+# MAS — the two commands of the README: `make demo` and `make test`.
+# Both create .venv, install, start PostgreSQL (embedded, with pgvector, unless
+# DATABASE_URL is set) and Redis (unless one answers at REDIS_URL), migrate.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# Extra pip arguments for torch, e.g. TORCH_PIP_ARGS="--index-url <a CPU-only index>"
+TORCH_PIP_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: demo test stop status setup install services migrate clean-var
+
+demo: setup
+	$(BIN)/python manage.py setup_demo
+	$(BIN)/python scripts/services.py start
+	$(BIN)/python scripts/services.py wait
+	@echo
+	@echo "MAS is running:"
+	@echo "  admin       http://127.0.0.1:8000/admin/   (user demo)"
+	@echo "  API docs    http://127.0.0.1:8000/api/docs"
+	@echo "  health      http://127.0.0.1:8000/api/health"
+	@echo "  logs        var/log/web.log, var/log/worker.log"
+	@echo "  stop with   make stop"
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+setup: install services migrate
+
+install: $(STAMP)
+
+# torch is pinned and installed first: an unpinned torch pulled in by
+# sentence-transformers would download several GB of CUDA wheels.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+services: install
+	$(BIN)/python scripts/services.py deps
+
+migrate: services
+	$(BIN)/python manage.py migrate --noinput
+
+stop:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python scripts/services.py stop; else echo "nothing to stop"; fi
+
+status:
+	$(BIN)/python scripts/services.py status
