@@ -45,6 +45,7 @@ services: install
 
 migrate: services
 	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py collectstatic --noinput -v0
 
 stop:
 	@if [ -x $(BIN)/python ]; then $(BIN)/python scripts/services.py stop; else echo "nothing to stop"; fi

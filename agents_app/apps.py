@@ -9,4 +9,6 @@ class AgentsAppConfig(AppConfig):
     def ready(self) -> None:
         from agents_app.services import role_groups_sync
 
-        post_migrate.connect(role_groups_sync, sender=self, dispatch_uid="mas_role_groups")
+        # After every app's migrations: the groups need the permissions of
+        # tools_app and workflows_app models too. Safe to run repeatedly.
+        post_migrate.connect(role_groups_sync, dispatch_uid="mas_role_groups")

@@ -84,6 +84,9 @@ class Definition(models.Model):
     spec = models.JSONField(default=dict, blank=True)
     extra = models.JSONField(default=dict, blank=True, help_text="Unknown frontmatter keys, kept as they were.")
     version = models.PositiveIntegerField(default=0)
+    # The canonical markdown as saved. ``spec`` is jsonb, which does not keep
+    # key order, so the text is kept as written rather than re-rendered.
+    content = models.TextField(blank=True)
     content_hash = models.CharField(max_length=64, blank=True)
     synced_hash = models.CharField(
         max_length=64, blank=True, help_text="Hash of the markdown file as last written or read."

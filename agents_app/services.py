@@ -32,17 +32,32 @@ def membership_set(*, team: Team, user, role: str) -> Membership:
     if role not in ROLE_CAPABILITIES:
         raise ValueError(f"unknown role {role!r}")
     membership, _ = Membership.objects.update_or_create(team=team, user=user, defaults={"role": role})
-    roles = set(Membership.objects.filter(user=user).values_list("role", flat=True))
-    wanted = {role_group_name(r) for r in roles}
+    _groups_sync(user)
+    if not user.is_staff:
+        user.is_staff = True
+        user.save(update_fields=["is_staff"])
+    return membership
+
+
+@transaction.atomic
+def membership_delete(*, team: Team, user) -> None:
+    """Remove ``user`` from ``team``: their groups and tokens there follow."""
+    Membership.objects.filter(team=team, user=user).delete()
+    ApiToken.objects.filter(team=team, user=user, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    _groups_sync(user)
+
+
+def _groups_sync(user) -> None:
+    wanted = {role_group_name(r) for r in Membership.objects.filter(user=user).values_list("role", flat=True)}
     for group in Group.objects.filter(name__startswith="MAS "):
         if group.name in wanted:
             user.groups.add(group)
         else:
             user.groups.remove(group)
-    if not user.is_staff:
-        user.is_staff = True
-        user.save(update_fields=["is_staff"])
-    return membership
+
+
+def api_token_revoke(*, token: ApiToken) -> None:
+    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
 def _token_hash(token: str) -> str:
@@ -98,7 +113,16 @@ def user_create(*, username: str, password: str | None = None, email: str = ""):
     return user
 
 
-__all__ = ["Role", "team_create", "membership_set", "api_token_create", "api_token_authenticate", "user_create"]
+__all__ = [
+    "Role",
+    "team_create",
+    "membership_set",
+    "membership_delete",
+    "api_token_create",
+    "api_token_authenticate",
+    "api_token_revoke",
+    "user_create",
+]
 
 
 DEFINITION_MODELS = (
@@ -127,12 +151,15 @@ def role_groups_sync(**_kwargs) -> None:
 
     view = perms(DEFINITION_MODELS + READ_ONLY_MODELS, ("view",))
     edit = perms(DEFINITION_MODELS, ("add", "change", "delete"))
-    stdio = list(Permission.objects.filter(codename="manage_stdio_mcpserver"))
     wanted = {
         Role.VIEWER: view,
         Role.EDITOR: view + edit,
         Role.OPERATOR: view,
-        Role.ADMIN: view + edit + stdio,
+        # Not the stdio permission: groups are global, so it would follow a
+        # team admin into teams where they are only an editor. Actor grants it
+        # per team from the admin role; the Django permission is for users a
+        # superuser trusts everywhere.
+        Role.ADMIN: view + edit,
     }
     for role, permissions in wanted.items():
         group, _ = Group.objects.get_or_create(name=role_group_name(role))

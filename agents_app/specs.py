@@ -9,7 +9,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator, model_validator
 
 from tools_app.catalog import BUILTIN_TOOLS, TOOL_NAME_RE
 
@@ -90,12 +90,16 @@ class AgentSpec(Strict):
 
     @field_validator("tools")
     @classmethod
-    def _known_tools(cls, value: list[str] | None) -> list[str] | None:
+    def _known_tools(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        # Built-in tools, or the team's own custom tools (rows of tools/) by
+        # name when the caller knows them.
         if value is None:
             return None
-        unknown = [name for name in value if name not in BUILTIN_TOOLS]
+        team_tools = set((info.context or {}).get("known_tools", ()))
+        unknown = [name for name in value if name not in BUILTIN_TOOLS and name not in team_tools]
         if unknown:
-            raise ValueError(f"unknown tool(s) {', '.join(unknown)}; built-in tools are: {', '.join(BUILTIN_TOOLS)}")
+            known = ", ".join([*BUILTIN_TOOLS, *sorted(team_tools)])
+            raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known tools are: {known}")
         return value
 
     @model_validator(mode="after")

@@ -26,7 +26,7 @@ class MCPServerSpec(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
-    timeout_s: float = Field(default=30, gt=0, le=600)
+    timeout_s: int = Field(default=30, ge=1, le=600)
     tools: list[str] | None = None
     enabled: bool = True
 

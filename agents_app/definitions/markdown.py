@@ -123,10 +123,12 @@ def split_frontmatter(text: str, *, path: str) -> tuple[str, str]:
     """Return (frontmatter YAML, body). The YAML starts on line 2 of the file."""
     text = text.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
     lines = text.split("\n")
-    if not lines or lines[0].strip() != FRONTMATTER_FENCE:
+    if not lines or lines[0].rstrip() != FRONTMATTER_FENCE:
         raise DefinitionError("must start with a '---' line opening the YAML frontmatter", path=path, line=1)
     for index in range(1, len(lines)):
-        if lines[index].strip() == FRONTMATTER_FENCE:
+        # Only an unindented fence closes: "  ---" inside a literal block
+        # (a context or prompt with a horizontal rule) is part of the value.
+        if lines[index].rstrip() == FRONTMATTER_FENCE:
             return "\n".join(lines[1:index]) + "\n", "\n".join(lines[index + 1 :])
     raise DefinitionError("frontmatter opened with '---' is never closed", path=path, line=1)
 
@@ -163,9 +165,18 @@ def load_frontmatter(yaml_text: str, *, path: str) -> tuple[dict[str, Any], yaml
         except yaml.YAMLError:
             data = None
         if data is None:
-            mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+            problem_mark = getattr(error, "problem_mark", None)
+            context_mark = getattr(error, "context_mark", None)
+            mark = problem_mark or context_mark
+            if context_mark is not None and problem_mark is not None and problem_mark.index >= len(yaml_text.rstrip()):
+                # Ran off the end (an unclosed bracket or quote): where it was
+                # opened says more than the closing '---' does.
+                mark = context_mark
             line = mark.line + 2 if mark is not None else None
             problem = getattr(error, "problem", None) or str(error)
+            context = getattr(error, "context", None)
+            if context and context_mark is not None:
+                problem += f" ({context} on line {context_mark.line + 2})"
             raise DefinitionError(f"invalid YAML: {problem}", path=path, line=line) from None
         warnings.extend(
             f"{path}:{number}: value contains ': ' and was read as plain text to the end of the line"
@@ -277,11 +288,27 @@ def validate_definition(
         return_field = ".".join(str(part) for part in loc)
         line = _line_of(node, loc) if loc else None
         if not loc:
-            # A whole-model check; its message starts with the field it concerns.
-            head = message.split(":", 1)[0].split("[", 1)[0].split("/", 1)[0]
-            line = _line_of(node, (head,)) if head in known else None
+            # A whole-model check; its message starts with the field it
+            # concerns ("steps[1].agent: …", "url: …", "command/args/env: …").
+            head = _MESSAGE_FIELD.match(message)
+            if head and re.split(r"[\[./]", head["path"], maxsplit=1)[0] in known:
+                return_field, message = head["path"], head["rest"]
+                line = _line_of(node, _field_loc(return_field.split("/", 1)[0]))
         raise DefinitionError(message, path=path, line=line, field=return_field) from None
     return ParsedDefinition(kind=kind, spec=spec, extra=extra, body=normalize_body(body), warnings=warnings)
+
+
+_MESSAGE_FIELD = re.compile(r"^(?P<path>[A-Za-z_][\w\[\]./]*): (?P<rest>.+)$", re.DOTALL)
+
+
+def _field_loc(path: str) -> tuple[Any, ...]:
+    """``steps[1].agent`` → ``("steps", 1, "agent")``, the form of pydantic's ``loc``."""
+    loc: list[Any] = []
+    for part in path.split("."):
+        name, *indexes = part.split("[")
+        loc.append(name)
+        loc.extend(int(index.rstrip("]")) for index in indexes if index.rstrip("]").isdigit())
+    return tuple(loc)
 
 
 def render_parsed(parsed: ParsedDefinition) -> str:

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from agents_app.definitions import storage
-from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, WORKFLOW, Kind
+from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, TOOL, WORKFLOW, Kind
 from agents_app.definitions.markdown import (
     DefinitionError,
     ParsedDefinition,
@@ -52,6 +52,8 @@ def validation_context(*, kind: Kind, team: Team, extra_agents: set[str] = froze
     if kind is WORKFLOW:
         known = set(AGENT.model.objects.filter(team=team).values_list("slug", flat=True))
         return {"known_agents": known | set(extra_agents)}
+    if kind is AGENT:
+        return {"known_tools": set(TOOL.model.objects.filter(team=team).values_list("name", flat=True))}
     return None
 
 
@@ -69,8 +71,8 @@ def definition_validate(*, kind: Kind, team: Team, data: dict[str, Any], body: s
 
 
 def row_files(kind: Kind, row: Definition) -> storage.ItemFiles:
-    text = render_definition(spec=row.spec, extra=row.extra, body=row.body)
-    return storage.ItemFiles(text=text, references=dict(getattr(row, "references", {}) or {}))
+    """The files of ``row`` as its markdown mirror holds them."""
+    return storage.ItemFiles(text=row.content, references=dict(getattr(row, "references", {}) or {}))
 
 
 def _apply_columns(kind: Kind, row: Definition, parsed: ParsedDefinition) -> list[str]:
@@ -150,7 +152,9 @@ def definition_save(
     row = model.objects.select_for_update().filter(team=team, slug=slug).first()
     created = row is None
     if created:
-        row = model(team=team, slug=slug)
+        # A slug deleted earlier keeps its versions: numbering continues.
+        last = definition_versions(kind=kind, team=team, slug=slug).values_list("number", flat=True).first()
+        row = model(team=team, slug=slug, version=last or 0)
     elif create_only:
         raise DefinitionError(f"a {kind.label.lower()} with slug {slug!r} already exists", field="name")
     elif kind is MCP and row.transport == "stdio" and not allow_stdio:
@@ -170,6 +174,7 @@ def definition_save(
     row.extra = parsed.extra
     if kind is SKILL and references is not None:
         row.references = references
+    row.content = render_definition(spec=row.spec, extra=row.extra, body=row.body)
     files = row_files(kind, row)
     new_hash = files.hash
     changed = created or new_hash != row.content_hash

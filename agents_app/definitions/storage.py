@@ -26,6 +26,9 @@ class ItemFiles:
 
     text: str
     references: dict[str, str] = field(default_factory=dict)
+    # Files beside SKILL.md that are not UTF-8 text (images, archives): left
+    # alone on disk, outside the hash and the row, so no export can mangle them.
+    binary: list[str] = field(default_factory=list)
 
     @property
     def hash(self) -> str:
@@ -46,11 +49,25 @@ def read_item(kind: Kind, root: Path, slug: str) -> ItemFiles | None:
     except FileNotFoundError:
         return None
     references: dict[str, str] = {}
+    binary: list[str] = []
     if kind.directory_per_item:
-        for ref in sorted(path.parent.rglob("*")):
-            if ref.is_file() and ref != path and not ref.name.startswith("."):
-                references[ref.relative_to(path.parent).as_posix()] = ref.read_text(encoding="utf-8", errors="replace")
-    return ItemFiles(text=text, references=references)
+        for ref in _reference_files(path):
+            name = ref.relative_to(path.parent).as_posix()
+            try:
+                references[name] = ref.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                binary.append(name)
+    return ItemFiles(text=text, references=references, binary=binary)
+
+
+def _reference_files(main: Path) -> list[Path]:
+    """The files beside a SKILL.md, hidden files (editor swap files, our temp files) left out."""
+    base = main.parent
+    return [
+        ref
+        for ref in sorted(base.rglob("*"))
+        if ref.is_file() and ref != main and not any(part.startswith(".") for part in ref.relative_to(base).parts)
+    ]
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -66,15 +83,35 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def write_item(kind: Kind, root: Path, slug: str, item: ItemFiles) -> None:
+    """Write the item so that reading it back gives the same hash.
+
+    For skills that means also removing text references that are no longer
+    in ``item`` (binary files are not references and stay).
+    """
     path = root / kind.relative_path(slug)
     if kind.directory_per_item:
         base = path.parent.resolve()
-        for name, text in item.references.items():
+        targets = {}
+        for name in item.references:
             target = (path.parent / name).resolve()
-            if not target.is_relative_to(base):
-                raise ValueError(f"reference path {name!r} leaves the skill folder")
-            atomic_write(target, text)
+            if not target.is_relative_to(base) or target == base / "SKILL.md":
+                raise ValueError(f"reference path {name!r} is not a file beside SKILL.md")
+            targets[name] = target
+        for name, target in targets.items():
+            atomic_write(target, item.references[name])
+        if path.parent.is_dir():
+            for ref in _reference_files(path):
+                if ref.relative_to(path.parent).as_posix() not in item.references and _is_text(ref):
+                    ref.unlink()
     atomic_write(path, item.text)
+
+
+def _is_text(path: Path) -> bool:
+    try:
+        path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def delete_item(kind: Kind, root: Path, slug: str) -> None:

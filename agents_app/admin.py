@@ -1,0 +1,345 @@
+"""Admin of teams, members, tokens and the definitions kept in this app.
+
+Every admin here is team scoped (see :mod:`agents_app.admin_base`); writes go
+through the services the API uses.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.db.models import Count, Q
+from django.utils.html import format_html, format_html_join
+
+from agents_app.admin_base import DefinitionAdmin, TeamScopedAdmin, team_ids, teams_with
+from agents_app.models import (
+    ROLE_CAPABILITIES,
+    Agent,
+    ApiToken,
+    DefinitionVersion,
+    Membership,
+    ModelProvider,
+    ProviderModel,
+    Skill,
+    Team,
+)
+from agents_app.services import api_token_create, api_token_revoke, membership_delete, membership_set
+
+# -- definitions ---------------------------------------------------------------
+
+
+@admin.register(Agent)
+class AgentAdmin(DefinitionAdmin):
+    markdown_template = "---\nname: \ndescription: \ntier: medium\n---\n\nThe system prompt of the agent.\n"
+    list_display = ("name", "slug", "team", "model", "tier", "version", "updated_at")
+    list_filter = ("tier",)
+
+
+@admin.register(Skill)
+class SkillAdmin(DefinitionAdmin):
+    markdown_template = "---\nname: \ndescription: \n---\n\nWhat to do when this skill applies.\n"
+    extra_readonly = ("reference_files",)
+
+    @admin.display(description="Reference files")
+    def reference_files(self, obj):
+        # References come from the files beside SKILL.md (sync_markdown); the
+        # admin shows them and keeps them as they are on every save.
+        references = obj.references or {}
+        if not references:
+            return "—"
+        return format_html_join(
+            "",
+            "<details><summary>{}</summary><pre style='white-space: pre-wrap'>{}</pre></details>",
+            sorted(references.items()),
+        )
+
+
+class ProviderModelInline(admin.TabularInline):
+    """The provider's models: derived from its markdown on every save, so read-only."""
+
+    model = ProviderModel
+    fields = ("name", "tier", "input_price", "output_price")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_view_permission(self, request, obj=None):
+        # The provider page itself is team scoped; its models go with it.
+        return True
+
+
+@admin.register(ModelProvider)
+class ModelProviderAdmin(DefinitionAdmin):
+    markdown_template = (
+        "---\nname: \ntype: openai\nbase_url: \napi_key_env: \nmodels:\n- name: \n  tier: medium\n"
+        "  input_price: 0\n  output_price: 0\n---\n"
+    )
+    list_display = ("name", "slug", "team", "provider_type", "api_key_env", "version", "updated_at")
+    list_filter = ("provider_type",)
+    inlines = (ProviderModelInline,)
+
+    def get_inline_instances(self, request, obj=None):
+        # On the add page the models are still only lines of markdown.
+        return super().get_inline_instances(request, obj) if obj is not None else []
+
+
+@admin.register(DefinitionVersion)
+class DefinitionVersionAdmin(TeamScopedAdmin):
+    """Saved versions: immutable, so nobody adds or changes one here."""
+
+    list_display = ("__str__", "team", "kind", "slug", "number", "author", "source", "created_at")
+    list_filter = ("kind", "source")
+    list_select_related = ("team", "author")
+    search_fields = ("slug",)
+    fields = ("team", "kind", "slug", "number", "author", "source", "created_at", "content_hash", "markdown")
+    readonly_fields = fields
+    actions = None
+
+    @admin.display(description="Markdown")
+    def markdown(self, obj):
+        return format_html("<pre style='white-space: pre-wrap'>{}</pre>", obj.content)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        # Versions go with their team; a superuser deleting a team must be
+        # allowed to delete them too (the confirmation page checks this).
+        return request.user.is_superuser
+
+
+# -- teams, members, tokens --------------------------------------------------------
+
+
+class TeamMemberAdmin(TeamScopedAdmin):
+    """Teams, memberships and tokens: decided by the role alone ("manage" = team admin)."""
+
+    edit_capability = "manage"
+    use_model_perms = False
+
+
+@admin.register(Team)
+class TeamAdmin(TeamMemberAdmin):
+    team_lookup = "pk"
+    list_display = ("slug", "name", "member_count", "created_at")
+    search_fields = ("slug", "name")
+    fields = ("slug", "name", "defs_dir")
+
+    def team_id_of(self, obj) -> int:
+        return obj.pk
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(member_count=Count("memberships"))
+
+    @admin.display(description="Members", ordering="member_count")
+    def member_count(self, obj):
+        return obj.member_count
+
+    def get_list_filter(self, request):
+        return []
+
+    def get_readonly_fields(self, request, obj=None):
+        # defs_dir picks where the server writes files: superusers only.
+        if request.user.is_superuser:
+            return ["slug"] if obj else []
+        return ["slug", "defs_dir"]
+
+    def has_add_permission(self, request):
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+
+class MembershipForm(forms.ModelForm):
+    username = forms.CharField(max_length=150, help_text="An existing user.")
+
+    class Meta:
+        model = Membership
+        fields = ("team", "role")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            # An existing membership changes its role only.
+            self.fields.pop("username", None)
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.instance.pk or "username" not in self.fields:
+            return cleaned
+        username, team = cleaned.get("username"), cleaned.get("team")
+        if not username or team is None:
+            return cleaned
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            self.add_error("username", "No user with this username.")
+        elif Membership.objects.filter(team=team, user=user).exists():
+            self.add_error("username", f"{username} is already a member of {team}; change their role instead.")
+        else:
+            cleaned["user"] = user
+        return cleaned
+
+
+@admin.register(Membership)
+class MembershipAdmin(TeamMemberAdmin):
+    form = MembershipForm
+    list_display = ("user", "team", "role", "created_at")
+    list_filter = ("role",)
+    list_select_related = ("team", "user")
+    search_fields = ("user__username",)
+
+    def get_fields(self, request, obj=None):
+        return ("team", "username", "role") if obj is None else ("team", "user", "role")
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("team", "user") if obj is not None else ()
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "team":
+            kwargs["queryset"] = teams_with(request, "manage")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request, obj, form, change):
+        user = obj.user if change else form.cleaned_data["user"]
+        membership = membership_set(team=obj.team, user=user, role=obj.role)
+        obj.pk = membership.pk
+        obj.refresh_from_db()
+        obj._state.adding = False
+
+    def delete_model(self, request, obj):
+        membership_delete(team=obj.team, user=obj.user)
+
+    def delete_queryset(self, request, queryset):
+        for membership in queryset.select_related("user"):
+            membership_delete(team=membership.team, user=membership.user)
+
+
+class ApiTokenForm(forms.ModelForm):
+    class Meta:
+        model = ApiToken
+        fields = ("team", "user", "role", "name")
+
+    # Set per request by ApiTokenAdmin.get_form.
+    request = None
+
+    def clean(self):
+        # The same rules api_token_create enforces, as form errors.
+        cleaned = super().clean()
+        team, user, role = cleaned.get("team"), cleaned.get("user"), cleaned.get("role")
+        if team is None or user is None or role is None:
+            return cleaned
+        manages = team_ids(self.request, "manage")
+        if manages is not None and team.pk not in manages and user != self.request.user:
+            self.add_error("user", "Only a team admin issues tokens for other members.")
+            return cleaned
+        membership = Membership.objects.filter(team=team, user=user).first()
+        if membership is None:
+            self.add_error("user", f"{user} is not a member of {team}.")
+        elif not ROLE_CAPABILITIES[role] <= ROLE_CAPABILITIES[membership.role]:
+            self.add_error("role", f"A token cannot exceed {user}'s role in {team} ({membership.role}).")
+        return cleaned
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(TeamMemberAdmin):
+    """Tokens: team admins see their team's, members their own. The hash is never shown."""
+
+    form = ApiTokenForm
+    list_display = ("prefix", "name", "user", "team", "role", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("role",)
+    list_select_related = ("team", "user")
+    search_fields = ("name", "prefix", "user__username")
+    readonly_fields = ("team", "user", "role", "name", "prefix", "created_at", "last_used_at", "revoked_at")
+    actions = ("revoke",)
+
+    def get_fields(self, request, obj=None):
+        return ("team", "user", "role", "name") if obj is None else self.readonly_fields
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.readonly_fields if obj is not None else ()
+
+    def get_queryset(self, request):
+        queryset = admin.ModelAdmin.get_queryset(self, request)
+        manages, member_of = team_ids(request, "manage"), team_ids(request, "view")
+        if manages is None:
+            return queryset
+        return queryset.filter(Q(team_id__in=manages) | Q(user=request.user, team_id__in=member_of))
+
+    def _own_or_managed(self, request, obj) -> bool:
+        manages = team_ids(request, "manage")
+        return manages is None or obj.team_id in manages or obj.user_id == request.user.pk
+
+    def has_view_permission(self, request, obj=None):
+        return self._allowed(request, "view", obj, True) and (
+            obj is None or self._own_or_managed(request, obj)
+        )
+
+    def has_add_permission(self, request):
+        # Any member may issue a token for themselves.
+        return self._allowed(request, "view", None, True)
+
+    def has_change_permission(self, request, obj=None):
+        # Tokens are immutable: revoke or delete them instead.
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return self._allowed(request, "view", obj, True) and (obj is None or self._own_or_managed(request, obj))
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        form.request = request
+        return form
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "team":
+            kwargs["queryset"] = teams_with(request, "view")
+        elif db_field.name == "user":
+            manages = team_ids(request, "manage")
+            users = get_user_model().objects.order_by("username")
+            if manages is not None:
+                users = users.filter(Q(pk=request.user.pk) | Q(mas_memberships__team_id__in=manages)).distinct()
+            kwargs["queryset"] = users
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def get_changeform_initial_data(self, request):
+        return {"user": request.user.pk, **super().get_changeform_initial_data(request)}
+
+    def save_model(self, request, obj, form, change):
+        issued = api_token_create(user=obj.user, team=obj.team, role=obj.role, name=obj.name)
+        # The only time the token exists outside its owner's hands: shown once.
+        self.message_user(
+            request,
+            format_html(
+                "New API token for {} in {}: <code>{}</code> — copy it now, it will not be shown again.",
+                obj.user,
+                obj.team,
+                issued.token,
+            ),
+            messages.SUCCESS,
+        )
+        obj.pk = issued.row.pk
+        obj.refresh_from_db()
+        obj._state.adding = False
+
+    @admin.action(description="Revoke selected tokens", permissions=["delete"])
+    def revoke(self, request, queryset):
+        # The queryset is already scoped to tokens this user may delete.
+        tokens = list(queryset.filter(revoked_at__isnull=True))
+        for token in tokens:
+            api_token_revoke(token=token)
+        count = len(tokens)
+        self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)

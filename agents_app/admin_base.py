@@ -1,0 +1,414 @@
+"""Team scoping for the admin, and the markdown editor every definition shares.
+
+:class:`TeamScopedAdmin` is the base of every MAS ModelAdmin: querysets hold
+only the rows of the user's teams, an object of another team is a 404 (never
+a redirect that confirms it exists), and each permission is decided by the
+user's role in the object's team. :class:`DefinitionAdmin` edits a
+definition as its markdown file and saves it through the same services as
+the REST API and ``sync_markdown``.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.conf import settings
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.http import Http404, HttpRequest
+from django.urls import reverse
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
+from django.utils.timezone import localtime
+
+from agents_app.definitions import storage
+from agents_app.definitions.kinds import Kind, kind_for_model
+from agents_app.definitions.markdown import DefinitionError, ParsedDefinition
+from agents_app.definitions.services import (
+    definition_delete,
+    definition_parse,
+    definition_save,
+    definition_slug,
+    definition_versions,
+    row_files,
+)
+from agents_app.models import Team
+from agents_app.permissions import actor_for, team_ids_with
+
+# -- who may do what ---------------------------------------------------------
+
+
+def team_ids(request: HttpRequest, capability: str) -> set[int] | None:
+    """Teams in which the user has ``capability``; ``None`` means every team (superuser).
+
+    Cached on the request: a changelist asks for permissions once per row.
+    """
+    if request.user.is_superuser:
+        return None
+    cache = request.__dict__.setdefault("_mas_team_ids", {})
+    if capability not in cache:
+        cache[capability] = team_ids_with(request.user, capability)
+    return cache[capability]
+
+
+def teams_with(request: HttpRequest, capability: str):
+    ids = team_ids(request, capability)
+    return Team.objects.all() if ids is None else Team.objects.filter(pk__in=ids)
+
+
+def can_manage_stdio(request: HttpRequest, team: Team) -> bool:
+    """Team admins and holders of the stdio permission may run commands on the server."""
+    if request.user.is_superuser:
+        return True
+    actor = actor_for(request.user, team)
+    return actor is not None and actor.can_manage_stdio
+
+
+class TeamListFilter(admin.SimpleListFilter):
+    """Filter by team, offering only the user's teams (the stock filter lists every team)."""
+
+    title = "team"
+    parameter_name = "team"
+
+    def __init__(self, request, params, model, model_admin):
+        self.team_lookup = model_admin.team_lookup
+        super().__init__(request, params, model, model_admin)
+
+    def lookups(self, request, model_admin):
+        return [(str(team.pk), team.slug) for team in teams_with(request, model_admin.view_capability)]
+
+    def queryset(self, request, queryset):
+        if self.value():
+            return queryset.filter(**{self.team_lookup: self.value()})
+        return queryset
+
+
+class TeamScopedAdmin(admin.ModelAdmin):
+    """A ModelAdmin whose rows belong to teams and whose permissions follow roles.
+
+    Subclasses set ``team_lookup`` (the path from the model to its team) and
+    the capabilities that viewing and editing need. With ``use_model_perms``
+    the Django model permission (granted by the role's group) is needed as
+    well, so a superuser who trims a group's permissions is obeyed.
+    """
+
+    team_lookup = "team"
+    view_capability = "view"
+    edit_capability = "edit"
+    use_model_perms = True
+
+    def team_id_of(self, obj) -> int:
+        return obj.team_id
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        ids = team_ids(request, self.view_capability)
+        return queryset if ids is None else queryset.filter(**{f"{self.team_lookup}__in": ids})
+
+    def get_object(self, request, object_id, from_field=None):
+        # Django answers an unknown id with a redirect and a message naming
+        # it; another team's object must look exactly like one that does
+        # not exist, so every view that loads an object gets a plain 404.
+        obj = super().get_object(request, object_id, from_field)
+        if obj is None:
+            raise Http404("No such object.")
+        return obj
+
+    def _allowed(self, request, capability: str, obj, model_perm: bool) -> bool:
+        if self.use_model_perms and not model_perm:
+            return False
+        ids = team_ids(request, capability)
+        if ids is None:
+            return True
+        if obj is None:
+            return bool(ids)
+        return self.team_id_of(obj) in ids
+
+    def has_module_permission(self, request):
+        model_perm = super().has_module_permission(request)
+        return self._allowed(request, self.view_capability, None, model_perm)
+
+    def has_view_permission(self, request, obj=None):
+        return self._allowed(request, self.view_capability, obj, super().has_view_permission(request))
+
+    def has_add_permission(self, request):
+        return self._allowed(request, self.edit_capability, None, super().has_add_permission(request))
+
+    def has_change_permission(self, request, obj=None):
+        return self._allowed(request, self.edit_capability, obj, super().has_change_permission(request))
+
+    def has_delete_permission(self, request, obj=None):
+        return self._allowed(request, self.edit_capability, obj, super().has_delete_permission(request))
+
+    def get_list_filter(self, request):
+        filters = list(super().get_list_filter(request))
+        ids = team_ids(request, self.view_capability)
+        if ids is None or len(ids) > 1:
+            filters.append(TeamListFilter)
+        return filters
+
+
+# -- definitions as markdown -------------------------------------------------
+
+
+class SecretTextarea(forms.Textarea):
+    """A textarea that never renders a value: what is typed in it is write-only."""
+
+    def format_value(self, value):
+        return None
+
+
+def describe_error(error: DefinitionError) -> str:
+    """'Line 3, field tools: unknown tool(s) …' — where first, then why."""
+    where = []
+    if error.line:
+        where.append(f"line {error.line}")
+    if error.field:
+        where.append(f"field {error.field}")
+    if not where:
+        return error.message
+    text = ", ".join(where)
+    return f"{text[0].upper()}{text[1:]}: {error.message}"
+
+
+def max_bytes_validator(limit: int):
+    def validate(text: str) -> None:
+        size = len(text.encode("utf-8"))
+        if size > limit:
+            raise forms.ValidationError(f"The file is {size} bytes; definitions are limited to {limit} bytes.")
+
+    return validate
+
+
+class DefinitionForm(forms.ModelForm):
+    """The whole markdown file in one textarea; validated by the definition services."""
+
+    markdown = forms.CharField(
+        strip=False,
+        widget=forms.Textarea(
+            attrs={"rows": 30, "cols": 100, "spellcheck": "false", "style": "font-family: monospace; width: 95%"}
+        ),
+        help_text="The whole file: YAML frontmatter between '---' lines, then the body.",
+    )
+
+    # Set per request by DefinitionAdmin.get_form (each call builds a new class).
+    model_admin: "DefinitionAdmin"
+    request: HttpRequest
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        kind = self.model_admin.kind
+        if self.instance.pk:
+            self.fields["markdown"].initial = row_files(kind, self.instance).text
+        else:
+            self.fields["markdown"].initial = self.model_admin.markdown_template
+        self.fields["markdown"].validators.append(max_bytes_validator(settings.MAS_MAX_DEFINITION_BYTES))
+        self.parsed: ParsedDefinition | None = None
+        self.slug: str | None = None
+
+    @property
+    def team(self) -> Team | None:
+        return self.instance.team if self.instance.pk else self.cleaned_data.get("team")
+
+    def prepare(self, parsed: ParsedDefinition) -> ParsedDefinition:
+        """Hook: adjust the parsed definition with the form's other fields.
+
+        Raise ``forms.ValidationError({field: message})`` about those fields.
+        """
+        return parsed
+
+    def clean(self):
+        cleaned = super().clean()
+        team, text = self.team, cleaned.get("markdown")
+        if team is None or text is None:
+            return cleaned
+        kind = self.model_admin.kind
+        path = str(kind.relative_path(self.instance.slug)) if self.instance.pk else ""
+        try:
+            parsed = self.prepare(definition_parse(kind=kind, team=team, text=text, path=path))
+            # The slug is the file name: it stays when the name is edited.
+            slug = self.instance.slug if self.instance.pk else definition_slug(parsed.spec.name)
+        except DefinitionError as error:
+            self.add_error("markdown", describe_error(error))
+            return cleaned
+        except forms.ValidationError as error:
+            # Raised by prepare() about the form's other fields; it names them.
+            self.add_error(None, error)
+            return cleaned
+        if not self.instance.pk and kind.model.objects.filter(team=team, slug=slug).exists():
+            self.add_error("markdown", f"Field name: a {kind.label.lower()} with slug {slug} already exists in {team}.")
+            return cleaned
+        refusal = self.model_admin.refusal(self.request, team, parsed, self.instance)
+        if refusal:
+            self.add_error("markdown", refusal)
+            return cleaned
+        self.parsed, self.slug = parsed, slug
+        return cleaned
+
+
+def sync_status(kind: Kind, row) -> str:
+    """How the row and its markdown file compare, by the hashes ``sync_markdown`` uses."""
+    on_disk = storage.read_item(kind, storage.team_defs_dir(row.team), row.slug)
+    if on_disk is None:
+        return "file missing (export pending)"
+    if on_disk.hash == row.content_hash:
+        return "in sync"
+    db_changed = row.content_hash != row.synced_hash
+    disk_changed = on_disk.hash != row.synced_hash
+    if db_changed and disk_changed:
+        return "conflict: changed in the database and on disk"
+    if disk_changed:
+        return "changed on disk (import pending)"
+    return "changed in the database (export pending)"
+
+
+class DefinitionAdmin(TeamScopedAdmin):
+    """Admin of one definition kind: edited as markdown, saved by ``definition_save``."""
+
+    form = DefinitionForm
+    markdown_template = "---\nname: \ndescription: \n---\n"
+    extra_form_fields: tuple[str, ...] = ()  # editable fields beside the markdown
+    extra_readonly: tuple[str, ...] = ()  # read-only fields shown under Status
+    object_history_template = "admin/mas/definition_history.html"
+    list_display = ("name", "slug", "team", "version", "updated_at")
+    list_select_related = ("team",)
+    search_fields = ("name", "slug", "description")
+    ordering = ("team__slug", "slug")
+
+    @property
+    def kind(self) -> Kind:
+        return kind_for_model(self.model)
+
+    def refusal(self, request, team: Team, parsed: ParsedDefinition, instance) -> str | None:
+        """Hook: why this user may not save ``parsed`` in ``team`` (None when allowed)."""
+        return None
+
+    def allow_stdio(self, request, team: Team) -> bool:
+        return can_manage_stdio(request, team)
+
+    # -- form ------------------------------------------------------------------
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        form.model_admin = self
+        form.request = request
+        return form
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "team":
+            kwargs["queryset"] = teams_with(request, self.edit_capability)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def get_changeform_initial_data(self, request):
+        initial = super().get_changeform_initial_data(request)
+        teams = list(teams_with(request, self.edit_capability)[:2])
+        if len(teams) == 1:
+            initial.setdefault("team", teams[0].pk)
+        return initial
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is None:
+            return [(None, {"fields": ["team", "markdown", *self.extra_form_fields]})]
+        editable = self.has_change_permission(request, obj)
+        return [
+            (None, {"fields": ["team", "markdown", *(self.extra_form_fields if editable else ())]}),
+            (
+                "Status",
+                {"fields": ["slug", "version", "updated_at", "content_hash", "sync_status", *self.extra_readonly]},
+            ),
+            ("Version history", {"fields": ["version_history"]}),
+        ]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return []
+        return ["team", "slug", "version", "updated_at", "content_hash", "sync_status", "version_history",
+                *self.extra_readonly]
+
+    # -- read-only displays ----------------------------------------------------
+
+    @admin.display(description="Markdown")
+    def markdown(self, obj):
+        # Shown to view-only users in place of the textarea.
+        return format_html("<pre style='white-space: pre-wrap'>{}</pre>", row_files(self.kind, obj).text)
+
+    @admin.display(description="Sync status")
+    def sync_status(self, obj):
+        return sync_status(self.kind, obj)
+
+    @admin.display(description="Versions")
+    def version_history(self, obj):
+        versions = definition_versions(kind=self.kind, team=obj.team, slug=obj.slug).select_related("author")
+        rows = format_html_join(
+            "",
+            "<tr><td><a href='{}'>v{}</a></td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td><details><summary>markdown</summary><pre style='white-space: pre-wrap'>{}</pre></details></td></tr>",
+            (
+                (
+                    reverse("admin:agents_app_definitionversion_change", args=[version.pk]),
+                    version.number,
+                    version.author.get_username() if version.author else "—",
+                    version.source,
+                    date_format(localtime(version.created_at), "DATETIME_FORMAT"),
+                    version.content,
+                )
+                for version in versions
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>Version</th><th>Author</th><th>Source</th><th>Date</th><th>Content</th></tr>"
+            "</thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    # -- saving and deleting through the services --------------------------------
+
+    def save_model(self, request, obj, form, change):
+        team = obj.team
+        result = definition_save(
+            kind=self.kind,
+            team=team,
+            parsed=form.parsed,
+            slug=form.slug,
+            author=request.user,
+            source="admin",
+            allow_stdio=self.allow_stdio(request, team),
+            create_only=not change,
+        )
+        for warning in result.warnings:
+            self.message_user(request, warning, messages.WARNING)
+        # The service saved its own (locked) row: point the admin's instance
+        # at it so the log entry and the redirect name the saved object.
+        obj.pk = result.row.pk
+        obj.refresh_from_db()
+        obj._state.adding = False
+
+    def save_related(self, request, form, formsets, change):
+        # Inlines of definitions are read-only views of rows the service
+        # derives from the markdown; there is nothing to save from them.
+        pass
+
+    def construct_change_message(self, request, form, formsets, add=False):
+        return super().construct_change_message(request, form, [], add)
+
+    def delete_model(self, request, obj):
+        warnings = definition_delete(
+            kind=self.kind, team=obj.team, slug=obj.slug, allow_stdio=self.allow_stdio(request, obj.team)
+        )
+        for warning in warnings:
+            self.message_user(request, warning, messages.WARNING)
+
+    def delete_queryset(self, request, queryset):
+        # One service call per row so files go too; per-object delete
+        # permissions were already checked by the confirmation page.
+        for obj in queryset.select_related("team"):
+            self.delete_model(request, obj)
+
+    def history_view(self, request, object_id, extra_context=None):
+        obj = self.get_object(request, unquote(object_id))
+        context = {
+            "definition_versions": definition_versions(kind=self.kind, team=obj.team, slug=obj.slug).select_related(
+                "author"
+            ),
+            **(extra_context or {}),
+        }
+        return super().history_view(request, object_id, extra_context=context)

@@ -1,0 +1,149 @@
+"""Every error the API can answer, mapped to JSON in one place.
+
+Validation problems — from the request schema or from the definition
+services — share one shape, so a client handles them once::
+
+    422 {"detail": [{"loc": ["body", "limits", "max_steps"], "msg": "...", "type": "..."}]}
+
+(plus ``"line"`` when the problem was found in submitted markdown). Other
+errors are ``{"detail": "<message>"}``. No malformed request reaches a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+
+from agents_app.definitions.markdown import DefinitionError
+from agents_app.definitions.services import DefinitionPermissionError
+
+logger = logging.getLogger(__name__)
+
+# Every endpoint names its JSON body parameter "payload"; ninja puts that name
+# into the error location, where it means nothing to the client.
+BODY_PARAM = "payload"
+
+
+class UnsupportedMediaType(ValueError):
+    """The request body is not in a content type the endpoint reads."""
+
+
+class PayloadTooLarge(Exception):
+    def __init__(self, size: int, limit: int) -> None:
+        self.size, self.limit = size, limit
+        super().__init__(f"the request body is {size} bytes; the limit is {limit} bytes")
+
+
+# "steps[1].agent: …" — whole-model checks start their message with the field.
+_MESSAGE_FIELD = re.compile(r"^([A-Za-z_][\w-]*(?:\[\d+\])*(?:\.[A-Za-z_][\w-]*(?:\[\d+\])*)*): ")
+
+
+def field_loc(field: str) -> list[str | int]:
+    """``"steps.1.depends_on"`` or ``"steps[1].depends_on"`` → ``["steps", 1, "depends_on"]``."""
+    loc: list[str | int] = []
+    for part in re.findall(r"[^.\[\]]+", field):
+        loc.append(int(part) if part.isdigit() else part)
+    return loc
+
+
+def definition_error_item(error: DefinitionError) -> dict[str, Any]:
+    field = error.field
+    if not field:
+        match = _MESSAGE_FIELD.match(error.message)
+        field = match.group(1) if match else ""
+    item: dict[str, Any] = {"loc": ["body", *field_loc(field)], "msg": error.message, "type": "invalid_definition"}
+    if error.line:
+        item["line"] = error.line
+    return item
+
+
+def _validation_items(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    items = []
+    for error in errors:
+        loc = list(error.get("loc", ()))
+        if len(loc) >= 2 and loc[0] == "body" and loc[1] == BODY_PARAM:
+            del loc[1]
+        items.append({"loc": loc, "msg": error.get("msg", "invalid"), "type": error.get("type", "value_error")})
+    return items
+
+
+def register_error_handlers(api: NinjaAPI) -> None:
+    def respond(request: HttpRequest, status: int, detail: Any) -> HttpResponse:
+        return api.create_response(request, {"detail": detail}, status=status)
+
+    @api.exception_handler(NinjaValidationError)
+    def request_invalid(request, exc: NinjaValidationError):
+        return respond(request, 422, _validation_items(exc.errors))
+
+    @api.exception_handler(DefinitionError)
+    def definition_invalid(request, exc: DefinitionError):
+        return respond(request, 422, [definition_error_item(exc)])
+
+    @api.exception_handler(DjangoValidationError)
+    def model_invalid(request, exc: DjangoValidationError):
+        if hasattr(exc, "error_dict"):
+            items = [
+                {"loc": ["body", name], "msg": message, "type": "invalid"}
+                for name, messages in exc.message_dict.items()
+                for message in messages
+            ]
+        else:
+            items = [{"loc": ["body"], "msg": message, "type": "invalid"} for message in exc.messages]
+        return respond(request, 422, items)
+
+    @api.exception_handler(DefinitionPermissionError)
+    def not_permitted(request, exc: DefinitionPermissionError):
+        return respond(request, 403, str(exc))
+
+    @api.exception_handler(Http404)
+    def not_found(request, exc: Http404):
+        # The same answer for "does not exist" and "belongs to another team".
+        return respond(request, 404, str(exc) or "Not found")
+
+    @api.exception_handler(ObjectDoesNotExist)
+    def row_gone(request, exc: ObjectDoesNotExist):
+        # Deleted by a concurrent request between lookup and update.
+        return respond(request, 404, "Not found")
+
+    @api.exception_handler(IntegrityError)
+    def conflict(request, exc: IntegrityError):
+        logger.info("api integrity conflict", extra={"path": request.path, "error": str(exc)[:200]})
+        return respond(request, 409, "conflicts with a concurrent change; retry")
+
+    @api.exception_handler(RequestDataTooBig)
+    def too_big(request, exc: RequestDataTooBig):
+        return respond(request, 413, "the request body is larger than the server accepts")
+
+    @api.exception_handler(PayloadTooLarge)
+    def definition_too_big(request, exc: PayloadTooLarge):
+        return respond(request, 413, str(exc))
+
+    @api.exception_handler(UnsupportedMediaType)
+    def wrong_media_type(request, exc: UnsupportedMediaType):
+        return respond(request, 415, str(exc))
+
+    @api.exception_handler(HttpError)
+    def http_error(request, exc: HttpError):
+        # ninja wraps body parse failures in a 400 "Cannot parse request body";
+        # say what was wrong with it, whatever DEBUG is.
+        cause = exc.__cause__
+        if isinstance(cause, UnsupportedMediaType):
+            return respond(request, 415, str(cause))
+        if isinstance(cause, json.JSONDecodeError):
+            return respond(request, 400, f"invalid JSON: {cause.msg} at line {cause.lineno} column {cause.colno}")
+        if isinstance(cause, UnicodeDecodeError):
+            return respond(request, 400, "the request body is not valid UTF-8")
+        response = respond(request, exc.status_code, str(exc))
+        if isinstance(exc, AuthenticationError):
+            response["WWW-Authenticate"] = 'Bearer realm="mas"'
+        return response
