@@ -20,8 +20,8 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.timezone import localtime
 
-from agents_app.definitions import storage
 from agents_app.definitions.kinds import Kind, kind_for_model
+from agents_app.definitions.selectors import SYNC_STATUS_LABELS, definition_sync_status
 from agents_app.definitions.markdown import DefinitionError, ParsedDefinition
 from agents_app.definitions.services import (
     definition_delete,
@@ -245,22 +245,6 @@ class DefinitionForm(forms.ModelForm):
         return cleaned
 
 
-def sync_status(kind: Kind, row) -> str:
-    """How the row and its markdown file compare, by the hashes ``sync_markdown`` uses."""
-    on_disk = storage.read_item(kind, storage.team_defs_dir(row.team), row.slug)
-    if on_disk is None:
-        return "file missing (export pending)"
-    if on_disk.hash == row.content_hash:
-        return "in sync"
-    db_changed = row.content_hash != row.synced_hash
-    disk_changed = on_disk.hash != row.synced_hash
-    if db_changed and disk_changed:
-        return "conflict: changed in the database and on disk"
-    if disk_changed:
-        return "changed on disk (import pending)"
-    return "changed in the database (export pending)"
-
-
 class DefinitionAdmin(TeamScopedAdmin):
     """Admin of one definition kind: edited as markdown, saved by ``definition_save``."""
 
@@ -333,7 +317,7 @@ class DefinitionAdmin(TeamScopedAdmin):
 
     @admin.display(description="Sync status")
     def sync_status(self, obj):
-        return sync_status(self.kind, obj)
+        return SYNC_STATUS_LABELS[definition_sync_status(kind=self.kind, row=obj)]
 
     @admin.display(description="Versions")
     def version_history(self, obj):

@@ -11,7 +11,6 @@ team's slug is a 404 like a slug that does not exist.
 # No `from __future__ import annotations` here: ninja reads the endpoint
 # annotations at import time, and the per-kind schemas are closure variables.
 
-import json
 from typing import Any
 
 import pydantic
@@ -22,8 +21,8 @@ from ninja import Path, Router, Status
 from ninja.errors import HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
-from agents_app.definitions import storage
 from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, Kind
+from agents_app.definitions.selectors import definition_get, definition_sync_status
 from agents_app.definitions.markdown import DefinitionError, ParsedDefinition
 from agents_app.definitions.services import (
     SaveResult,
@@ -39,44 +38,21 @@ from agents_app.models import ROLE_CAPABILITIES, Definition, Team
 from agents_app.permissions import Actor
 from agents_app.schemas import (
     DeletedOut,
-    ErrorOut,
     KindSchemas,
     MarkdownIn,
     MeOut,
     VersionDetailOut,
     VersionOut,
+    error_responses,
 )
 from mas_project.api_auth import api_auth
-from mas_project.api_errors import PayloadTooLarge, UnsupportedMediaType
+from mas_project.api_errors import PayloadTooLarge, UnsupportedMediaType, check_storable, load_json
 
 MARKDOWN_TYPES = ("text/markdown", "text/x-markdown", "text/plain")
 NOT_FRONTMATTER = {"body", "extra", "references"}
 
 
 # -- reading rows --------------------------------------------------------------
-
-
-def definition_get(*, kind: Kind, team: Team, slug: str, lock: bool = False) -> Definition:
-    """The ``kind`` definition ``slug`` of ``team``; 404 when it does not exist *in this team*."""
-    rows = kind.model.objects.filter(team=team, slug=slug)
-    row = (rows.select_for_update() if lock else rows).first()
-    if row is None:
-        raise Http404(f"no {kind.label.lower()} {slug!r}")
-    return row
-
-
-def definition_sync_status(*, kind: Kind, team: Team, row: Definition) -> str:
-    """The row compared with its markdown file, by the hashes ``sync_markdown`` keeps."""
-    on_disk = storage.read_item(kind, storage.team_defs_dir(team), row.slug)
-    if on_disk is None:
-        return "file_missing"
-    if on_disk.hash == row.content_hash:
-        return "in_sync"
-    db_changed = row.content_hash != row.synced_hash
-    disk_changed = on_disk.hash != row.synced_hash
-    if db_changed and disk_changed:
-        return "conflict"
-    return "disk_changed" if disk_changed else "db_changed"
 
 
 def definition_out(*, kind: Kind, team: Team, row: Definition, result: SaveResult | None = None) -> dict[str, Any]:
@@ -88,7 +64,7 @@ def definition_out(*, kind: Kind, team: Team, row: Definition, result: SaveResul
         "body": row.body,
         "created_at": row.created_at,
         "updated_at": row.updated_at,
-        "sync_status": definition_sync_status(kind=kind, team=team, row=row),
+        "sync_status": definition_sync_status(kind=kind, row=row),
         "file_status": result.file_status if result else None,
         "warnings": result.warnings if result else [],
     }
@@ -145,16 +121,18 @@ def _markdown_text(request: HttpRequest) -> str:
     content_type = request.content_type or ""
     try:
         if content_type in MARKDOWN_TYPES:
-            return request.body.decode("utf-8")
+            text = request.body.decode("utf-8")
+            check_storable(text)
+            return text
         if content_type == "application/json" or content_type.endswith("+json"):
-            data = json.loads(request.body)
-            return MarkdownIn.model_validate(data).markdown
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise HttpError(400, "Cannot parse request body") from error
+            return MarkdownIn.model_validate(load_json(request.body)).markdown
     except pydantic.ValidationError as error:
         raise NinjaValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in error.errors(include_url=False)]
         ) from None
+    except (ValueError, RecursionError) as error:
+        # Bad JSON, bad UTF-8, NUL characters: worded by the HttpError handler.
+        raise HttpError(400, "Cannot parse request body") from error
     raise UnsupportedMediaType(f"send the markdown as text/markdown, or as JSON {{\"markdown\": …}}, not {content_type!r}")
 
 
@@ -177,9 +155,18 @@ MARKDOWN_REQUEST = {
 }
 MARKDOWN_RESPONSE = {
     "responses": {
-        200: {"description": "The definition's markdown file.", "content": {"text/markdown": {"schema": {"type": "string"}}}}
+        200: {
+            "description": "The definition's markdown file.",
+            "content": {"text/markdown": {"schema": {"type": "string"}}},
+        }
     }
 }
+
+
+LIST_ERRORS = error_responses(401, 403)
+READ_ERRORS = error_responses(401, 403, 404)
+WRITE_ERRORS = error_responses(400, 401, 403, 404, 413, 415, 422)
+CREATE_ERRORS = error_responses(400, 401, 403, 409, 413, 415, 422)
 
 
 def add_definition_routes(router: Router, *, kind: Kind, plural: str) -> KindSchemas:
@@ -189,16 +176,16 @@ def add_definition_routes(router: Router, *, kind: Kind, plural: str) -> KindSch
     label = kind.label.lower()
     a_label = f"{'an' if label[0] in 'aeiou' else 'a'} {label}"
     read, write = api_auth("view"), api_auth("edit")
-    tags = [plural]
+    item = f"/{plural}/{{slug}}"
 
-    def op(action: str) -> dict[str, Any]:
+    def op(action: str, summary: str, **options: Any) -> dict[str, Any]:
         name = f"{kind.name}_{action}"
-        return {"operation_id": name, "url_name": name, "tags": tags}
+        return {"operation_id": name, "url_name": name, "tags": [plural], "summary": summary, **options}
 
     def out(actor: Actor, row: Definition, result: SaveResult | None = None) -> dict[str, Any]:
         return definition_out(kind=kind, team=actor.team, row=row, result=result)
 
-    def save(actor: Actor, parsed: ParsedDefinition, slug: str, **kwargs: Any) -> SaveResult:
+    def save(actor: Actor, parsed: ParsedDefinition, slug: str, **options: Any) -> SaveResult:
         return definition_save(
             kind=kind,
             team=actor.team,
@@ -207,20 +194,17 @@ def add_definition_routes(router: Router, *, kind: Kind, plural: str) -> KindSch
             author=actor.user,
             source="api",
             allow_stdio=actor.can_manage_stdio,
-            **kwargs,
+            **options,
         )
 
-    @router.get(f"/{plural}", response=list[Out], auth=read, summary=f"List the team's {plural}", **op("list"))
+    @router.get(f"/{plural}", **op("list", f"List the team's {plural}", auth=read, response={200: list[Out], **LIST_ERRORS}))
     def list_definitions(request):
         actor = request.auth
         return [out(actor, row) for row in kind.model.objects.filter(team=actor.team).order_by("slug")]
 
     @router.post(
         f"/{plural}",
-        response={201: Out, 409: ErrorOut},
-        auth=write,
-        summary=f"Create {a_label} (its slug comes from its name)",
-        **op("create"),
+        **op("create", f"Create {a_label} (its slug comes from its name)", auth=write, response={201: Out, **CREATE_ERRORS}),
     )
     def create_definition(request, payload: In):
         actor = request.auth
@@ -232,17 +216,15 @@ def add_definition_routes(router: Router, *, kind: Kind, plural: str) -> KindSch
         result = save(actor, parsed, slug, create_only=True, references=getattr(payload, "references", None))
         return Status(201, out(actor, result.row, result))
 
-    @router.get(f"/{plural}/{{slug}}", response=Out, auth=read, summary=f"Get {a_label}", **op("get"))
+    @router.get(item, **op("get", f"Get {a_label}", auth=read, response={200: Out, **READ_ERRORS}))
     def get_definition(request, slug: str):
         actor = request.auth
         return out(actor, definition_get(kind=kind, team=actor.team, slug=slug))
 
     @router.put(
-        f"/{plural}/{{slug}}",
-        response=Out,
-        auth=write,
-        summary=f"Replace {a_label} (fields left out take their defaults)",
-        **op("replace"),
+        item,
+        **op("replace", f"Replace {a_label}: fields left out take their defaults", auth=write,
+             response={200: Out, **WRITE_ERRORS}),
     )
     def replace_definition(request, slug: str, payload: In):
         actor = request.auth
@@ -254,11 +236,9 @@ def add_definition_routes(router: Router, *, kind: Kind, plural: str) -> KindSch
         return out(actor, result.row, result)
 
     @router.patch(
-        f"/{plural}/{{slug}}",
-        response=Out,
-        auth=write,
-        summary=f"Change some fields of {a_label}",
-        **op("patch"),
+        item,
+        **op("patch", f"Change some fields of {a_label}; null resets one", auth=write,
+             response={200: Out, **WRITE_ERRORS}),
     )
     def patch_definition(request, slug: str, payload: Patch):
         actor = request.auth
@@ -269,7 +249,7 @@ def add_definition_routes(router: Router, *, kind: Kind, plural: str) -> KindSch
             result = save(actor, parsed, slug, references=getattr(payload, "references", None))
         return out(actor, result.row, result)
 
-    @router.delete(f"/{plural}/{{slug}}", response=DeletedOut, auth=write, summary=f"Delete {a_label}", **op("delete"))
+    @router.delete(item, **op("delete", f"Delete {a_label}", auth=write, response={200: DeletedOut, **READ_ERRORS}))
     def delete_definition(request, slug: str):
         actor = request.auth
         definition_get(kind=kind, team=actor.team, slug=slug)
@@ -277,11 +257,9 @@ def add_definition_routes(router: Router, *, kind: Kind, plural: str) -> KindSch
         return {"slug": slug, "deleted": True, "warnings": warnings}
 
     @router.get(
-        f"/{plural}/{{slug}}/versions",
-        response=list[VersionOut],
-        auth=read,
-        summary=f"Versions of {a_label}, newest first (kept after a delete)",
-        **op("versions"),
+        f"{item}/versions",
+        **op("versions", f"Versions of {a_label}, newest first (kept after a delete)", auth=read,
+             response={200: list[VersionOut], **READ_ERRORS}),
     )
     def list_versions(request, slug: str):
         actor = request.auth
@@ -291,27 +269,23 @@ def add_definition_routes(router: Router, *, kind: Kind, plural: str) -> KindSch
         return [_version_out(version) for version in versions]
 
     @router.get(
-        f"/{plural}/{{slug}}/versions/{{number}}",
-        response=VersionDetailOut,
-        auth=read,
-        summary=f"One version of {a_label}, with its markdown",
-        **op("version"),
+        f"{item}/versions/{{number}}",
+        **op("version", f"One version of {a_label}, with its markdown", auth=read,
+             response={200: VersionDetailOut, **READ_ERRORS, **error_responses(422)}),
     )
     def get_version(request, slug: str, number: int = Path(..., ge=1, le=2**31 - 1)):
         actor = request.auth
-        version = (
-            definition_versions(kind=kind, team=actor.team, slug=slug).select_related("author").filter(number=number).first()
-        )
+        versions = definition_versions(kind=kind, team=actor.team, slug=slug).select_related("author")
+        version = versions.filter(number=number).first()
         if version is None:
             raise Http404(f"no version {number} of {label} {slug!r}")
         return {**_version_out(version), "markdown": version.content}
 
     @router.get(
-        f"/{plural}/{{slug}}/markdown",
-        auth=read,
-        summary=f"The markdown file of {a_label}",
-        openapi_extra=MARKDOWN_RESPONSE,
-        **op("markdown_get"),
+        f"{item}/markdown",
+        # The 200 is text/markdown, described in MARKDOWN_RESPONSE.
+        **op("markdown_get", f"The markdown file of {a_label}", auth=read, response=READ_ERRORS,
+             openapi_extra=MARKDOWN_RESPONSE),
     )
     def get_markdown(request, slug: str):
         actor = request.auth
@@ -319,12 +293,9 @@ def add_definition_routes(router: Router, *, kind: Kind, plural: str) -> KindSch
         return HttpResponse(row_files(kind, row).text, content_type="text/markdown; charset=utf-8")
 
     @router.put(
-        f"/{plural}/{{slug}}/markdown",
-        response=Out,
-        auth=write,
-        summary=f"Replace {a_label} with markdown (text/markdown, or JSON {{\"markdown\": …}})",
-        openapi_extra=MARKDOWN_REQUEST,
-        **op("markdown_put"),
+        f"{item}/markdown",
+        **op("markdown_put", f"Replace {a_label} with markdown (text/markdown, or JSON {{\"markdown\": …}})",
+             auth=write, response={200: Out, **WRITE_ERRORS}, openapi_extra=MARKDOWN_REQUEST),
     )
     def put_markdown(request, slug: str):
         actor = request.auth
@@ -333,6 +304,8 @@ def add_definition_routes(router: Router, *, kind: Kind, plural: str) -> KindSch
         with transaction.atomic():
             definition_get(kind=kind, team=actor.team, slug=slug, lock=True)
             parsed = definition_parse(kind=kind, team=actor.team, text=text, path=str(kind.relative_path(slug)))
+            # YAML escapes ("\ud800") can produce what the raw text did not hold.
+            check_storable([parsed.spec_data(), parsed.extra, parsed.body])
             result = save(actor, parsed, slug)
         return out(actor, result.row, result)
 
@@ -354,7 +327,14 @@ def _version_out(version) -> dict[str, Any]:
 router = Router()
 
 
-@router.get("/me", response=MeOut, auth=api_auth("view"), tags=["me"], operation_id="me", summary="Who am I, in which team")
+@router.get(
+    "/me",
+    response={200: MeOut, **error_responses(400, 401, 403, 404)},
+    auth=api_auth("view"),
+    tags=["me"],
+    operation_id="me",
+    summary="Who am I, in which team, with which role",
+)
 def me(request):
     actor: Actor = request.auth
     return {

@@ -12,13 +12,13 @@ from __future__ import annotations
 import copy
 import re
 from datetime import datetime
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from agents_app.definitions.kinds import MCP, SKILL, Kind
 
-SyncStatus = Literal["in_sync", "file_missing", "db_changed", "disk_changed", "conflict"]
+SyncStatus = Literal["in_sync", "file_missing", "deleted_on_disk", "db_changed", "disk_changed", "conflict"]
 FileStatus = Literal["written", "unchanged", "conflict", "skipped"]
 
 SCHEMA_PREFIX = {
@@ -42,7 +42,7 @@ def _spec_fields(kind: Kind, *, optional: bool) -> dict[str, Any]:
         if optional:
             # PATCH: a field left out is unchanged; null resets it to its default.
             info.default, info.default_factory = None, None
-            annotation = Optional[annotation]
+            annotation = annotation | None
         fields[name] = (annotation, info)
     return fields
 
@@ -63,13 +63,13 @@ def _input_extras(kind: Kind, *, optional: bool) -> dict[str, Any]:
     body_default = None if optional else ""
     extras: dict[str, Any] = {
         "body": (
-            Optional[str] if optional else str,
+            str | None if optional else str,
             Field(default=body_default, max_length=1_000_000, description="The markdown body (an agent's system prompt)."),
         )
     }
     if kind.keeps_unknown_keys:
         extras["extra"] = (
-            Optional[dict[str, Any]],
+            dict[str, Any] | None,
             Field(
                 default=None,
                 description="Frontmatter keys MAS does not know, kept as they are"
@@ -78,7 +78,7 @@ def _input_extras(kind: Kind, *, optional: bool) -> dict[str, Any]:
         )
     if kind is SKILL:
         extras["references"] = (
-            Optional[dict[str, str]],
+            dict[str, str] | None,
             Field(default=None, description="Files beside SKILL.md (path → text); left out: unchanged."),
         )
     return extras
@@ -93,7 +93,7 @@ def _output_extras(kind: Kind) -> dict[str, Any]:
         "updated_at": (datetime, ...),
         "sync_status": (SyncStatus, Field(description="The row compared with its markdown file.")),
         "file_status": (
-            Optional[FileStatus],
+            FileStatus | None,
             Field(default=None, description="What the save did to the markdown file (writes only)."),
         ),
         "warnings": (list[str], Field(default_factory=list, description="Warnings of the save (writes only).")),
@@ -133,18 +133,21 @@ class KindSchemas:
             **_spec_fields(kind, optional=True),
             **_input_extras(kind, optional=True),
         )
+        extras = _output_extras(kind)
         self.output: type[BaseModel] = create_model(
             f"{prefix}Out",
             __doc__=f"A {kind.label.lower()} as stored.",
+            slug=extras.pop("slug"),
+            version=extras.pop("version"),
             **_spec_fields(kind, optional=False),
-            **_output_extras(kind),
+            **extras,
         )
 
 
 class VersionOut(BaseModel):
     number: int
     content_hash: str
-    author: Optional[str] = Field(description="Username of the author, if any.")
+    author: str | None = Field(description="Username of the author, if any.")
     source: str = Field(description="Where the change came from: api, admin, sync, …")
     created_at: datetime
 
@@ -155,6 +158,22 @@ class VersionDetailOut(VersionOut):
 
 class ErrorOut(BaseModel):
     detail: str
+
+
+class ValidationItem(BaseModel):
+    loc: list[str | int] = Field(description='Where: "body", "path" or "query", then the field path.')
+    msg: str
+    type: str
+    line: int | None = Field(default=None, description="Line of the submitted markdown, when it came from there.")
+
+
+class ValidationErrorOut(BaseModel):
+    detail: list[ValidationItem]
+
+
+def error_responses(*codes: int) -> dict[int, type[BaseModel]]:
+    """OpenAPI entries of the errors an operation can answer (bodies from ``mas_project.api_errors``)."""
+    return {code: ValidationErrorOut if code == 422 else ErrorOut for code in codes}
 
 
 class DeletedOut(BaseModel):

@@ -9,7 +9,16 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tools_app.catalog import BUILTIN_TOOLS, TOOL_NAME_RE
 
@@ -20,6 +29,19 @@ Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+
+def check_model_ref(value: str | None) -> str | None:
+    """A model is ``provider:model`` (``openai:gpt-4.1-mini``) or a tier name."""
+    if value is None or value in TIERS:
+        return value
+    provider, _, model = value.partition(":")
+    if not provider.strip() or not model.strip():
+        raise ValueError(f"must be provider:model (e.g. openai:gpt-4.1-mini) or a tier ({', '.join(TIERS)})")
+    return value
+
+
+ModelRef = Annotated[str, AfterValidator(check_model_ref)]
 
 
 class AgentLimits(Strict):
@@ -53,7 +75,7 @@ class CustomToolSpec(Strict):
     description: str = ""
     parameters: dict[str, ToolParameter] = Field(default_factory=dict)
     prompt: str
-    model: str | None = None
+    model: ModelRef | None = None
     result_schema: dict[str, Any] | None = None
 
     @field_validator("name")
@@ -74,7 +96,7 @@ class CustomToolSpec(Strict):
 class AgentSpec(Strict):
     name: Name
     description: str = ""
-    model: str | None = None
+    model: ModelRef | None = None
     tier: Tier | None = None
     escalation: list[Tier] = Field(default_factory=list)
     temperature: float | None = Field(default=None, ge=0, le=2)

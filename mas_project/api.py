@@ -5,15 +5,13 @@ Every operation needs a bearer token or a session (see ``api_auth``) unless
 it says otherwise, as the health check does.
 """
 
-import json
-
 from django.http import HttpRequest
 from ninja import NinjaAPI
 from ninja.parser import Parser
 
 from agents_app.api import router as agents_router
 from mas_project.api_auth import api_auth
-from mas_project.api_errors import UnsupportedMediaType, register_error_handlers
+from mas_project.api_errors import UnsupportedMediaType, load_json, register_error_handlers
 from mas_project.health import router as health_router
 from tools_app.api import router as tools_router
 from workflows_app.api import router as workflows_router
@@ -26,7 +24,7 @@ class JsonParser(Parser):
         content_type = request.content_type or ""
         if content_type and content_type != "application/json" and not content_type.endswith("+json"):
             raise UnsupportedMediaType(f"send JSON with Content-Type: application/json, not {content_type!r}")
-        return json.loads(request.body)
+        return load_json(request.body)
 
 
 api = NinjaAPI(

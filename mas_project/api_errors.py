@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError
+from django.db import DataError, IntegrityError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
@@ -36,6 +36,44 @@ BODY_PARAM = "payload"
 
 class UnsupportedMediaType(ValueError):
     """The request body is not in a content type the endpoint reads."""
+
+
+class UnstorableBody(ValueError):
+    """Well-formed, but holds what PostgreSQL or a UTF-8 file cannot store."""
+
+
+def _reject_constant(name: str):
+    raise UnstorableBody(f"{name} is not a JSON number")
+
+
+def check_storable(value: Any, *, where: str = "body") -> None:
+    """Refuse NUL characters and lone surrogates anywhere in ``value``.
+
+    PostgreSQL text and jsonb reject NUL, and UTF-8 (the markdown files)
+    cannot encode a surrogate; both would otherwise fail deep in a save.
+    """
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise UnstorableBody(f"{where}: text cannot contain NUL (\\u0000) characters")
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise UnstorableBody(f"{where}: text contains an unpaired surrogate") from None
+        elif isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+
+
+def load_json(raw: bytes) -> Any:
+    """Parse a JSON request body strictly: no NaN/Infinity, nothing unstorable."""
+    data = json.loads(raw, parse_constant=_reject_constant)
+    check_storable(data)
+    return data
 
 
 class PayloadTooLarge(Exception):
@@ -73,7 +111,10 @@ def _validation_items(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
         loc = list(error.get("loc", ()))
         if len(loc) >= 2 and loc[0] == "body" and loc[1] == BODY_PARAM:
             del loc[1]
-        items.append({"loc": loc, "msg": error.get("msg", "invalid"), "type": error.get("type", "value_error")})
+        # pydantic prefixes the message of a validator's ValueError; the
+        # definition services do not, and both should read alike.
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        items.append({"loc": loc, "msg": message, "type": error.get("type", "value_error")})
     return items
 
 
@@ -120,6 +161,17 @@ def register_error_handlers(api: NinjaAPI) -> None:
         logger.info("api integrity conflict", extra={"path": request.path, "error": str(exc)[:200]})
         return respond(request, 409, "conflicts with a concurrent change; retry")
 
+    @api.exception_handler(UnstorableBody)
+    def unstorable(request, exc: UnstorableBody):
+        return respond(request, 400, str(exc))
+
+    @api.exception_handler(DataError)
+    def data_error(request, exc: DataError):
+        # A value the database refuses (its transaction was rolled back, no
+        # file was written): the client's data, not a server fault.
+        logger.info("api data error", extra={"path": request.path, "error": str(exc)[:200]})
+        return respond(request, 400, "a value in the request cannot be stored")
+
     @api.exception_handler(RequestDataTooBig)
     def too_big(request, exc: RequestDataTooBig):
         return respond(request, 413, "the request body is larger than the server accepts")
@@ -139,6 +191,10 @@ def register_error_handlers(api: NinjaAPI) -> None:
         cause = exc.__cause__
         if isinstance(cause, UnsupportedMediaType):
             return respond(request, 415, str(cause))
+        if isinstance(cause, UnstorableBody):
+            return respond(request, 400, str(cause))
+        if isinstance(cause, RecursionError):
+            return respond(request, 400, "the JSON is nested too deeply")
         if isinstance(cause, json.JSONDecodeError):
             return respond(request, 400, f"invalid JSON: {cause.msg} at line {cause.lineno} column {cause.colno}")
         if isinstance(cause, UnicodeDecodeError):

@@ -50,6 +50,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    # Serves the Swagger UI's files itself: /api/docs works offline.
+    "ninja",
     "agents_app",
     "tools_app",
     "memory_app",

@@ -8,7 +8,9 @@ render → parse → render is byte-identical.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,10 +93,18 @@ class _Dumper(yaml.SafeDumper):
     pass
 
 
+_YAML_ONLY_BREAKS = "\x85\u2028\u2029"
+
+
 def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     # Multi-line text (contexts, prompts) reads best as a literal block; the
     # emitter falls back to a quoted style when a block cannot hold the value.
     style = "|" if "\n" in value else None
+    if any(ch in value for ch in _YAML_ONLY_BREAKS):
+        # YAML reads NEL/LS/PS as line breaks and folds them in block and
+        # single-quoted scalars; only the escapes of a double-quoted one
+        # (\N, \L, \P) bring them back.
+        style = '"'
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
@@ -144,12 +154,27 @@ def _relaxed_yaml(yaml_text: str) -> tuple[str, list[int]]:
         if match:
             value = match["value"].rstrip()
             fixed.append(f"{match['key']}: {yaml.safe_dump(value, width=10_000, allow_unicode=True).strip()}")
-            if fixed[-1].endswith("\n..."):
-                fixed[-1] = fixed[-1][: -len("\n...")]
+            fixed[-1] = fixed[-1].removesuffix("\n...")
             changed.append(number)
         else:
             fixed.append(line)
     return "\n".join(fixed), changed
+
+
+def _yaml_error(error: yaml.YAMLError, yaml_text: str, *, path: str) -> DefinitionError:
+    problem_mark = getattr(error, "problem_mark", None)
+    context_mark = getattr(error, "context_mark", None)
+    mark = problem_mark or context_mark
+    if context_mark is not None and problem_mark is not None and problem_mark.index >= len(yaml_text.rstrip()):
+        # Ran off the end (an unclosed bracket or quote): where it was opened
+        # says more than the closing '---' does.
+        mark = context_mark
+    line = mark.line + 2 if mark is not None else None
+    problem = getattr(error, "problem", None) or str(error)
+    context = getattr(error, "context", None)
+    if context and context_mark is not None:
+        problem += f" ({context} on line {context_mark.line + 2})"
+    return DefinitionError(f"invalid YAML: {problem}", path=path, line=line)
 
 
 def load_frontmatter(yaml_text: str, *, path: str) -> tuple[dict[str, Any], yaml.Node | None, list[str]]:
@@ -159,25 +184,15 @@ def load_frontmatter(yaml_text: str, *, path: str) -> tuple[dict[str, Any], yaml
         node = yaml.compose(yaml_text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as error:
         relaxed, changed = _relaxed_yaml(yaml_text)
+        if not changed:
+            raise _yaml_error(error, yaml_text, path=path) from None
         try:
-            data = yaml.safe_load(relaxed) if changed else None
-            node = yaml.compose(relaxed, Loader=yaml.SafeLoader) if changed else None
-        except yaml.YAMLError:
-            data = None
-        if data is None:
-            problem_mark = getattr(error, "problem_mark", None)
-            context_mark = getattr(error, "context_mark", None)
-            mark = problem_mark or context_mark
-            if context_mark is not None and problem_mark is not None and problem_mark.index >= len(yaml_text.rstrip()):
-                # Ran off the end (an unclosed bracket or quote): where it was
-                # opened says more than the closing '---' does.
-                mark = context_mark
-            line = mark.line + 2 if mark is not None else None
-            problem = getattr(error, "problem", None) or str(error)
-            context = getattr(error, "context", None)
-            if context and context_mark is not None:
-                problem += f" ({context} on line {context_mark.line + 2})"
-            raise DefinitionError(f"invalid YAML: {problem}", path=path, line=line) from None
+            data = yaml.safe_load(relaxed)
+            node = yaml.compose(relaxed, Loader=yaml.SafeLoader)
+        except yaml.YAMLError as relaxed_error:
+            # The lenient reading keeps every line where it was, and what it
+            # still cannot read is the error worth showing.
+            raise _yaml_error(relaxed_error, relaxed, path=path) from None
         warnings.extend(
             f"{path}:{number}: value contains ': ' and was read as plain text to the end of the line"
             for number in changed
@@ -244,6 +259,9 @@ def is_foreign_agent(data: dict[str, Any]) -> bool:
 def parse_definition(
     kind: Kind, text: str, *, path: str = "", context: dict[str, Any] | None = None
 ) -> ParsedDefinition:
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise DefinitionError("contains a NUL character: this is not a text file MAS can store", path=path, line=line)
     yaml_text, body = split_frontmatter(text, path=path)
     data, node, warnings = load_frontmatter(yaml_text, path=path)
     if kind is AGENT and is_foreign_agent(data):
@@ -263,6 +281,15 @@ def validate_definition(
 ) -> ParsedDefinition:
     """Validate frontmatter ``data`` against the kind's schema; split off unknown keys."""
     warnings = list(warnings or [])
+    # PostgreSQL text and jsonb cannot hold NUL, and UTF-8 no lone surrogate;
+    # YAML escapes can make both ("\0", "\ud800"): refuse them here.
+    if _UNSTORABLE.search(body):
+        raise DefinitionError(_UNSTORABLE_MESSAGE, path=path, field="body")
+    bad_at = _unstorable_location(data, ())
+    if bad_at is not None:
+        raise DefinitionError(
+            _UNSTORABLE_MESSAGE, path=path, line=_line_of(node, bad_at), field=".".join(map(str, bad_at))
+        )
     known = set(kind.spec.model_fields)
     unknown = [key for key in data if key not in known]
     extra: dict[str, Any] = {}
@@ -275,7 +302,13 @@ def validate_definition(
                 line=_line_of(node, (key,)),
                 field=str(key),
             )
-        extra = {str(key): data[key] for key in unknown}
+        for key in unknown:
+            try:
+                extra[str(key)] = _json_value(data[key])
+            except ValueError as error:
+                raise DefinitionError(str(error), path=path, line=_line_of(node, (key,)), field=str(key)) from None
+            if extra[str(key)] != data[key]:
+                warnings.append(f"{path or kind.name}: {key}: kept as JSON text: {extra[str(key)]!r}")
         warnings.append(f"{path or kind.name}: unknown keys kept as they are: {', '.join(map(str, unknown))}")
     try:
         spec = kind.spec.model_validate({k: v for k, v in data.items() if k in known}, context=context)
@@ -296,6 +329,51 @@ def validate_definition(
                 line = _line_of(node, _field_loc(return_field.split("/", 1)[0]))
         raise DefinitionError(message, path=path, line=line, field=return_field) from None
     return ParsedDefinition(kind=kind, spec=spec, extra=extra, body=normalize_body(body), warnings=warnings)
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_UNSTORABLE_MESSAGE = "contains a NUL character or a lone surrogate, which cannot be stored"
+
+
+def _unstorable_location(value: Any, loc: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """Where in ``value`` the first string is that the database cannot store."""
+    if isinstance(value, str):
+        return loc if _UNSTORABLE.search(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and _UNSTORABLE.search(key):
+                return (*loc, key)
+            found = _unstorable_location(item, (*loc, key))
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _unstorable_location(item, (*loc, index))
+            if found is not None:
+                return found
+    return None
+
+
+def _json_value(value: Any) -> Any:
+    """An unknown key's value as the JSON column stores it.
+
+    YAML reads ``2024-01-01`` as a date and ``.inf`` as a float JSON cannot
+    hold: dates become their ISO text, the rest is refused here rather than
+    by the database.
+    """
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value!r} cannot be kept: only finite numbers fit in JSON")
+    if isinstance(value, dict):
+        return {str(key): _json_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_value(item) for item in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise ValueError(
+        f"a value of YAML type {type(value).__name__} cannot be kept: use text, numbers, lists or mappings"
+    )
 
 
 _MESSAGE_FIELD = re.compile(r"^(?P<path>[A-Za-z_][\w\[\]./]*): (?P<rest>.+)$", re.DOTALL)

@@ -49,8 +49,17 @@ from django.db import transaction
 
 from agents_app.definitions import storage
 from agents_app.definitions.kinds import AGENT, KINDS, SKILL, TOOL, Kind
-from agents_app.definitions.markdown import DefinitionError, ParsedDefinition, parse_definition
-from agents_app.definitions.services import definition_parse, definition_save, row_files, validation_context
+from agents_app.definitions.markdown import (
+    DefinitionError,
+    ParsedDefinition,
+    parse_definition,
+)
+from agents_app.definitions.services import (
+    definition_parse,
+    definition_save,
+    row_files,
+    validation_context,
+)
 from agents_app.models import Definition, Team
 
 logger = logging.getLogger(__name__)
@@ -110,11 +119,11 @@ class SyncReport:
 
     def render(self) -> str:
         """A report for a terminal, one line per definition that is not unchanged."""
-        would = "would " if self.dry_run else ""
+        imported, exported = ("would import", "would export") if self.dry_run else ("imported", "exported")
         lines = [f"Markdown sync of team {self.team} ({self.mode}) in {self.root}"]
         sections = (
-            (f"{would}import", self.imported),
-            (f"{would}export", self.exported),
+            (imported, self.imported),
+            (exported, self.exported),
             ("rewritten", self.rewritten),
             ("CONFLICT", self.conflicts),
             ("DELETED", self.deleted_on_disk),
@@ -124,8 +133,9 @@ class SyncReport:
         for label, items in sections:
             lines.extend(f"  {label:<14} {item}" for item in items)
         lines.extend(f"  {'warning':<14} {warning}" for warning in self.warnings)
+        imported, exported = ("to import", "to export") if self.dry_run else ("imported", "exported")
         lines.append(
-            f"{len(self.imported)} {would}imported, {len(self.exported)} {would}exported, "
+            f"{len(self.imported)} {imported}, {len(self.exported)} {exported}, "
             f"{len(self.conflicts)} conflicts, {len(self.deleted_on_disk)} deleted on disk, "
             f"{len(self.errors)} invalid, {len(self.skipped)} skipped, {len(self.unchanged)} unchanged."
         )
@@ -147,6 +157,8 @@ def markdown_sync(*, team: Team, mode: Mode = "both", author=None) -> SyncReport
     root = storage.team_defs_dir(team)
     report = SyncReport(team=team.slug, mode=mode, root=root)
     run = _Run(team=team, mode=mode, author=author, root=root, report=report)
+    if not root.is_dir():
+        report.warnings.append(f"{root}: the definitions folder does not exist yet")
     report.warnings.extend(_stray_files(root))
     for kind in KINDS:  # providers, tools, MCP, skills, agents, then the workflows that use agents
         slugs = set(kind.model.objects.filter(team=team).values_list("slug", flat=True))
@@ -248,7 +260,9 @@ class _Run:
             self._remember(kind, slug, row.name)
             return "unchanged", entry
         if action == "conflict":
-            return "conflicts", _with(entry, "changed in the database and on disk since the last sync; nothing overwritten")
+            return "conflicts", _with(
+                entry, "changed in the database and on disk since the last sync; nothing overwritten"
+            )
         if action == "deleted" and self.mode != "export":
             return "deleted_on_disk", _with(
                 entry,
@@ -296,19 +310,21 @@ class _Run:
         )
         row = result.row
         canonical = row_files(kind, row)
-        if canonical.hash != files.hash:
+        rewritten = canonical.hash != files.hash
+        if rewritten:
             # The row renders differently from the file (other tool's format,
             # key order, secrets that must not stay on disk): write the
             # canonical text so file and row agree from now on.
             storage.atomic_write(self.root / kind.relative_path(slug), canonical.text)
-            self.report.rewritten.append(SyncItem(kind.name, slug, path, "rewritten in canonical MAS form"))
         row.synced_hash = canonical.hash
         row.save(update_fields=["synced_hash"])
         self._remember(kind, slug, row.name)
+        if rewritten:
+            self.report.rewritten.append(SyncItem(kind.name, slug, path, "rewritten in canonical MAS form"))
         # Parse warnings are already in the save result; keep each once.
         self.report.warnings.extend(dict.fromkeys(_located(path, w) for w in result.warnings))
         if created:
-            detail = "created (version 1)"
+            detail = f"created (version {row.version})"
         elif result.changed:
             detail = f"updated (version {row.version})"
         else:
@@ -326,8 +342,16 @@ class _Run:
     def _export(self, kind: Kind, slug: str, row: Definition, *, recreated: bool):
         path = kind.relative_path(slug).as_posix()
         files = row_files(kind, row)
+        if not files.text.strip():
+            # A row saved before its markdown was stored: writing it would
+            # empty the file. Saving it once (admin, API) stores the text.
+            raise DefinitionError("the row has no stored markdown: save it once in the admin or the API", path=path)
         self._remember(kind, slug, row.name)
-        detail = "file deleted on disk, written again" if recreated else ("changed in the database" if row.synced_hash else "new")
+        detail = (
+            "file deleted on disk, written again"
+            if recreated
+            else ("changed in the database" if row.synced_hash else "new")
+        )
         if not self.writes:
             return "exported", SyncItem(kind.name, slug, path, detail)
         storage.write_item(kind, self.root, slug, files)
@@ -398,7 +422,11 @@ def _stray_files(root: Path) -> list[str]:
             continue
         if kind.slug_from_path(relative) is not None:
             continue
-        if kind.directory_per_item and len(relative.parts) > 2 and (root / relative.parts[0] / relative.parts[1] / "SKILL.md").is_file():
+        if (
+            kind.directory_per_item
+            and len(relative.parts) > 2
+            and (root / relative.parts[0] / relative.parts[1] / "SKILL.md").is_file()
+        ):
             continue  # a reference of a skill
         expected = kind.relative_path("<slug>").as_posix()
         warnings.append(f"{relative.as_posix()}: not a definition file (expected {expected}): ignored")

@@ -56,4 +56,6 @@ class Command(BaseCommand):
         if not teams:
             raise CommandError("there is no team yet: create one (e.g. `manage.py setup_demo`) first")
         names = ", ".join(team.slug for team in teams[:20])
-        raise CommandError(f"--team is required: there are {len(teams)}{'+' if len(teams) > 20 else ''} teams ({names})")
+        raise CommandError(
+            f"--team is required: there are {len(teams)}{'+' if len(teams) > 20 else ''} teams ({names})"
+        )

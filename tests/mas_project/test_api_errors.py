@@ -1,0 +1,147 @@
+"""Malformed requests get a precise 4xx — never a 500 — and change nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents_app.models import DefinitionVersion
+from tests.agents_app.test_api_crud import CASE_IDS, CASES, create, prepare
+
+pytestmark = pytest.mark.django_db
+
+JSON = "application/json"
+MB = 1024 * 1024
+
+# (what, raw body, content type, expected status)
+MALFORMED = [
+    ("invalid JSON", b'{"name": ', JSON, 400),
+    ("trailing garbage", b'{"name": "x"} {}', JSON, 400),
+    ("array instead of object", b"[1, 2]", JSON, 422),
+    ("string instead of object", b'"agent"', JSON, 422),
+    ("number instead of object", b"42", JSON, 422),
+    ("null", b"null", JSON, 422),
+    ("empty body", b"", JSON, 422),
+    ("NaN", b'{"name": "x", "description": NaN}', JSON, 400),
+    ("Infinity", b'{"name": "x", "description": -Infinity}', JSON, 400),
+    ("NUL character", b'{"name": "a\\u0000b"}', JSON, 400),
+    ("NUL in a key", b'{"name": "a", "extra": {"k\\u0000": 1}}', JSON, 400),
+    ("lone surrogate", b'{"name": "\\ud800"}', JSON, 400),
+    ("invalid UTF-8", b'{"name": "\xff\xfe"}', JSON, 400),
+    ("integer too long to parse", b'{"name": "x", "description": 1' + b"0" * 5000 + b"}", JSON, 400),
+    ("nested too deeply", b"[" * 100_000 + b"]" * 100_000, JSON, 400),
+    ("form content type", b"name=x", "application/x-www-form-urlencoded", 415),
+    ("JSON sent as text/plain", b'{"name": "x"}', "text/plain", 415),
+    ("multipart", b"--b\r\n\r\n--b--", "multipart/form-data; boundary=b", 415),
+    ("over the request limit (3 MB)", b'{"name": "' + b"x" * (3 * MB) + b'"}', JSON, 413),
+]
+
+
+def malformed(case):
+    # Valid but for its size: a definition is limited to MAS_MAX_DEFINITION_BYTES (256 KB).
+    big = json.dumps({**case.payload, "body": "x" * 300_000}).encode()
+    return [*MALFORMED, ("over the definition limit (300 KB)", big, JSON, 413)]
+
+
+def send(api, method, url, raw, content_type):
+    return getattr(api, method)(url, raw, content_type=content_type)
+
+
+def state(case, team):
+    rows = list(case.kind.model.objects.filter(team=team).values_list("slug", "version", "content"))
+    return rows, DefinitionVersion.objects.filter(team=team).count()
+
+
+@pytest.mark.parametrize("method", ["post", "put", "patch"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_malformed_json_bodies_are_4xx_and_change_nothing(case, method, team_a, api_for):
+    prepare(case, team_a)
+    api = api_for(team_a, "admin")
+    create(api, case)
+    url = f"/api/{case.plural}" + ("" if method == "post" else f"/{case.slug}")
+    before = state(case, team_a)
+
+    for what, raw, content_type, expected in malformed(case):
+        response = send(api, method, url, raw, content_type)
+        assert response.status_code == expected, (what, response.status_code, response.content[:300])
+        assert response["Content-Type"] == "application/json; charset=utf-8", what
+        detail = response.json()["detail"]
+        if expected == 422:
+            assert [set(item) for item in detail] == [{"loc", "msg", "type"}], (what, detail)
+            assert detail[0]["loc"][0] == "body"
+        else:
+            assert isinstance(detail, str) and detail, what
+
+    assert state(case, team_a) == before
+
+
+@pytest.mark.parametrize("method", ["post", "put", "patch"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_wrong_types_name_every_field(case, method, team_a, api_for):
+    prepare(case, team_a)
+    api = api_for(team_a, "admin")
+    create(api, case)
+    url = f"/api/{case.plural}" + ("" if method == "post" else f"/{case.slug}")
+
+    response = getattr(api, method)(url, {**case.payload, "name": 123, "description": ["x"], "no_such_field": 1})
+
+    assert response.status_code == 422
+    assert sorted((tuple(e["loc"]), e["type"]) for e in response.json()["detail"]) == [
+        (("body", "description"), "string_type"),
+        (("body", "name"), "string_type"),
+        (("body", "no_such_field"), "extra_forbidden"),
+    ]
+
+
+def test_nested_field_paths(team_a, api_for):
+    api = api_for(team_a, "editor")
+    response = api.post(
+        "/api/agents",
+        {
+            "name": "A",
+            "limits": {"max_steps": 0, "timeout_s": "soon"},
+            "examples": [{"task": "ok"}, {"approach": "no task"}],
+            "custom_tools": [{"name": "t", "prompt": "p", "parameters": {"x": {"type": "date"}}}],
+        },
+    )
+    assert response.status_code == 422
+    assert response.json() == {
+        "detail": [
+            {"loc": ["body", "custom_tools", 0, "parameters", "x", "type"],
+             "msg": "Input should be 'string', 'integer', 'number', 'boolean', 'array' or 'object'",
+             "type": "literal_error"},
+            {"loc": ["body", "limits", "max_steps"], "msg": "Input should be greater than or equal to 1",
+             "type": "greater_than_equal"},
+            {"loc": ["body", "limits", "timeout_s"],
+             "msg": "Input should be a valid integer, unable to parse string as an integer", "type": "int_parsing"},
+            {"loc": ["body", "examples", 1, "task"], "msg": "Field required", "type": "missing"},
+        ]
+    }
+
+
+def test_service_errors_have_the_same_shape(team_a, api_for):
+    api = api_for(team_a, "editor")
+    response = api.post("/api/agents", {"name": "A", "custom_tools": [{"name": "t", "prompt": "p"}] * 2})
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert (error["loc"], error["type"]) == (["body", "custom_tools"], "invalid_definition")
+    assert error["msg"].endswith("duplicate name(s) t")
+
+
+@pytest.mark.parametrize("number", ["abc", "0", "-1", "99999999999", "1.5"])
+def test_bad_version_numbers_are_422(team_a, api_for, number):
+    api = api_for(team_a, "editor")
+    create(api, CASES[0])
+    response = api.get(f"/api/agents/researcher-x/versions/{number}")
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["path", "number"]
+
+
+def test_unknown_paths_and_methods_are_not_500(team_a, api_for):
+    api = api_for(team_a, "editor")
+    create(api, CASES[0])
+    assert api.post("/api/agents/researcher-x", {"name": "x"}).status_code == 405
+    assert api.delete("/api/agents").status_code == 405
+    assert api.get("/api/agents/researcher-x/versions/1/extra").status_code == 404
+    assert api.get("/api/" + "a" * 5000).status_code == 404
