@@ -158,7 +158,9 @@ MAS_EMBEDDING_THREADS = int(os.environ.get("MAS_EMBEDDING_THREADS", 2))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "formatters": {
+        "plain": {"()": "mas_project.logs.KeyValueFormatter", "format": "%(asctime)s %(levelname)s %(name)s %(message)s"}
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("MAS_LOG_LEVEL", "INFO")},
     "loggers": {"pgserver": {"level": "WARNING"}},

@@ -199,7 +199,7 @@ def definition_save(
     file_status = "skipped"
     if write_file:
         file_status = _write_mirror(kind, team, row, files, warnings)
-    logger.info(
+    logger.debug(
         "definition saved",
         extra={"team": team.slug, "kind": kind.name, "slug": slug, "version": row.version, "file": file_status},
     )

@@ -329,7 +329,7 @@ class _Run:
             detail = f"updated (version {row.version})"
         else:
             detail = f"same content, reformatted (version {row.version})"
-        logger.info("definition imported", extra={"team": self.team.slug, "path": path, "version": row.version})
+        logger.debug("definition imported", extra={"team": self.team.slug, "path": path, "version": row.version})
         return "imported", SyncItem(kind.name, slug, path, detail)
 
     def _parse(self, kind: Kind, text: str, path: str) -> ParsedDefinition:
@@ -364,7 +364,7 @@ class _Run:
             row.content_hash = files.hash
             fields.append("content_hash")
         row.save(update_fields=fields)
-        logger.info("definition exported", extra={"team": self.team.slug, "path": path, "version": row.version})
+        logger.debug("definition exported", extra={"team": self.team.slug, "path": path, "version": row.version})
         return "exported", SyncItem(kind.name, slug, path, detail)
 
     def _remember(self, kind: Kind, slug: str, name: str) -> None:
