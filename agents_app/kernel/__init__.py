@@ -1,0 +1,1 @@
+"""The kernel's plain-Python core: no ORM, no Celery — storage and model are arguments."""

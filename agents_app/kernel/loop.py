@@ -1,0 +1,274 @@
+"""The session loop: call the model, run its tool calls, checkpoint, repeat.
+
+A bounded loop in plain Python (after the OpenAI Agents SDK's first
+``run.py``): each turn returns a typed step — final answer or run again — and
+everything the loop touches comes in as an argument. The caller persists
+:class:`SessionState` through ``store.checkpoint``; resuming from a checkpoint
+never re-runs a tool call whose result was recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Awaitable, Callable, Protocol
+
+from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
+from agents_app.llm.types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
+
+
+@dataclass
+class ToolResult:
+    ok: bool
+    content: str
+    error_kind: str | None = None
+
+
+@dataclass
+class SessionState:
+    """Everything a session needs to resume after a crash; JSON-serialisable."""
+
+    messages: list[Message]
+    steps: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: str = "0"
+    elapsed_s: float = 0.0
+    recent_calls: list[str] = field(default_factory=list)
+    seen_results: list[str] = field(default_factory=list)
+    steps_without_progress: int = 0
+    consecutive_tool_errors: int = 0
+    cursor: dict[str, int] = field(default_factory=dict)  # the scripted provider's position
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.__dict__.items() if k != "messages"}
+        data["messages"] = [message.to_dict() for message in self.messages]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SessionState":
+        values = dict(data)
+        values["messages"] = [Message.from_dict(m) for m in data["messages"]]
+        return cls(**values)
+
+    def pending_tool_calls(self) -> list[ToolCall]:
+        """Tool calls of the last assistant turn whose results are not recorded yet."""
+        for index in range(len(self.messages) - 1, -1, -1):
+            message = self.messages[index]
+            if message.role == "assistant":
+                done = {m.tool_call_id for m in self.messages[index + 1 :] if m.role == "tool"}
+                return [call for call in message.tool_calls if call.id not in done]
+        return []
+
+    def last_tool_calls(self, count: int = 5) -> list[dict[str, Any]]:
+        calls = [call.to_dict() for m in self.messages if m.role == "assistant" for call in m.tool_calls]
+        return calls[-count:]
+
+
+class SessionStore(Protocol):
+    async def checkpoint(self, state: SessionState) -> None: ...
+    async def emit(self, type: str, data: dict[str, Any]) -> None: ...
+    async def cancelled(self) -> bool: ...
+    async def before_model_call(self, state: SessionState) -> None:
+        """Raise :class:`PolicyDenied` when the run's budget forbids another call."""
+        ...
+
+
+class PolicyDenied(Exception):
+    pass
+
+
+class ModelHandle(Protocol):
+    """A provider bound to one model, with its prices and tier."""
+
+    model: str
+    tier: str
+
+    async def complete(self, request: ModelRequest, *, on_chunk=None) -> ModelResponse: ...
+    def cost(self, response: ModelResponse) -> Decimal: ...
+
+
+@dataclass
+class SessionConfig:
+    agent: str
+    limits: Limits = field(default_factory=Limits)
+    temperature: float | None = None
+    max_tokens: int | None = None
+    provider_retries: int = 3
+    backoff_s: float = 1.0
+    stream_flush_chars: int = 200
+
+
+def call_signature(call: ToolCall) -> str:
+    return call.name + ":" + json.dumps(call.arguments, sort_keys=True, default=str)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+async def _call_model(
+    model: ModelHandle, request: ModelRequest, config: SessionConfig, store: SessionStore,
+    sleep: Callable[[float], Awaitable[None]],
+) -> ModelResponse:
+    """One model call with retries and exponential backoff on retryable provider errors."""
+    buffer: list[str] = []
+
+    async def flush() -> None:
+        if buffer:
+            await store.emit("stream_chunk", {"text": "".join(buffer)})
+            buffer.clear()
+
+    async def on_chunk(text: str) -> None:
+        buffer.append(text)
+        if sum(map(len, buffer)) >= config.stream_flush_chars:
+            await flush()
+
+    attempt = 0
+    while True:
+        try:
+            response = await asyncio.wait_for(
+                model.complete(request, on_chunk=on_chunk), timeout=request.timeout_s
+            )
+            await flush()
+            return response
+        except asyncio.TimeoutError:
+            error = ProviderError("timeout", f"no answer within {request.timeout_s:.0f} s")
+        except ProviderError as caught:
+            error = caught
+        buffer.clear()
+        if not error.retryable or attempt >= config.provider_retries:
+            raise error
+        attempt += 1
+        delay = error.retry_after_s or config.backoff_s * 2 ** (attempt - 1)
+        await store.emit("retry", {"what": "model_call", "attempt": attempt, "delay_s": delay, "error": str(error)})
+        await sleep(delay)
+
+
+async def run_session(
+    *,
+    state: SessionState,
+    model: ModelHandle,
+    tools: list[ToolSchema],
+    call_tool: Callable[[ToolCall], Awaitable[ToolResult]],
+    store: SessionStore,
+    config: SessionConfig,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> SessionOutcome:
+    """Run (or resume) one session until a final answer, a limit, a failure or cancellation."""
+    limits = config.limits
+    started, elapsed_before = clock(), state.elapsed_s
+
+    def meta() -> Meta:
+        return Meta(
+            duration_s=round(elapsed_before + clock() - started, 3),
+            prompt_tokens=state.prompt_tokens,
+            completion_tokens=state.completion_tokens,
+            tool_calls=state.tool_calls,
+            steps=state.steps,
+            model=model.model,
+            tier=model.tier,
+            cost_usd=state.cost_usd,
+        )
+
+    def partial() -> str:
+        texts = [m.content for m in state.messages if m.role == "assistant" and m.content]
+        return texts[-1] if texts else ""
+
+    async def fail(kind: str, message: str, *, retry: bool) -> SessionOutcome:
+        state.elapsed_s = elapsed_before + clock() - started
+        await store.checkpoint(state)
+        report = FailureReport(kind=kind, message=message, last_tool_calls=state.last_tool_calls(), suggested_retry=retry)
+        return SessionOutcome(status="failed", result=partial(), meta=meta(), failure=report)
+
+    while True:
+        if await store.cancelled():
+            state.elapsed_s = elapsed_before + clock() - started
+            await store.checkpoint(state)
+            return SessionOutcome(status="cancelled", result=partial(), meta=meta())
+        if elapsed_before + clock() - started > limits.timeout_s:
+            return await fail("timeout", f"the session ran longer than {limits.timeout_s:g} s", retry=True)
+
+        pending = state.pending_tool_calls()
+        if not pending:
+            if state.steps >= limits.max_steps:
+                return await fail("stuck", f"no final answer after {limits.max_steps} steps", retry=False)
+            try:
+                await store.before_model_call(state)
+            except PolicyDenied as denied:
+                return await fail("policy_denied", str(denied), retry=False)
+            request = ModelRequest(
+                model=model.model, messages=list(state.messages), tools=tools, temperature=config.temperature,
+                max_tokens=config.max_tokens, agent=config.agent,
+                timeout_s=max(1.0, min(120.0, limits.timeout_s - (elapsed_before + clock() - started))),
+            )
+            await store.emit("llm_request", {"model": model.model, "tier": model.tier, "messages": len(state.messages),
+                                             "tools": len(tools), "step": state.steps + 1})
+            try:
+                response = await _call_model(model, request, config, store, sleep)
+            except ProviderError as error:
+                await store.emit("error", {"where": "model_call", "kind": error.kind, "message": str(error)})
+                return await fail("provider_error", str(error), retry=error.retryable or error.kind == "malformed")
+            cost = model.cost(response)
+            state.steps += 1
+            state.prompt_tokens += response.usage.prompt_tokens
+            state.completion_tokens += response.usage.completion_tokens
+            state.cost_usd = str(Decimal(state.cost_usd) + cost)
+            state.messages.append(Message(role="assistant", content=response.text, tool_calls=response.tool_calls))
+            state.elapsed_s = elapsed_before + clock() - started
+            await store.emit("llm_response", {
+                "model": response.model or model.model, "finish_reason": response.finish_reason,
+                "text": response.text, "tool_calls": [call.to_dict() for call in response.tool_calls],
+                "usage": {"prompt_tokens": response.usage.prompt_tokens,
+                          "completion_tokens": response.usage.completion_tokens},
+                "cost_usd": str(cost),
+            })
+            await store.checkpoint(state)
+            if not response.tool_calls:
+                return SessionOutcome(status="ok", result=response.text, meta=meta())
+            pending = list(response.tool_calls)
+
+        progressed = False
+        for call in pending:
+            if await store.cancelled():
+                break
+            signature = call_signature(call)
+            state.recent_calls = (state.recent_calls + [signature])[-limits.repeat_limit:]
+            if len(state.recent_calls) == limits.repeat_limit and len(set(state.recent_calls)) == 1:
+                return await fail(
+                    "stuck", f"the same call {call.name} with the same arguments {limits.repeat_limit} times in a row",
+                    retry=False,
+                )
+            if state.tool_calls >= limits.max_tool_calls:
+                return await fail("stuck", f"more than {limits.max_tool_calls} tool calls", retry=False)
+            state.tool_calls += 1
+            await store.emit("tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments})
+            if call.raw_arguments is not None:
+                result = ToolResult(
+                    ok=False, error_kind="validation",
+                    content=f"Invalid arguments for {call.name}: not a JSON object: {call.raw_arguments[:500]}",
+                )
+            else:
+                result = await call_tool(call)
+            state.messages.append(Message(role="tool", content=result.content, tool_call_id=call.id, name=call.name))
+            state.consecutive_tool_errors = 0 if result.ok else state.consecutive_tool_errors + 1
+            digest = _digest(call.name + "\0" + result.content)
+            if digest not in state.seen_results:
+                state.seen_results = (state.seen_results + [digest])[-200:]
+                progressed = True
+            state.elapsed_s = elapsed_before + clock() - started
+            await store.emit("tool_result", {"id": call.id, "name": call.name, "ok": result.ok,
+                                             "error_kind": result.error_kind, "content": result.content[:2000]})
+            await store.checkpoint(state)
+            if state.consecutive_tool_errors >= limits.no_progress_steps:
+                return await fail("tool_error", f"{state.consecutive_tool_errors} tool calls in a row failed; "
+                                  f"last: {call.name}: {result.content[:300]}", retry=True)
+        state.steps_without_progress = 0 if progressed else state.steps_without_progress + 1
+        if state.steps_without_progress >= limits.no_progress_steps:
+            return await fail("stuck", f"{limits.no_progress_steps} steps without a new tool result", retry=False)
