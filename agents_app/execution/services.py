@@ -1,0 +1,439 @@
+"""Runs in the database: start, dispatch, spawn/delegate/signal, finish, cancel.
+
+Plain synchronous ORM functions (the session coroutine calls them through
+``runner.db``). Every state change takes the run's row lock, so concurrent
+sessions of one run never double-dispatch or double-finish it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from agents_app.definitions.kinds import AGENT
+from agents_app.definitions.markdown import DefinitionError, parse_definition
+from agents_app.events import event_emit
+from agents_app.models import Activation, Agent, Run, Session, Team, WorkspaceFile
+from agents_app.models.runs import (
+    ACTIVE_ACTIVATION_STATUSES,
+    FINISHED_RUN_STATUSES,
+    OPEN_ACTIVATION_STATUSES,
+    ActivationStatus,
+    RunStatus,
+    SessionStatus,
+)
+from agents_app.specs import AgentSpec
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LIMITS = {"max_depth": 3, "max_fanout": 5, "max_concurrency": 8, "max_retries": 2}
+
+
+class RunError(ValueError):
+    """A request the kernel refuses, with a message for the caller."""
+
+
+class LimitExceeded(RunError):
+    pass
+
+
+# -- agents of a run -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AgentDefinition:
+    slug: str
+    spec: AgentSpec
+    body: str
+    version: int | None  # None for agents written into the run's workspace
+    source: str  # "team" | "workspace"
+
+
+def agent_resolve(*, run: Run, slug: str) -> AgentDefinition:
+    """The run's own agent (``agents/<slug>.md`` in its workspace) or the team's."""
+    local = WorkspaceFile.objects.filter(run=run, path=f"agents/{slug}.md").first()
+    if local is not None:
+        parsed = parse_definition(AGENT, local.content, path=local.path)
+        return AgentDefinition(slug, parsed.spec, parsed.body, None, "workspace")
+    row = Agent.objects.filter(team_id=run.team_id, slug=slug).first()
+    if row is None:
+        raise RunError(f"agent {slug!r} does not exist in this team or run")
+    spec = AgentSpec.model_validate(row.spec, context={"known_tools": _team_tool_names(row.team_id)})
+    return AgentDefinition(slug, spec, row.body, row.version, "team")
+
+
+def _team_tool_names(team_id: int) -> set[str]:
+    from tools_app.models import CustomTool
+
+    return set(CustomTool.objects.filter(team_id=team_id).values_list("name", flat=True))
+
+
+def agent_register(*, run: Run, path: str, content: str) -> str:
+    """Validate an agent file written under ``agents/``; returns its slug."""
+    slug = path.removeprefix("agents/").removesuffix(".md")
+    try:
+        parse_definition(AGENT, content, path=path)
+    except DefinitionError as error:
+        raise RunError(f"{path} is not a valid agent definition: {error}") from None
+    return slug
+
+
+# -- starting and dispatching ------------------------------------------------------
+
+
+@transaction.atomic
+def run_start(
+    *, team: Team, agent: str, input: str, user=None, limits: dict[str, Any] | None = None,
+    budget: dict[str, Any] | None = None, provider: str = "", script: dict[str, Any] | None = None,
+) -> Run:
+    """Create a run with its root activation and dispatch it (after commit)."""
+    run = Run.objects.create(
+        team=team, agent=agent, input=input, created_by=user if getattr(user, "pk", None) else None,
+        limits={**DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
+    )
+    definition = agent_resolve(run=run, slug=agent)
+    run.versions = {f"agent:{agent}": definition.version}
+    run.save(update_fields=["versions"])
+    event_emit(run_id=run.id, type="run_start", agent=agent,
+               data={"agent": agent, "input": input, "limits": run.limits, "budget": run.budget})
+    activation_create(run=run, agent=agent, input=input, kind="root", parent=None)
+    transaction.on_commit(lambda: run_dispatch_async(run_id=run.id))
+    return run
+
+
+def activation_create(*, run: Run, agent: str, input: str, kind: str, parent: Activation | None,
+                      priority: int = 100, context: dict[str, Any] | None = None) -> Activation:
+    activation = Activation.objects.create(
+        run=run, agent=agent, input=input, kind=kind, parent=parent,
+        depth=(parent.depth + 1) if parent and kind in {"spawn", "delegate"} else (parent.depth if parent else 0),
+        priority=priority, context=context or {},
+    )
+    event_emit(run_id=run.id, type="activation_queued", agent=agent,
+               data={"activation": str(activation.id), "kind": kind, "priority": priority,
+                     "parent": str(parent.id) if parent else None, "depth": activation.depth})
+    return activation
+
+
+def run_dispatch_async(*, run_id, countdown: float = 0) -> None:
+    from agents_app.tasks import dispatch_run
+
+    dispatch_run.apply_async((str(run_id),), countdown=countdown or None)
+
+
+def run_dispatch(*, run_id) -> list[str]:
+    """Send the run's queued activations to workers, up to ``max_concurrency``; finish an idle run.
+
+    Returns the ids of the activations sent.
+    """
+    from agents_app.tasks import execute_activation
+
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.status in FINISHED_RUN_STATUSES:
+            return []
+        if run.status == RunStatus.QUEUED:
+            run.status, run.started_at = RunStatus.RUNNING, timezone.now()
+            run.save(update_fields=["status", "started_at"])
+        active = run.activations.filter(status__in=ACTIVE_ACTIVATION_STATUSES).count()
+        room = max(0, int(run.limits.get("max_concurrency", DEFAULT_LIMITS["max_concurrency"])) - active)
+        waiting = run.activations.filter(status=ActivationStatus.QUEUED)
+        now = timezone.now()
+        due = waiting.filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
+        queued = list(due.order_by("priority", "created_at")[:room])
+        for activation in queued:
+            activation.status = ActivationStatus.DISPATCHED
+            activation.save(update_fields=["status"])
+        if not queued and active == 0:
+            later = waiting.exclude(not_before__isnull=True).order_by("not_before").first()
+            if later is None:
+                _run_finish(run)
+            else:  # only backed-off retries are left: come back when the first is due
+                delay = max(0.0, (later.not_before - now).total_seconds())
+                transaction.on_commit(lambda: run_dispatch_async(run_id=run.id, countdown=delay))
+            return []
+        ids = [str(activation.id) for activation in queued]
+        transaction.on_commit(lambda: [execute_activation.delay(activation_id) for activation_id in ids])
+    return ids
+
+
+def _run_finish(run: Run) -> None:
+    """All work is done: the run's outcome is its root agent's last result."""
+    root = run.activations.filter(parent__isnull=True).order_by("created_at").first()
+    last = run.activations.filter(agent=run.agent, kind__in=["root", "signal"]).order_by("-created_at").first()
+    failed = root is None or (last or root).status != ActivationStatus.DONE
+    run.status = RunStatus.FAILED if failed else RunStatus.SUCCEEDED
+    run.result = (last or root).result if root else ""
+    run.finished_at = timezone.now()
+    if failed and not run.error:
+        run.error = f"the root agent {run.agent} did not finish"
+    run.save(update_fields=["status", "result", "finished_at", "error"])
+    duration = (run.finished_at - (run.started_at or run.created_at)).total_seconds()
+    event_emit(run_id=run.id, type="run_complete", agent=run.agent, data={
+        "status": run.status, "result": run.result[:2000], "error": run.error,
+        "prompt_tokens": run.prompt_tokens, "completion_tokens": run.completion_tokens,
+        "cost_usd": str(run.cost_usd), "duration_s": round(duration, 3),
+    })
+
+
+@transaction.atomic
+def run_cancel(*, run: Run, user=None) -> Run:
+    """Mark the run cancelled; running sessions see it at their next step and stop."""
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.status in FINISHED_RUN_STATUSES:
+        return run
+    run.status, run.finished_at = RunStatus.CANCELLED, timezone.now()
+    run.error = f"cancelled by {user}" if user else "cancelled"
+    run.save(update_fields=["status", "finished_at", "error"])
+    run.activations.filter(status=ActivationStatus.QUEUED).update(status=ActivationStatus.CANCELLED)
+    event_emit(run_id=run.id, type="run_complete", agent=run.agent,
+               data={"status": "cancelled", "error": run.error})
+    return run
+
+
+# -- sessions -----------------------------------------------------------------------
+
+
+@dataclass
+class SessionStart:
+    session: Session
+    activation: Activation
+    run: Run
+    agent: AgentDefinition
+    resumed: bool
+
+
+def session_begin(*, activation_id, worker: str) -> SessionStart | None:
+    """Claim an activation: resume its running session (a worker died) or start a new attempt.
+
+    Returns None when there is nothing to do (done, cancelled, or claimed by a live worker).
+    """
+    with transaction.atomic():
+        activation = Activation.objects.select_for_update().select_related("run").get(pk=activation_id)
+        run = activation.run
+        if activation.status not in OPEN_ACTIVATION_STATUSES or run.status in FINISHED_RUN_STATUSES:
+            if run.status == RunStatus.CANCELLED and activation.status in OPEN_ACTIVATION_STATUSES:
+                activation.status = ActivationStatus.CANCELLED
+                activation.save(update_fields=["status"])
+            return None
+        session = activation.sessions.filter(status=SessionStatus.RUNNING).order_by("-attempt").first()
+        resumed = session is not None
+        definition = agent_resolve(run=run, slug=activation.agent)
+        if session is None:
+            activation.attempts = F("attempts") + 1
+            activation.save(update_fields=["attempts"])
+            activation.refresh_from_db(fields=["attempts"])
+            session = Session.objects.create(
+                run=run, activation=activation, agent=activation.agent, attempt=activation.attempts,
+                tier=activation.context.get("tier") or definition.spec.tier or "medium",
+            )
+        session.worker, session.heartbeat_at = worker, timezone.now()
+        session.save(update_fields=["worker", "heartbeat_at"])
+        activation.status = ActivationStatus.RUNNING
+        activation.save(update_fields=["status"])
+        if definition.version is not None:
+            Run.objects.filter(pk=run.pk).update(versions=_merged(run.versions, f"agent:{definition.slug}",
+                                                                   definition.version))
+        event_emit(run_id=run.id, type="session_start", agent=activation.agent, session_id=session.id, data={
+            "activation": str(activation.id), "attempt": session.attempt, "tier": session.tier,
+            "resumed": resumed, "kind": activation.kind, "depth": activation.depth,
+            "parent": str(activation.parent_id) if activation.parent_id else None,
+        })
+    return SessionStart(session=session, activation=activation, run=run, agent=definition, resumed=resumed)
+
+
+def _merged(data: dict, key: str, value: Any) -> dict:
+    return {**(data or {}), key: value}
+
+
+def session_checkpoint(*, session_id, state: dict[str, Any], run_id, agent: str, cursor: int | None) -> None:
+    """Store the session's state; the scripted position moves with it, in one transaction."""
+    with transaction.atomic():
+        Session.objects.filter(pk=session_id).update(state=state, heartbeat_at=timezone.now())
+        if cursor is not None:
+            run = Run.objects.select_for_update().only("script_cursor").get(pk=run_id)
+            run.script_cursor = {**run.script_cursor, agent: cursor}
+            run.save(update_fields=["script_cursor"])
+
+
+def usage_record(*, run_id, session_id, prompt_tokens: int, completion_tokens: int, cost: Decimal,
+                 tier: str) -> Run:
+    """Add one model call's usage to the session and the run; returns the run's totals."""
+    Session.objects.filter(pk=session_id).update(
+        prompt_tokens=F("prompt_tokens") + prompt_tokens,
+        completion_tokens=F("completion_tokens") + completion_tokens,
+        cost_usd=F("cost_usd") + cost,
+    )
+    Run.objects.filter(pk=run_id).update(
+        prompt_tokens=F("prompt_tokens") + prompt_tokens,
+        completion_tokens=F("completion_tokens") + completion_tokens,
+        cost_usd=F("cost_usd") + cost,
+        large_tier_uses=F("large_tier_uses") + (1 if tier == "large" else 0),
+    )
+    return Run.objects.only("cost_usd", "large_tier_uses", "budget", "budget_warned").get(pk=run_id)
+
+
+def budget_check(*, run_id, tier: str, agent: str, session_id) -> str | None:
+    """The reason another model call is refused by the run's budget, or None.
+
+    Emits ``budget_warning`` once when the warning threshold is crossed.
+    """
+    with transaction.atomic():
+        run = Run.objects.select_for_update().only("cost_usd", "budget", "budget_warned", "large_tier_uses").get(
+            pk=run_id)
+        budget = run.budget or {}
+        if budget.get("max_cost_usd") is not None and run.cost_usd >= Decimal(str(budget["max_cost_usd"])):
+            return f"the run's budget of ${budget['max_cost_usd']} is spent (${run.cost_usd})"
+        if (tier == "large" and budget.get("max_large_tier_uses") is not None
+                and run.large_tier_uses >= int(budget["max_large_tier_uses"])):
+            return f"the run may use the large tier {budget['max_large_tier_uses']} time(s)"
+        if (budget.get("warn_cost_usd") is not None and not run.budget_warned
+                and run.cost_usd >= Decimal(str(budget["warn_cost_usd"]))):
+            Run.objects.filter(pk=run_id).update(budget_warned=True)
+            event_emit(run_id=run_id, type="budget_warning", agent=agent, session_id=session_id,
+                       data={"cost_usd": str(run.cost_usd), "warn_cost_usd": str(budget["warn_cost_usd"])})
+    return None
+
+
+def run_is_cancelled(*, run_id) -> bool:
+    return Run.objects.filter(pk=run_id, status=RunStatus.CANCELLED).exists()
+
+
+@dataclass
+class SessionEnd:
+    retry_in_s: float | None = None  # the activation was re-queued after this delay
+    escalated_to: str | None = None
+
+
+def session_finish(*, session_id, status: str, result: str, meta: dict[str, Any],
+                   failure: dict[str, Any] | None, ladder: list[str]) -> SessionEnd:
+    """Record the outcome; retry with backoff, escalate up the tier ladder, or settle the activation."""
+    end = SessionEnd()
+    with transaction.atomic():
+        session = Session.objects.select_for_update().select_related("activation", "run").get(pk=session_id)
+        activation, run = session.activation, session.run
+        session.status, session.result, session.meta = status, result, meta
+        session.failure, session.finished_at = failure, timezone.now()
+        session.save(update_fields=["status", "result", "meta", "failure", "finished_at"])
+        event_emit(run_id=run.id, type="session_end", agent=session.agent, session_id=session.id, data={
+            "status": status, "result": result[:2000], "meta": meta, "failure": failure,
+        })
+        max_retries = int(run.limits.get("max_retries", DEFAULT_LIMITS["max_retries"]))
+        if status == SessionStatus.OK:
+            activation.status, activation.result = ActivationStatus.DONE, result
+        elif status == SessionStatus.CANCELLED or run.status == RunStatus.CANCELLED:
+            activation.status = ActivationStatus.CANCELLED
+        elif failure and failure.get("suggested_retry") and activation.attempts <= max_retries:
+            end.retry_in_s = float(2 ** (activation.attempts - 1))
+            next_tier = _next_tier(session.tier, ladder)
+            if next_tier:
+                end.escalated_to = next_tier
+                activation.context = {**activation.context, "tier": next_tier}
+                event_emit(run_id=run.id, type="escalation", agent=session.agent, session_id=session.id,
+                           data={"from": session.tier, "to": next_tier})
+            activation.status = ActivationStatus.QUEUED
+            activation.not_before = timezone.now() + timedelta(seconds=end.retry_in_s)
+            event_emit(run_id=run.id, type="retry", agent=session.agent, session_id=session.id, data={
+                "what": "session", "attempt": activation.attempts + 1, "delay_s": end.retry_in_s,
+                "reason": failure.get("kind"),
+            })
+        else:
+            activation.status, activation.result = ActivationStatus.FAILED, result
+            if activation.parent_id is None and not run.error:
+                run.error = f"{failure.get('kind') if failure else 'failed'}: {failure.get('message') if failure else ''}"
+                run.save(update_fields=["error"])
+        activation.save(update_fields=["status", "result", "context", "not_before"])
+    return end
+
+
+def _next_tier(tier: str, ladder: list[str]) -> str | None:
+    if tier in ladder:
+        index = ladder.index(tier)
+        return ladder[index + 1] if index + 1 < len(ladder) else None
+    return ladder[0] if ladder and ladder[0] != tier else None
+
+
+# -- what tools ask of the kernel -----------------------------------------------------------
+
+
+def child_spawn(*, activation_id, agent: str, task: str, kind: str, priority: int = 100,
+                context: dict[str, Any] | None = None) -> Activation:
+    """A child activation of ``activation_id`` (spawn or delegate), within depth and fan-out limits."""
+    with transaction.atomic():
+        parent = Activation.objects.select_related("run").get(pk=activation_id)
+        run = Run.objects.select_for_update().get(pk=parent.run_id)
+        max_depth = int(run.limits.get("max_depth", DEFAULT_LIMITS["max_depth"]))
+        max_fanout = int(run.limits.get("max_fanout", DEFAULT_LIMITS["max_fanout"]))
+        if parent.depth + 1 > max_depth:
+            raise LimitExceeded(f"spawn depth limit reached: {parent.agent} is at depth {parent.depth} "
+                                f"and the run allows {max_depth}")
+        if parent.children.filter(kind__in=["spawn", "delegate"]).count() >= max_fanout:
+            raise LimitExceeded(f"fan-out limit reached: {parent.agent} already has {max_fanout} children")
+        agent_resolve(run=run, slug=agent)  # exists?
+        child = activation_create(run=run, agent=agent, input=task, kind=kind, parent=parent, priority=priority,
+                                  context=context)
+        event_emit(run_id=run.id, type=kind, agent=parent.agent, data={
+            "from": parent.agent, "to": agent, "activation": str(child.id), "task": task[:2000],
+            "priority": priority,
+        })
+    transaction.on_commit(lambda: run_dispatch_async(run_id=run.id))
+    return child
+
+
+def parent_signal(*, activation_id, message: str) -> Activation:
+    """Re-activate the parent's agent with ``message`` (an error for a root agent)."""
+    with transaction.atomic():
+        activation = Activation.objects.select_related("run", "parent").get(pk=activation_id)
+        parent = activation.parent
+        if parent is None:
+            raise RunError("signal_parent: this agent is the root of the run and has no parent")
+        run = Run.objects.select_for_update().get(pk=activation.run_id)
+        signal = activation_create(
+            run=run, agent=parent.agent, kind="signal", parent=parent,
+            input=f"Message from {activation.agent}:\n\n{message}\n\n(Your original task: {parent.input})",
+            priority=parent.priority,
+        )
+        event_emit(run_id=run.id, type="signal", agent=activation.agent, data={
+            "from": activation.agent, "to": parent.agent, "activation": str(signal.id), "message": message[:2000],
+        })
+    transaction.on_commit(lambda: run_dispatch_async(run_id=run.id))
+    return signal
+
+
+def output_set(*, activation_id, name: str, value: Any) -> None:
+    with transaction.atomic():
+        activation = Activation.objects.select_for_update().get(pk=activation_id)
+        activation.context = {**activation.context, "outputs": {**activation.context.get("outputs", {}), name: value}}
+        activation.save(update_fields=["context"])
+
+
+def workspace_write(*, run_id, path: str, content: str, agent: str, session_id) -> WorkspaceFile:
+    with transaction.atomic():
+        file, created = WorkspaceFile.objects.select_for_update().get_or_create(
+            run_id=run_id, path=path,
+            defaults={"content": content, "author": agent, "session_id": session_id},
+        )
+        if not created:
+            file.content, file.author, file.session_id = content, agent, session_id
+            file.version += 1
+            file.save(update_fields=["content", "author", "session", "version", "updated_at"])
+        event_emit(run_id=run_id, type="file_change", agent=agent, session_id=session_id, data={
+            "path": path, "version": file.version, "action": "created" if created else "updated",
+            "bytes": len(content.encode("utf-8")),
+        })
+    return file
+
+
+def workspace_delete(*, run_id, path: str, agent: str, session_id) -> bool:
+    with transaction.atomic():
+        deleted, _ = WorkspaceFile.objects.filter(run_id=run_id, path=path).delete()
+        if deleted:
+            event_emit(run_id=run_id, type="file_change", agent=agent, session_id=session_id,
+                       data={"path": path, "action": "deleted"})
+    return bool(deleted)

@@ -1,0 +1,290 @@
+"""One session on the worker's loop: the plain kernel wired to Postgres, Channels and tools.
+
+``execute_activation`` claims the activation, builds (or resumes) the
+session's state, runs :func:`agents_app.kernel.loop.run_session` with a store
+that writes every checkpoint and event to the database and pushes events to
+websockets after commit, records the outcome, and dispatches what comes next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+
+from agents_app.events import event_push_async, event_record, event_to_dict
+from agents_app.execution import services
+from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
+from agents_app.kernel.prompt import ExecutionContext, build_messages, build_system_prompt
+from agents_app.kernel.results import Limits
+from agents_app.llm.pricing import usage_cost
+from agents_app.llm.registry import Resolved, provider_for
+from agents_app.llm.scripted import MemoryCursor, ScriptedProvider
+from agents_app.llm.types import ModelRequest, ModelResponse, ProviderError, ToolCall
+from agents_app.models import ModelProvider, Run, WorkspaceFile
+from agents_app.runner import db
+from tools_app.plugin import ToolContext, ToolError
+from tools_app.registry import registry_for_agent
+
+logger = logging.getLogger(__name__)
+
+WORKER = f"{socket.gethostname()}:{os.getpid()}"
+HEARTBEAT_S = 10.0
+DEMO_RECORDING = Path(__file__).resolve().parent.parent / "llm" / "demo_recording.json"
+NO_PROVIDER_NOTICE = (
+    "No model provider is configured for this team (or its API key is not set): "
+    "this run replays the bundled demo recording with the scripted provider."
+)
+
+
+# -- the model --------------------------------------------------------------------------
+
+
+@dataclass
+class ModelHandle:
+    """A resolved provider and model, as the kernel loop wants it."""
+
+    resolved: Resolved
+    tier: str
+    cursor: MemoryCursor | None = None
+
+    @property
+    def model(self) -> str:
+        return self.resolved.model
+
+    async def complete(self, request: ModelRequest, *, on_chunk=None) -> ModelResponse:
+        return await self.resolved.provider.complete(request, on_chunk=on_chunk)
+
+    def cost(self, response: ModelResponse) -> Decimal:
+        return usage_cost(response.usage, self.resolved.prices)
+
+
+def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor) -> tuple[Resolved, str]:
+    """The provider a session calls, and a notice when the demo recording stands in."""
+    if run.script is not None:
+        return Resolved(ScriptedProvider(run.script, cursor), "scripted", "scripted", tier), ""
+    providers = list(ModelProvider.objects.filter(team_id=run.team_id).prefetch_related("models"))
+    if run.provider:
+        providers = [p for p in providers if p.slug == run.provider]
+    usable = [p for p in providers if p.provider_type != "scripted" and (p.base_url or os.environ.get(p.api_key_env))]
+    if not usable:
+        script = json.loads(DEMO_RECORDING.read_text())
+        return Resolved(ScriptedProvider(script, cursor), "scripted", "demo-recording", tier), NO_PROVIDER_NOTICE
+    return provider_for(ref, providers=usable, cursor=cursor), ""
+
+
+# -- the store --------------------------------------------------------------------------
+
+
+class DatabaseStore:
+    """:class:`agents_app.kernel.loop.SessionStore` on Postgres and the Channels layer."""
+
+    def __init__(self, *, run_id, session_id, agent: str, tier: str, cursor: MemoryCursor | None) -> None:
+        self.run_id, self.session_id, self.agent, self.tier, self.cursor = run_id, session_id, agent, tier, cursor
+
+    async def checkpoint(self, state: SessionState) -> None:
+        position = self.cursor.get(self.agent) if self.cursor is not None else None
+        state.cursor = {self.agent: position} if position is not None else {}
+        await db(services.session_checkpoint)(
+            session_id=self.session_id, state=state.to_dict(), run_id=self.run_id, agent=self.agent, cursor=position
+        )
+
+    async def emit(self, type: str, data: dict[str, Any]) -> None:
+        payload = await db(self._record)(type, data)
+        await event_push_async(payload)
+
+    def _record(self, type: str, data: dict[str, Any]) -> dict[str, Any]:
+        with transaction.atomic():
+            event = event_record(run_id=self.run_id, type=type, data=data, agent=self.agent,
+                                 session_id=self.session_id)
+            if type == "llm_response":
+                # The call's usage and cost land with its event, in one transaction.
+                usage = data["usage"]
+                services.usage_record(
+                    run_id=self.run_id, session_id=self.session_id, prompt_tokens=usage["prompt_tokens"],
+                    completion_tokens=usage["completion_tokens"], cost=Decimal(data["cost_usd"]), tier=self.tier,
+                )
+        return event_to_dict(event)
+
+    async def cancelled(self) -> bool:
+        return await db(services.run_is_cancelled)(run_id=self.run_id)
+
+    async def before_model_call(self, state: SessionState) -> None:
+        reason = await db(services.budget_check)(
+            run_id=self.run_id, tier=self.tier, agent=self.agent, session_id=self.session_id
+        )
+        if reason:
+            raise PolicyDenied(reason)
+
+
+# -- the workspace ------------------------------------------------------------------------
+
+
+class DatabaseWorkspace:
+    """:class:`tools_app.plugin.Workspace` on the run's WorkspaceFile rows."""
+
+    def __init__(self, *, run_id, agent: str, session_id) -> None:
+        self.run_id, self.agent, self.session_id = run_id, agent, session_id
+
+    async def read(self, path: str) -> str | None:
+        def read() -> str | None:
+            return WorkspaceFile.objects.filter(run_id=self.run_id, path=path).values_list("content", flat=True).first()
+
+        return await db(read)()
+
+    async def write(self, path: str, content: str) -> int:
+        file = await db(services.workspace_write)(
+            run_id=self.run_id, path=path, content=content, agent=self.agent, session_id=self.session_id
+        )
+        return file.version
+
+    async def delete(self, path: str) -> bool:
+        return await db(services.workspace_delete)(
+            run_id=self.run_id, path=path, agent=self.agent, session_id=self.session_id
+        )
+
+    async def paths(self) -> list[str]:
+        def paths() -> list[str]:
+            return list(WorkspaceFile.objects.filter(run_id=self.run_id).order_by("path").values_list("path", flat=True))
+
+        return await db(paths)()
+
+
+def kernel_services(*, run: Run, activation_id) -> dict[str, Any]:
+    """What the built-in tools may ask of the kernel, as async callables."""
+
+    def refusing(func):
+        async def call(**kwargs):
+            try:
+                return await db(func)(**kwargs)
+            except services.RunError as error:
+                refusal = ToolError(str(error))
+                if isinstance(error, services.LimitExceeded):
+                    refusal.kind = "policy_denied"
+                raise refusal from None
+
+        return call
+
+    async def spawn(*, filename: str, content: str, task: str) -> str:
+        slug = await refusing(services.agent_register)(run=run, path=filename, content=content)
+        child = await refusing(services.child_spawn)(activation_id=activation_id, agent=slug, task=task, kind="spawn")
+        return f"Spawned {slug} (activation {child.id}); it works in parallel and reports back with signal_parent."
+
+    async def delegate(*, agent: str, task: str, priority: int | None = None, context: Any = None) -> str:
+        child = await refusing(services.child_spawn)(
+            activation_id=activation_id, agent=agent, task=task, kind="delegate",
+            priority=priority if priority is not None else 100,
+            context={"delegated": context} if context is not None else None,
+        )
+        return f"Delegated to {agent} (activation {child.id})."
+
+    async def signal_parent(*, message: str) -> str:
+        signal = await refusing(services.parent_signal)(activation_id=activation_id, message=message)
+        return f"Signalled {signal.agent}."
+
+    async def set_output(*, name: str, value: Any) -> str:
+        await db(services.output_set)(activation_id=activation_id, name=name, value=value)
+        return f"Output {name} set."
+
+    async def register_agent(path: str, content: str) -> str:
+        return await refusing(services.agent_register)(run=run, path=path, content=content)
+
+    async def unregister_agent(path: str) -> None:
+        return None  # the file is gone: agent_resolve no longer finds it
+
+    return {"spawn": spawn, "delegate": delegate, "signal_parent": signal_parent, "set_output": set_output,
+            "register_agent": register_agent, "unregister_agent": unregister_agent}
+
+
+# -- the session ---------------------------------------------------------------------------
+
+
+def _initial_state(start: services.SessionStart) -> SessionState:
+    spec = start.agent.spec
+    system = build_system_prompt(
+        body=start.agent.body, context=spec.context, examples=[e.model_dump() for e in spec.examples],
+        tier=start.session.tier,
+    )
+    execution = ExecutionContext(task=start.activation.input, output_dir=f"out/{start.activation.agent}/")
+    return SessionState(messages=build_messages(system=system, execution=execution))
+
+
+async def _heartbeat(session_id) -> None:
+    from django.utils import timezone
+
+    from agents_app.models import Session
+
+    while True:
+        await asyncio.sleep(HEARTBEAT_S)
+        await db(lambda: Session.objects.filter(pk=session_id).update(heartbeat_at=timezone.now()))()
+
+
+async def execute_activation(activation_id: str) -> None:
+    start = await db(services.session_begin)(activation_id=activation_id, worker=WORKER)
+    if start is None:
+        return
+    run, session, activation, agent = start.run, start.session, start.activation, start.agent
+    resumed_state = session.state if start.resumed and session.state else None
+    state = SessionState.from_dict(resumed_state) if resumed_state else _initial_state(start)
+    cursor = MemoryCursor(dict(run.script_cursor))
+    store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier=session.tier, cursor=cursor)
+    try:
+        resolved, notice = await db(model_resolve)(run=run, ref=agent.spec.model or session.tier,
+                                                   tier=session.tier, cursor=cursor)
+    except ProviderError as error:
+        await store.emit("error", {"where": "provider", "kind": error.kind, "message": str(error)})
+        failure = {"kind": "provider_error", "message": str(error), "last_tool_calls": [], "suggested_retry": False}
+        await db(services.session_finish)(session_id=session.id, status="failed", result="", meta={},
+                                          failure=failure, ladder=list(agent.spec.escalation))
+        await db(services.run_dispatch)(run_id=run.id)
+        return
+    if notice:
+        await db(lambda: Run.objects.filter(pk=run.id, notice="").update(notice=notice))()
+    model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor)
+    await db(lambda: type(session).objects.filter(pk=session.id).update(
+        provider=resolved.provider_slug, model=resolved.model))()
+
+    registry = registry_for_agent(agent.spec.tools)
+    context = ToolContext(
+        run_id=str(run.id), agent=agent.slug, session_id=str(session.id),
+        workspace=DatabaseWorkspace(run_id=run.id, agent=agent.slug, session_id=session.id),
+        services=kernel_services(run=run, activation_id=activation.id),
+    )
+
+    async def call_tool(call: ToolCall) -> ToolResult:
+        outcome = await registry.call(call.name, call.arguments, context)
+        return ToolResult(ok=outcome.ok, content=outcome.content, error_kind=outcome.error_kind)
+
+    limits = agent.spec.limits
+    config = SessionConfig(
+        agent=agent.slug, temperature=agent.spec.temperature, max_tokens=agent.spec.max_tokens,
+        limits=Limits(max_steps=limits.max_steps, max_tool_calls=limits.max_tool_calls, timeout_s=limits.timeout_s),
+    )
+    heartbeat = asyncio.create_task(_heartbeat(session.id))
+    try:
+        outcome = await run_session(state=state, model=model, tools=registry.schemas(), call_tool=call_tool,
+                                    store=store, config=config)
+    except Exception as error:  # a kernel bug must not leave the session running forever
+        logger.exception("session crashed", extra={"run": str(run.id), "session": str(session.id)})
+        await store.emit("error", {"where": "session", "kind": "unknown", "message": f"{type(error).__name__}: {error}"})
+        outcome = None
+        failure = {"kind": "unknown", "message": f"{type(error).__name__}: {error}", "last_tool_calls":
+                   state.last_tool_calls(), "suggested_retry": True}
+        await db(services.session_finish)(session_id=session.id, status="failed", result="", meta={},
+                                          failure=failure, ladder=list(agent.spec.escalation))
+    finally:
+        heartbeat.cancel()
+    if outcome is not None:
+        await db(services.session_finish)(
+            session_id=session.id, status=outcome.status, result=outcome.result, meta=outcome.meta.to_dict(),
+            failure=outcome.failure.to_dict() if outcome.failure else None, ladder=list(agent.spec.escalation),
+        )
+    await db(services.run_dispatch)(run_id=run.id)

@@ -1,0 +1,129 @@
+"""Helpers shared by the provider modules: chunk delivery, argument parsing,
+HTTP status → :class:`ProviderError`, one SDK client per event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import inspect
+import json
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+from .types import ChunkCallback, ProviderError, ToolCall
+
+T = TypeVar("T")
+
+
+async def emit_chunk(on_chunk: ChunkCallback | None, text: str) -> None:
+    """Deliver one text chunk to a sync or async callback."""
+    if on_chunk is None or not text:
+        return
+    result = on_chunk(text)
+    if inspect.isawaitable(result):
+        await result
+
+
+def parse_tool_call(call_id: str, name: str, raw: str | None) -> ToolCall:
+    """A tool call from its streamed argument text.
+
+    Arguments that are not a JSON object are kept verbatim in
+    ``raw_arguments`` (with ``arguments={}``) so the kernel can tell the model
+    what was wrong instead of failing the session.
+    """
+    text = raw or ""
+    if not text.strip():
+        return ToolCall(id=call_id, name=name, arguments={})
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return ToolCall(id=call_id, name=name, arguments={}, raw_arguments=text)
+    if not isinstance(value, dict):
+        return ToolCall(id=call_id, name=name, arguments={}, raw_arguments=text)
+    return ToolCall(id=call_id, name=name, arguments=value)
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds from a ``Retry-After`` (seconds or HTTP date) or ``retry-after-ms`` header."""
+    if not headers:
+        return None
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(float(millis) / 1000, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def error_from_status(status: int, message: str, headers: Mapping[str, str] | None = None) -> ProviderError:
+    """The kernel's error kind for an HTTP status."""
+    if status == 429:
+        return ProviderError("rate_limit", message, status=status, retry_after_s=parse_retry_after(headers))
+    if status == 408:
+        return ProviderError("timeout", message, status=status)
+    if status >= 500:
+        return ProviderError("server", message, status=status, retry_after_s=parse_retry_after(headers))
+    if status in (401, 403):
+        return ProviderError("auth", message, status=status)
+    return ProviderError("bad_request", message, status=status)
+
+
+def transport_error(exc: BaseException, provider: str) -> ProviderError | None:
+    """Timeouts and connection failures raised below the SDKs (httpx, asyncio)."""
+    import httpx
+
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, httpx.TimeoutException)):
+        return ProviderError("timeout", f"{provider}: the model did not answer in time")
+    if isinstance(exc, (httpx.TransportError, ConnectionError, OSError)):
+        return ProviderError("connection", f"{provider}: cannot reach the server ({exc.__class__.__name__}: {exc})")
+    return None
+
+
+class PerLoop(Generic[T]):
+    """One object per running event loop.
+
+    SDK clients hold connection pools bound to the loop that opened them; a
+    Celery worker or a test may run several loops in turn.
+    """
+
+    def __init__(self, factory: Callable[[], T]) -> None:
+        self._factory = factory
+        self._items: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, T] = weakref.WeakKeyDictionary()
+
+    def get(self) -> T:
+        loop = asyncio.get_running_loop()
+        item = self._items.get(loop)
+        if item is None:
+            item = self._items[loop] = self._factory()
+        return item
+
+    def pop(self) -> T | None:
+        try:
+            return self._items.pop(asyncio.get_running_loop(), None)
+        except RuntimeError:
+            return None
+
+
+def dumps_arguments(call: ToolCall) -> str:
+    """A tool call's arguments as the model sent them (raw text when it was not JSON)."""
+    if call.raw_arguments is not None:
+        return call.raw_arguments
+    return json.dumps(call.arguments, ensure_ascii=False)
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,184 @@
+"""The scripted provider: deterministic model turns for tests, demos and replay.
+
+A script maps an agent slug to its list of turns::
+
+    {"researcher": [
+        {"tool_calls": [{"name": "vfs_write", "arguments": {"path": "a.md", "content": "hi"}}]},
+        {"text": "done", "latency_ms": 200, "usage": {"prompt_tokens": 10, "completion_tokens": 2}},
+        {"error": "rate_limit"},
+    ]}
+
+The key ``"*"`` serves agents the script does not name. The provider keeps
+no position of its own: a :class:`ScriptCursor` says which turn comes next,
+and the kernel stores it with the session so a replaced worker resumes at the
+same turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from .common import emit_chunk
+from .types import (
+    ChunkCallback,
+    ModelRequest,
+    ModelResponse,
+    ProviderError,
+    ToolCall,
+    Usage,
+)
+
+ERRORS: dict[str, tuple[str, int | None, str]] = {
+    "rate_limit": ("rate_limit", 429, "scripted rate limit"),
+    "server": ("server", 500, "scripted server error"),
+    "timeout": ("timeout", None, "scripted timeout"),
+    "connection": ("connection", None, "scripted connection failure"),
+    "auth": ("auth", 401, "scripted authentication failure"),
+    "bad_request": ("bad_request", 400, "scripted bad request"),
+    "malformed": ("malformed", None, "scripted malformed response"),
+}
+TURN_KEYS = {"text", "tool_calls", "error", "latency_ms", "usage", "retry_after_s"}
+
+
+class ScriptCursor(Protocol):
+    """Where each agent is in its script: persisted by the caller."""
+
+    def get(self, agent: str) -> int: ...
+
+    def set(self, agent: str, position: int) -> None: ...
+
+    def advance(self, agent: str) -> int: ...
+
+
+class MemoryCursor:
+    """A cursor over a plain dict (agent → next turn index).
+
+    Pass the dict stored with the session (``MemoryCursor(session_state)``)
+    and save ``cursor.positions`` at each checkpoint.
+    """
+
+    def __init__(self, positions: dict[str, int] | None = None) -> None:
+        self.positions: dict[str, int] = positions if positions is not None else {}
+
+    def get(self, agent: str) -> int:
+        return int(self.positions.get(agent, 0))
+
+    def set(self, agent: str, position: int) -> None:
+        self.positions[agent] = int(position)
+
+    def advance(self, agent: str) -> int:
+        self.set(agent, self.get(agent) + 1)
+        return self.get(agent)
+
+
+def validate_script(script: Any) -> dict[str, list[dict[str, Any]]]:
+    """Check a script's shape; raise ``ValueError`` naming the first bad turn."""
+    if not isinstance(script, Mapping):
+        raise ValueError("a script maps agent slugs to lists of turns")
+    for agent, turns in script.items():
+        if not isinstance(turns, list):
+            raise ValueError(f"script for agent {agent}: expected a list of turns")
+        for index, turn in enumerate(turns):
+            where = f"script for agent {agent}, turn {index}"
+            if not isinstance(turn, Mapping):
+                raise ValueError(f"{where}: expected an object")
+            unknown = set(turn) - TURN_KEYS
+            if unknown:
+                raise ValueError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+            if not ({"text", "tool_calls", "error"} & set(turn)):
+                raise ValueError(f"{where}: needs text, tool_calls or error")
+            if "error" in turn and turn["error"] not in ERRORS:
+                raise ValueError(f"{where}: error must be one of {', '.join(ERRORS)}")
+            for call in turn.get("tool_calls") or []:
+                if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
+                    raise ValueError(f"{where}: each tool call needs a name")
+                if not isinstance(call.get("arguments", {}), (Mapping, str)):
+                    raise ValueError(f"{where}: tool call arguments must be an object")
+    return {agent: list(turns) for agent, turns in script.items()}
+
+
+def estimate_tokens(text: str) -> int:
+    return max(1, (len(text) + 3) // 4) if text else 0
+
+
+def split_chunks(text: str, pieces: int = 4) -> list[str]:
+    """Split text into a few chunks at spaces; joined, they equal ``text``."""
+    if len(text) <= 8:
+        return [text] if text else []
+    size = max(1, -(-len(text) // pieces))
+    chunks, start = [], 0
+    while start < len(text):
+        end = min(len(text), start + size)
+        space = text.find(" ", end)
+        end = len(text) if space == -1 or space - end > size else space + 1
+        chunks.append(text[start:end])
+        start = end
+    return chunks
+
+
+class ScriptedProvider:
+    """Plays the turns of a script, one per :meth:`complete`."""
+
+    name = "scripted"
+
+    def __init__(self, script: Mapping[str, Any], cursor: ScriptCursor | None = None) -> None:
+        self.script = validate_script(script)
+        self.cursor: ScriptCursor = cursor if cursor is not None else MemoryCursor()
+
+    def _turns(self, agent: str) -> list[dict[str, Any]]:
+        if agent in self.script:
+            return self.script[agent]
+        if "*" in self.script:
+            return self.script["*"]
+        raise ProviderError("bad_request", f"script has no turns for agent {agent or '(none)'}")
+
+    async def complete(self, request: ModelRequest, *, on_chunk: ChunkCallback | None = None) -> ModelResponse:
+        agent = request.agent
+        turns = self._turns(agent)
+        position = self.cursor.get(agent)
+        if position >= len(turns):
+            raise ProviderError(
+                "bad_request", f"script for agent {agent} has no turn {position} (it has {len(turns)})"
+            )
+        turn = turns[position]
+        latency = float(turn.get("latency_ms") or 0) / 1000
+        if latency > request.timeout_s:
+            await asyncio.sleep(request.timeout_s)
+            self.cursor.advance(agent)
+            raise ProviderError("timeout", f"scripted turn {position} of {agent} took longer than {request.timeout_s}s")
+        if latency:
+            await asyncio.sleep(latency)
+        # The turn is consumed whatever it holds, errors included: a retry
+        # gets the next turn, as a retried call to a real model would.
+        self.cursor.advance(agent)
+
+        if "error" in turn:
+            kind, status, message = ERRORS[turn["error"]]
+            raise ProviderError(kind, f"{message} (agent {agent}, turn {position})", status=status,  # type: ignore[arg-type]
+                                retry_after_s=turn.get("retry_after_s"))
+
+        text = str(turn.get("text") or "")
+        for chunk in split_chunks(text):
+            await emit_chunk(on_chunk, chunk)
+        calls = []
+        for index, call in enumerate(turn.get("tool_calls") or []):
+            arguments = call.get("arguments", {})
+            call_id = f"call_{agent}_{position}_{index}"
+            if isinstance(arguments, str):  # a recorded malformed call, replayed as sent
+                calls.append(ToolCall(id=call_id, name=call["name"], arguments={}, raw_arguments=arguments))
+            else:
+                calls.append(ToolCall(id=call_id, name=call["name"], arguments=dict(arguments)))
+
+        usage_data = turn.get("usage")
+        if usage_data:
+            usage = Usage(prompt_tokens=int(usage_data.get("prompt_tokens", 0)),
+                          completion_tokens=int(usage_data.get("completion_tokens", 0)))
+        else:
+            prompt = "".join(message.content for message in request.messages)
+            spoken = text + "".join(json.dumps(call.to_dict(), sort_keys=True) for call in calls)
+            usage = Usage(prompt_tokens=estimate_tokens(prompt), completion_tokens=estimate_tokens(spoken))
+        return ModelResponse(text=text, tool_calls=calls, usage=usage, model=request.model or "scripted",
+                             finish_reason="tool_calls" if calls else "stop")

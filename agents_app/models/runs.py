@@ -1,0 +1,175 @@
+"""Runs and what happens in them: activations, sessions, events, workspace files.
+
+Every row belongs to a run, and every run to a team; events are numbered per
+run without gaps (``Run.next_seq`` is incremented in the transaction that
+inserts the event, so a rolled-back event leaves no hole).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+from agents_app.models.definitions import Team
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINISHED_RUN_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
+    agent = models.SlugField(max_length=100, blank=True, help_text="Root agent (slug)")
+    workflow = models.SlugField(max_length=100, blank=True)
+    input = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
+    limits = models.JSONField(default=dict, blank=True)
+    budget = models.JSONField(default=dict, blank=True)
+    provider = models.CharField(max_length=100, blank=True, help_text="Provider override (slug)")
+    script = models.JSONField(null=True, blank=True, help_text="Turns for the scripted provider")
+    script_cursor = models.JSONField(default=dict, blank=True, help_text="Next scripted turn per agent")
+    versions = models.JSONField(default=dict, blank=True, help_text="Definition versions this run used")
+    notice = models.CharField(max_length=300, blank=True)
+    result = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    large_tier_uses = models.PositiveIntegerField(default=0)
+    budget_warned = models.BooleanField(default=False)
+    next_seq = models.PositiveBigIntegerField(default=0)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["team", "-created_at"], name="run_team_created")]
+
+    def __str__(self) -> str:
+        return f"run {self.id} ({self.agent or self.workflow}, {self.status})"
+
+
+class ActivationStatus(models.TextChoices):
+    QUEUED = "queued"
+    DISPATCHED = "dispatched"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_ACTIVATION_STATUSES = (ActivationStatus.DISPATCHED, ActivationStatus.RUNNING)
+OPEN_ACTIVATION_STATUSES = (ActivationStatus.QUEUED, *ACTIVE_ACTIVATION_STATUSES)
+
+
+class Activation(models.Model):
+    """Queued work: an agent with an input, in a run (SPEC §2)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="activations")
+    agent = models.SlugField(max_length=100)
+    input = models.TextField(blank=True)
+    kind = models.CharField(max_length=16, default="root")  # root | spawn | delegate | signal | step | tool
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    depth = models.PositiveIntegerField(default=0)
+    priority = models.IntegerField(default=100, help_text="Lower runs first")
+    context = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=ActivationStatus.choices, default=ActivationStatus.QUEUED)
+    result = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    not_before = models.DateTimeField(null=True, blank=True, help_text="Retry backoff: not dispatched before")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [models.Index(fields=["run", "status", "priority", "created_at"], name="activation_queue")]
+
+    def __str__(self) -> str:
+        return f"{self.agent} ({self.kind}, {self.status})"
+
+
+class SessionStatus(models.TextChoices):
+    RUNNING = "running"
+    OK = "ok"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Session(models.Model):
+    """One attempt at an activation: the model loop, checkpointed after every step."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="sessions")
+    activation = models.ForeignKey(Activation, on_delete=models.CASCADE, related_name="sessions")
+    agent = models.SlugField(max_length=100)
+    attempt = models.PositiveIntegerField(default=1)
+    tier = models.CharField(max_length=16, blank=True)
+    provider = models.CharField(max_length=100, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16, choices=SessionStatus.choices, default=SessionStatus.RUNNING)
+    state = models.JSONField(default=dict, blank=True, help_text="Checkpoint: messages and counters")
+    result = models.TextField(blank=True)
+    failure = models.JSONField(null=True, blank=True)
+    meta = models.JSONField(default=dict, blank=True)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    worker = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["activation", "attempt"], name="session_unique_attempt"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} #{self.attempt} ({self.status})"
+
+
+class Event(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveBigIntegerField()
+    type = models.CharField(max_length=40)
+    agent = models.CharField(max_length=100, blank=True)
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run_id", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="event_unique_run_seq")]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.type}"
+
+
+class WorkspaceFile(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="files")
+    path = models.CharField(max_length=500)
+    content = models.TextField(blank=True)
+    version = models.PositiveIntegerField(default=1)
+    author = models.CharField(max_length=100, blank=True, help_text="Agent slug")
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.SET_NULL)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["run_id", "path"]
+        constraints = [models.UniqueConstraint(fields=["run", "path"], name="workspace_unique_path")]
+
+    def __str__(self) -> str:
+        return self.path

@@ -1,0 +1,94 @@
+"""A multi-agent run on a real Celery worker, with the scripted provider."""
+
+import time
+
+import pytest
+
+from agents_app.definitions.kinds import AGENT
+from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.execution.services import run_start
+from agents_app.models import Event, Run, Session, WorkspaceFile
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+SCOUT = "---\nname: Scout\n---\n\nYou scout and report.\n"
+
+
+def agent(team, name, body="You work."):
+    parsed = definition_parse(kind=AGENT, team=team, text=f"---\nname: {name}\n---\n\n{body}\n")
+    definition_save(kind=AGENT, team=team, parsed=parsed)
+
+
+def wait_for(run_id, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = Run.objects.get(pk=run_id)
+        if run.status in {"succeeded", "failed", "cancelled"}:
+            return run
+        time.sleep(0.2)
+    raise AssertionError(f"run still {run.status} after {timeout} s: {list(Event.objects.filter(run=run).values_list('type', flat=True))}")
+
+
+def call(name, **arguments):
+    return {"name": name, "arguments": arguments}
+
+
+SCRIPT = {
+    "lead": [
+        {"tool_calls": [
+            call("vfs_write", path="notes.md", content="plan: send two scouts"),
+            call("spawn_agent", filename="scout.md", content=SCOUT, task="Scout the north"),
+            call("spawn_agent", filename="scout2.md", content=SCOUT, task="Scout the south"),
+        ]},
+        {"text": "Scouts are out."},
+        {"text": "All done: the south has water."},
+    ],
+    "scout": [
+        {"tool_calls": [call("delegate", agent="helper", task="Map the north")]},
+        {"text": "North handed to helper."},
+    ],
+    "scout2": [
+        {"tool_calls": [call("vfs_write", path="out/south.md", content="water"),
+                        call("signal_parent", message="the south has water")]},
+        {"text": "South reported."},
+    ],
+    "helper": [{"text": "North mapped."}],
+}
+
+
+def test_root_spawns_children_one_delegates_one_signals_and_the_root_finishes(team_a, celery_worker_process):
+    agent(team_a, "Lead")
+    agent(team_a, "Helper")
+    run = run_start(team=team_a, agent="lead", input="Explore", script=SCRIPT)
+    run = wait_for(run.id)
+
+    assert run.status == "succeeded", run.error
+    assert run.result == "All done: the south has water."
+    events = list(Event.objects.filter(run=run).order_by("seq"))
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    types = [e.type for e in events]
+    assert types[0] == "run_start" and types[-1] == "run_complete"
+    assert types.count("spawn") == 2 and types.count("delegate") == 1 and types.count("signal") == 1
+    assert types.count("session_start") == types.count("session_end") == 5
+    spawns = [(e.agent, e.data["to"]) for e in events if e.type == "spawn"]
+    assert spawns == [("lead", "scout"), ("lead", "scout2")]
+    assert [(e.agent, e.data["to"], e.data["message"]) for e in events if e.type == "signal"] == [
+        ("scout2", "lead", "the south has water")]
+    assert [(e.agent, e.data["to"]) for e in events if e.type == "delegate"] == [("scout", "helper")]
+    # The lead's first session, event by event.
+    first = events[types.index("session_start")].session_id
+    assert [e.type for e in events if e.session_id == first] == [
+        "session_start", "llm_request", "llm_response",
+        "tool_call", "file_change", "tool_result",
+        "tool_call", "file_change", "tool_result",
+        "tool_call", "file_change", "tool_result",
+        "llm_request", "stream_chunk", "llm_response", "session_end",
+    ]
+    files = dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content"))
+    assert files == {"notes.md": "plan: send two scouts", "agents/scout.md": SCOUT, "agents/scout2.md": SCOUT,
+                     "out/south.md": "water"}
+    sessions = Session.objects.filter(run=run)
+    assert sorted(s.agent for s in sessions) == ["helper", "lead", "lead", "scout", "scout2"]
+    assert all(s.status == "ok" for s in sessions)
+    assert run.versions == {"agent:lead": 1, "agent:helper": 1}
+    assert run.completion_tokens > 0 and run.prompt_tokens > 0

@@ -1,0 +1,27 @@
+"""Built-in tool plugins, one module each (SPEC §3.1), by catalog name."""
+
+from __future__ import annotations
+
+from tools_app.builtin.delegate import Delegate
+from tools_app.builtin.set_output import SetOutput
+from tools_app.builtin.signal_parent import SignalParent
+from tools_app.builtin.spawn_agent import SpawnAgent
+from tools_app.builtin.vfs_delete import VfsDelete
+from tools_app.builtin.vfs_edit import VfsEdit
+from tools_app.builtin.vfs_list import VfsList
+from tools_app.builtin.vfs_read import VfsRead
+from tools_app.builtin.vfs_search import VfsSearch
+from tools_app.builtin.vfs_write import VfsWrite
+from tools_app.catalog import BUILTIN_TOOLS
+from tools_app.plugin import Tool
+
+BUILTIN_TOOL_CLASSES: dict[str, type[Tool]] = {
+    tool.name: tool
+    for tool in (
+        VfsRead, VfsWrite, VfsEdit, VfsList, VfsDelete, VfsSearch,
+        SpawnAgent, SignalParent, Delegate, SetOutput,
+    )
+}
+
+_uncatalogued = set(BUILTIN_TOOL_CLASSES) - set(BUILTIN_TOOLS)
+assert not _uncatalogued, f"built-in tools missing from tools_app.catalog: {_uncatalogued}"
