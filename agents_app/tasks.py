@@ -22,3 +22,9 @@ def execute_activation(activation_id: str) -> None:
 def dispatch_run(run_id: str) -> None:
     # Database work of the worker goes through the loop's bounded thread pool.
     runner.run(db(services.run_dispatch)(run_id=run_id))
+
+
+@shared_task(ignore_result=True)
+def reap_sessions() -> None:
+    """Beat: resume sessions whose worker died (see ``services.sessions_reap``)."""
+    runner.run(db(services.sessions_reap)())

@@ -111,6 +111,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+# Sessions heartbeat every 10 s; one silent this long lost its worker and is resumed elsewhere.
+MAS_SESSION_STALE_S = float(os.environ.get("MAS_SESSION_STALE_S", 30))
+CELERY_BEAT_SCHEDULE = {
+    "reap-sessions": {"task": "agents_app.tasks.reap_sessions", "schedule": max(5.0, MAS_SESSION_STALE_S / 2)},
+}
 
 CHANNEL_LAYERS = {
     "default": {

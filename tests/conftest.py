@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 from django.test import Client
@@ -101,45 +102,8 @@ def api_for(make_member, make_token):
 @pytest.fixture(scope="session")
 def celery_worker_process(django_db_setup, django_db_blocker):
     """A real Celery worker process on this test run's own queue and database."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
+    from tests.workers import start_worker, stop_worker
 
-    from django.conf import settings
-
-    from mas_project.celery import app
-
-    name = f"test-{os.getpid()}@localhost"
-    log_dir = Path(settings.VAR_DIR) / "log"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "mas_project.settings_test",
-        "MAS_DATABASE_NAME": settings.DATABASES["default"]["NAME"],
-    }
-    log = open(log_dir / f"test-worker-{os.getpid()}.log", "ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "mas_project", "worker", "-Q", settings.CELERY_TASK_DEFAULT_QUEUE,
-         "--pool", "threads", "--concurrency", "4", "-n", name, "-l", "warning", "--without-gossip",
-         "--without-mingle"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"celery worker exited with {process.returncode}; see {log.name}")
-        if app.control.ping(destination=[name], timeout=0.5):
-            break
-    else:
-        process.kill()
-        raise RuntimeError("celery worker did not answer within 60 s")
-    yield {"name": name, "process": process}
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-    log.close()
+    worker = start_worker(f"test-{os.getpid()}")
+    yield worker
+    stop_worker(worker)

@@ -13,6 +13,7 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -223,6 +224,9 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
                 activation.save(update_fields=["status"])
             return None
         session = activation.sessions.filter(status=SessionStatus.RUNNING).order_by("-attempt").first()
+        if session is not None and session.worker != worker and not _stale(session):
+            # A live worker has it (a redelivered message): never run one session twice.
+            return None
         resumed = session is not None
         definition = agent_resolve(run=run, slug=activation.agent)
         if session is None:
@@ -246,6 +250,44 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
             "parent": str(activation.parent_id) if activation.parent_id else None,
         })
     return SessionStart(session=session, activation=activation, run=run, agent=definition, resumed=resumed)
+
+
+def session_stale_after_s() -> float:
+    return float(getattr(settings, "MAS_SESSION_STALE_S", 30))
+
+
+def _stale(session: Session) -> bool:
+    if session.heartbeat_at is None:
+        return True
+    return (timezone.now() - session.heartbeat_at).total_seconds() > session_stale_after_s()
+
+
+def sessions_reap() -> list[str]:
+    """Re-queue activations whose running session lost its worker (no heartbeat); returns their ids.
+
+    The session stays ``running``: the next worker that claims the activation
+    resumes it from its last checkpoint.
+    """
+    cutoff = timezone.now() - timedelta(seconds=session_stale_after_s())
+    reaped: list[str] = []
+    stale = (Session.objects.filter(status=SessionStatus.RUNNING, run__status=RunStatus.RUNNING)
+             .filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
+             .values_list("activation_id", "run_id", "agent", "id", "worker"))
+    for activation_id, run_id, agent, session_id, worker in stale:
+        with transaction.atomic():
+            claimed = Activation.objects.filter(
+                pk=activation_id, status__in=ACTIVE_ACTIVATION_STATUSES
+            ).update(status=ActivationStatus.QUEUED)
+            if not claimed:
+                continue
+            event_emit(run_id=run_id, type="retry", agent=agent, session_id=session_id, data={
+                "what": "session_resume", "reason": f"worker {worker or '?'} stopped answering", "delay_s": 0,
+            })
+            reaped.append(str(activation_id))
+            transaction.on_commit(lambda run_id=run_id: run_dispatch_async(run_id=run_id))
+    if reaped:
+        logger.warning("sessions reaped", extra={"activations": reaped})
+    return reaped
 
 
 def _merged(data: dict, key: str, value: Any) -> dict:

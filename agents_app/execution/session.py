@@ -37,7 +37,6 @@ from tools_app.registry import registry_for_agent
 logger = logging.getLogger(__name__)
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
-HEARTBEAT_S = 10.0
 DEMO_RECORDING = Path(__file__).resolve().parent.parent / "llm" / "demo_recording.json"
 NO_PROVIDER_NOTICE = (
     "No model provider is configured for this team (or its API key is not set): "
@@ -222,8 +221,11 @@ async def _heartbeat(session_id) -> None:
 
     from agents_app.models import Session
 
+    from django.conf import settings
+
+    every = min(10.0, settings.MAS_SESSION_STALE_S / 3)
     while True:
-        await asyncio.sleep(HEARTBEAT_S)
+        await asyncio.sleep(every)
         await db(lambda: Session.objects.filter(pk=session_id).update(heartbeat_at=timezone.now()))()
 
 

@@ -1,0 +1,168 @@
+"""Request and response schemas of the runs API (``agents_app.api_runs``).
+
+Limits and budget are closed objects with bounds: a typo in a key or a
+negative limit is a 422 naming the field, never a run that silently ignores
+it. Money is a decimal string, as in the events (``"0.001200"``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agents_app.llm.scripted import validate_script
+
+RunStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+MAX_INPUT_CHARS = 200_000
+SLUG_PATTERN = r"^[-a-zA-Z0-9_]{1,100}$"
+
+
+class RunLimitsIn(BaseModel):
+    """Per-run limits; keys left out take the server's defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_depth: int | None = Field(default=None, ge=0, le=20, description="Deepest spawn/delegate level.")
+    max_fanout: int | None = Field(default=None, ge=0, le=100, description="Children per agent.")
+    max_concurrency: int | None = Field(default=None, ge=1, le=200, description="Sessions at once.")
+    max_retries: int | None = Field(default=None, ge=0, le=10, description="Retries of a failed session.")
+
+
+class RunBudgetIn(BaseModel):
+    """The run's budget: going over stops the next model call with ``policy_denied``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_cost_usd: Decimal | None = Field(default=None, ge=0, max_digits=14, decimal_places=6)
+    warn_cost_usd: Decimal | None = Field(default=None, ge=0, max_digits=14, decimal_places=6)
+    max_large_tier_uses: int | None = Field(default=None, ge=0, le=100_000)
+
+
+class RunIn(BaseModel):
+    """Start a run: an agent of the team and its task."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(pattern=SLUG_PATTERN, description="Slug of one of the team's agents.")
+    input: str = Field(max_length=MAX_INPUT_CHARS, description="The task.")
+    limits: RunLimitsIn | None = None
+    budget: RunBudgetIn | None = None
+    provider: str = Field(default="", pattern=r"^([-a-zA-Z0-9_]{1,100})?$",
+                          description="Slug of one of the team's model providers to use instead of the default.")
+    script: dict[str, Any] | None = Field(
+        default=None,
+        description="Turns for the scripted provider (agent slug → list of turns); the run then uses no real model.",
+    )
+
+    @field_validator("script")
+    @classmethod
+    def _script_shape(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            validate_script(value)  # its ValueError names the agent and turn
+        return value
+
+    def limits_data(self) -> dict[str, Any]:
+        return self.limits.model_dump(exclude_none=True) if self.limits else {}
+
+    def budget_data(self) -> dict[str, Any]:
+        # Stored as JSON: decimals as strings, read back with Decimal(str(...)).
+        return {key: str(value) if isinstance(value, Decimal) else value
+                for key, value in (self.budget.model_dump(exclude_none=True) if self.budget else {}).items()}
+
+
+class RunTotals(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: Decimal
+    duration_s: float | None = Field(description="From start to finish (or to now while running); null while queued.")
+
+
+class RunOut(BaseModel):
+    """A run in a list."""
+
+    id: str
+    agent: str
+    workflow: str
+    status: RunStatusName
+    input: str = Field(description="The task (first 500 characters in lists).")
+    notice: str
+    error: str
+    totals: RunTotals
+    created_by: str | None = Field(description="Username of the user who started it, if any.")
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class SessionOut(BaseModel):
+    id: str
+    agent: str
+    attempt: int
+    tier: str
+    provider: str
+    model: str
+    status: Literal["running", "ok", "failed", "cancelled"]
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: Decimal
+    result: str
+    failure: dict[str, Any] | None = Field(description="The failure report: kind, message, last tool calls, …")
+    meta: dict[str, Any]
+    started_at: datetime
+    finished_at: datetime | None
+
+
+class ActivationOut(BaseModel):
+    id: str
+    parent: str | None = Field(description="The activation that spawned, delegated to or is signalled by this one.")
+    agent: str
+    kind: str = Field(description="root | spawn | delegate | signal | step | tool")
+    depth: int
+    priority: int
+    status: Literal["queued", "dispatched", "running", "done", "failed", "cancelled"]
+    attempts: int
+    input: str
+    result: str
+    created_at: datetime
+    sessions: list[SessionOut]
+
+
+class RunDetailOut(RunOut):
+    """A run with everything it did: outcome, settings and the activation/session tree."""
+
+    input: str = Field(description="The task.")
+    result: str
+    provider: str
+    limits: dict[str, Any]
+    budget: dict[str, Any]
+    versions: dict[str, Any] = Field(description='Definition versions used, e.g. {"agent:lead": 3}.')
+    uses_script: bool = Field(description="The run plays a script with the scripted provider.")
+    activations: list[ActivationOut] = Field(description="Oldest first; follow ``parent`` for the tree.")
+
+
+class EventOut(BaseModel):
+    """One kernel event: the same shape as on the run's websocket."""
+
+    run: str
+    seq: int
+    type: str
+    agent: str
+    session: str | None
+    data: dict[str, Any]
+    created_at: datetime
+
+
+class FileOut(BaseModel):
+    path: str
+    version: int
+    author: str = Field(description="Slug of the agent that wrote it last.")
+    size: int = Field(description="Bytes (UTF-8).")
+    updated_at: datetime
+
+
+class FileContentOut(FileOut):
+    content: str

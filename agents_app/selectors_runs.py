@@ -1,0 +1,87 @@
+"""Reading runs: always through the team, so another team's run is a 404 like a missing one.
+
+Shared by the runs API, the ``run_agent`` command and the admin.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db.models import F, Func, IntegerField, Prefetch, QuerySet
+from django.http import Http404
+from django.utils import timezone
+
+from agents_app.models import Activation, Event, Run, Session, Team, WorkspaceFile
+
+EVENTS_DEFAULT_LIMIT = 500
+EVENTS_MAX_LIMIT = 5000
+
+
+def _run_uuid(run_id: Any) -> uuid.UUID:
+    if isinstance(run_id, uuid.UUID):
+        return run_id
+    try:
+        return uuid.UUID(str(run_id))
+    except ValueError:
+        raise Http404("no such run") from None
+
+
+def run_get(*, team: Team, run_id: Any) -> Run:
+    """The run ``run_id`` of ``team``; 404 for a malformed id, a missing run or another team's."""
+    run = Run.objects.filter(team=team, pk=_run_uuid(run_id)).select_related("created_by").first()
+    if run is None:
+        raise Http404("no such run")
+    return run
+
+
+def run_list(*, team: Team, status: str | None = None, agent: str | None = None, workflow: str | None = None,
+             limit: int = 50, offset: int = 0) -> list[Run]:
+    """The team's runs, newest first, filtered by status, root agent or workflow."""
+    runs: QuerySet[Run] = Run.objects.filter(team=team).select_related("created_by")
+    if status:
+        runs = runs.filter(status=status)
+    if agent:
+        runs = runs.filter(agent=agent)
+    if workflow:
+        runs = runs.filter(workflow=workflow)
+    return list(runs.order_by("-created_at", "-pk")[offset:offset + limit])
+
+
+def run_duration_s(run: Run) -> float | None:
+    """Seconds from start to finish, or to now while it runs; None before it starts."""
+    start = run.started_at
+    if start is None:
+        return None
+    end = run.finished_at or timezone.now()
+    return round(max(0.0, (end - start).total_seconds()), 3)
+
+
+def run_tree(*, run: Run) -> list[Activation]:
+    """The run's activations, oldest first, each with its sessions (``.sessions.all()`` is prefetched)."""
+    sessions = Prefetch("sessions", queryset=Session.objects.order_by("attempt").defer("state"))
+    return list(run.activations.order_by("created_at", "pk").prefetch_related(sessions))
+
+
+def run_events(*, run: Run, after: int = 0, limit: int = EVENTS_DEFAULT_LIMIT) -> list[Event]:
+    """Events of ``run`` with ``seq > after``, in order, at most ``limit`` (capped at 5000)."""
+    limit = max(1, min(limit, EVENTS_MAX_LIMIT))
+    return list(Event.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit])
+
+
+def run_files(*, run: Run) -> QuerySet[WorkspaceFile]:
+    """The run's workspace files by path, with ``size`` in bytes and without their content."""
+    size = Func(F("content"), function="octet_length", output_field=IntegerField())
+    return WorkspaceFile.objects.filter(run=run).order_by("path").defer("content").annotate(size=size)
+
+
+def run_file_get(*, run: Run, path: str) -> WorkspaceFile:
+    file = WorkspaceFile.objects.filter(run=run, path=path).first()
+    if file is None:
+        raise Http404(f"no file {path!r} in this run")
+    return file
+
+
+def file_size(file: WorkspaceFile) -> int:
+    size = getattr(file, "size", None)
+    return size if size is not None else len(file.content.encode("utf-8"))
