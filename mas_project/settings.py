@@ -113,6 +113,11 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 # Sessions heartbeat every 10 s; one silent this long lost its worker and is resumed elsewhere.
 MAS_SESSION_STALE_S = float(os.environ.get("MAS_SESSION_STALE_S", 30))
+# Model calls that fail with a retryable error are retried this often, backing off
+# MAS_PROVIDER_BACKOFF_S × 2^(n−1); a failed session is retried after MAS_RETRY_BACKOFF_S × 2^(attempt−1).
+MAS_PROVIDER_RETRIES = int(os.environ.get("MAS_PROVIDER_RETRIES", 3))
+MAS_PROVIDER_BACKOFF_S = float(os.environ.get("MAS_PROVIDER_BACKOFF_S", 1.0))
+MAS_RETRY_BACKOFF_S = float(os.environ.get("MAS_RETRY_BACKOFF_S", 1.0))
 CELERY_BEAT_SCHEDULE = {
     "reap-sessions": {"task": "agents_app.tasks.reap_sessions", "schedule": max(5.0, MAS_SESSION_STALE_S / 2)},
 }

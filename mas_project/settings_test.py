@@ -3,6 +3,9 @@
 import os
 
 os.environ.setdefault("MAS_CELERY_QUEUE", f"mas-test-{os.getpid()}")
+# Backoffs short enough for tests; worker processes inherit them.
+os.environ.setdefault("MAS_PROVIDER_BACKOFF_S", "0.05")
+os.environ.setdefault("MAS_RETRY_BACKOFF_S", "0.2")
 
 from mas_project.settings import *  # noqa: E402,F401,F403
 from mas_project.settings import CHANNEL_LAYERS, REDIS_URL  # noqa: E402

@@ -330,16 +330,16 @@ def budget_check(*, run_id, tier: str, agent: str, session_id) -> str | None:
         run = Run.objects.select_for_update().only("cost_usd", "budget", "budget_warned", "large_tier_uses").get(
             pk=run_id)
         budget = run.budget or {}
-        if budget.get("max_cost_usd") is not None and run.cost_usd >= Decimal(str(budget["max_cost_usd"])):
-            return f"the run's budget of ${budget['max_cost_usd']} is spent (${run.cost_usd})"
-        if (tier == "large" and budget.get("max_large_tier_uses") is not None
-                and run.large_tier_uses >= int(budget["max_large_tier_uses"])):
-            return f"the run may use the large tier {budget['max_large_tier_uses']} time(s)"
         if (budget.get("warn_cost_usd") is not None and not run.budget_warned
                 and run.cost_usd >= Decimal(str(budget["warn_cost_usd"]))):
             Run.objects.filter(pk=run_id).update(budget_warned=True)
             event_emit(run_id=run_id, type="budget_warning", agent=agent, session_id=session_id,
                        data={"cost_usd": str(run.cost_usd), "warn_cost_usd": str(budget["warn_cost_usd"])})
+        if budget.get("max_cost_usd") is not None and run.cost_usd >= Decimal(str(budget["max_cost_usd"])):
+            return f"the run's budget of ${budget['max_cost_usd']} is spent (${run.cost_usd})"
+        if (tier == "large" and budget.get("max_large_tier_uses") is not None
+                and run.large_tier_uses >= int(budget["max_large_tier_uses"])):
+            return f"the run may use the large tier {budget['max_large_tier_uses']} time(s)"
     return None
 
 
@@ -372,7 +372,7 @@ def session_finish(*, session_id, status: str, result: str, meta: dict[str, Any]
         elif status == SessionStatus.CANCELLED or run.status == RunStatus.CANCELLED:
             activation.status = ActivationStatus.CANCELLED
         elif failure and failure.get("suggested_retry") and activation.attempts <= max_retries:
-            end.retry_in_s = float(2 ** (activation.attempts - 1))
+            end.retry_in_s = settings.MAS_RETRY_BACKOFF_S * 2 ** (activation.attempts - 1)
             next_tier = _next_tier(session.tier, ladder)
             if next_tier:
                 end.escalated_to = next_tier

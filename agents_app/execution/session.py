@@ -18,18 +18,20 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from agents_app.events import event_push_async, event_record, event_to_dict
 from agents_app.execution import services
 from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
 from agents_app.kernel.prompt import ExecutionContext, build_messages, build_system_prompt
-from agents_app.kernel.results import Limits
-from agents_app.llm.pricing import usage_cost
+from agents_app.kernel.results import Limits, Meta, SessionOutcome
+from agents_app.llm.pricing import Prices, usage_cost
 from agents_app.llm.registry import Resolved, provider_for
 from agents_app.llm.scripted import MemoryCursor, ScriptedProvider
 from agents_app.llm.types import ModelRequest, ModelResponse, ProviderError, ToolCall
-from agents_app.models import ModelProvider, Run, WorkspaceFile
+from agents_app.models import ModelProvider, Run, Session, WorkspaceFile
 from agents_app.runner import db
 from tools_app.plugin import ToolContext, ToolError
 from tools_app.registry import registry_for_agent
@@ -68,9 +70,15 @@ class ModelHandle:
 
 def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor) -> tuple[Resolved, str]:
     """The provider a session calls, and a notice when the demo recording stands in."""
-    if run.script is not None:
-        return Resolved(ScriptedProvider(run.script, cursor), "scripted", "scripted", tier), ""
     providers = list(ModelProvider.objects.filter(team_id=run.team_id).prefetch_related("models"))
+    if run.script is not None:
+        # A run's own script plays through the scripted provider, billed at the
+        # team's scripted model of the session's tier when there is one.
+        row = next((m for p in providers if p.provider_type == "scripted" for m in p.models.all() if m.tier == tier),
+                   None)
+        prices = Prices.of(row.input_price, row.output_price) if row else Prices()
+        name = row.name if row else "scripted"
+        return Resolved(ScriptedProvider(run.script, cursor), "scripted", name, tier, prices), ""
     if run.provider:
         providers = [p for p in providers if p.slug == run.provider]
     usable = [p for p in providers if p.provider_type != "scripted" and (p.base_url or os.environ.get(p.api_key_env))]
@@ -216,17 +224,27 @@ def _initial_state(start: services.SessionStart) -> SessionState:
     return SessionState(messages=build_messages(system=system, execution=execution))
 
 
-async def _heartbeat(session_id) -> None:
-    from django.utils import timezone
+def _beat(session_id, run_id) -> bool:
+    """Heartbeat the session; True when its run was cancelled."""
+    Session.objects.filter(pk=session_id).update(heartbeat_at=timezone.now())
+    return services.run_is_cancelled(run_id=run_id)
 
-    from agents_app.models import Session
 
-    from django.conf import settings
-
-    every = min(10.0, settings.MAS_SESSION_STALE_S / 3)
-    while True:
-        await asyncio.sleep(every)
-        await db(lambda: Session.objects.filter(pk=session_id).update(heartbeat_at=timezone.now()))()
+async def _watch(session_id, run_id, task: asyncio.Task) -> None:
+    """Keep the session's heartbeat fresh and stop it within a second of a cancel."""
+    beat_every = min(10.0, settings.MAS_SESSION_STALE_S / 3)
+    since_beat = beat_every
+    while not task.done():
+        await asyncio.sleep(1.0)
+        since_beat += 1.0
+        if since_beat >= beat_every:
+            since_beat = 0.0
+            cancelled = await db(_beat)(session_id, run_id)
+        else:
+            cancelled = await db(services.run_is_cancelled)(run_id=run_id)
+        if cancelled:
+            task.cancel()
+            return
 
 
 async def execute_activation(activation_id: str) -> None:
@@ -251,7 +269,7 @@ async def execute_activation(activation_id: str) -> None:
     if notice:
         await db(lambda: Run.objects.filter(pk=run.id, notice="").update(notice=notice))()
     model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor)
-    await db(lambda: type(session).objects.filter(pk=session.id).update(
+    await db(lambda: Session.objects.filter(pk=session.id).update(
         provider=resolved.provider_slug, model=resolved.model))()
 
     registry = registry_for_agent(agent.spec.tools)
@@ -269,11 +287,21 @@ async def execute_activation(activation_id: str) -> None:
     config = SessionConfig(
         agent=agent.slug, temperature=agent.spec.temperature, max_tokens=agent.spec.max_tokens,
         limits=Limits(max_steps=limits.max_steps, max_tool_calls=limits.max_tool_calls, timeout_s=limits.timeout_s),
+        provider_retries=settings.MAS_PROVIDER_RETRIES, backoff_s=settings.MAS_PROVIDER_BACKOFF_S,
     )
-    heartbeat = asyncio.create_task(_heartbeat(session.id))
+    loop_task = asyncio.create_task(run_session(state=state, model=model, tools=registry.schemas(),
+                                                call_tool=call_tool, store=store, config=config))
+    watcher = asyncio.create_task(_watch(session.id, run.id, loop_task))
     try:
-        outcome = await run_session(state=state, model=model, tools=registry.schemas(), call_tool=call_tool,
-                                    store=store, config=config)
+        outcome = await loop_task
+    except asyncio.CancelledError:
+        # The run was cancelled while the session waited (for a model, a tool):
+        # it stops now, keeping its last checkpoint and partial result.
+        texts = [m.content for m in state.messages if m.role == "assistant" and m.content]
+        outcome = SessionOutcome(status="cancelled", result=texts[-1] if texts else "", meta=Meta(
+            prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
+            tool_calls=state.tool_calls, steps=state.steps, model=model.model, tier=model.tier,
+            cost_usd=state.cost_usd))
     except Exception as error:  # a kernel bug must not leave the session running forever
         logger.exception("session crashed", extra={"run": str(run.id), "session": str(session.id)})
         await store.emit("error", {"where": "session", "kind": "unknown", "message": f"{type(error).__name__}: {error}"})
@@ -283,7 +311,7 @@ async def execute_activation(activation_id: str) -> None:
         await db(services.session_finish)(session_id=session.id, status="failed", result="", meta={},
                                           failure=failure, ladder=list(agent.spec.escalation))
     finally:
-        heartbeat.cancel()
+        watcher.cancel()
     if outcome is not None:
         await db(services.session_finish)(
             session_id=session.id, status=outcome.status, result=outcome.result, meta=outcome.meta.to_dict(),

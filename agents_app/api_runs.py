@@ -1,0 +1,221 @@
+"""REST endpoints of runs: start, list, inspect, follow events, cancel, read workspace files.
+
+Reading needs the ``view`` capability; starting and cancelling need ``run``
+(operators and admins). Every lookup goes through the actor's team
+(``selectors_runs``), so another team's run — or an id that is not a UUID —
+is a 404. The work is done by ``execution.services``, as for the CLI and the
+admin.
+"""
+
+# No `from __future__ import annotations`: ninja reads the annotations at import time.
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Query, Router, Status
+from ninja.errors import ValidationError as NinjaValidationError
+from pydantic import BaseModel, Field
+
+from agents_app.events import event_to_dict
+from agents_app.execution.services import RunError, run_cancel, run_start
+from agents_app.models import Agent, ModelProvider, Run
+from agents_app.permissions import Actor
+from agents_app.schemas import error_responses
+from agents_app.schemas_runs import (
+    EventOut,
+    FileContentOut,
+    FileOut,
+    RunDetailOut,
+    RunIn,
+    RunOut,
+    RunStatusName,
+)
+from agents_app.selectors_runs import (
+    EVENTS_DEFAULT_LIMIT,
+    EVENTS_MAX_LIMIT,
+    file_size,
+    run_duration_s,
+    run_events,
+    run_file_get,
+    run_files,
+    run_get,
+    run_list,
+    run_tree,
+)
+from mas_project.api_auth import api_auth
+
+router = Router(tags=["runs"])
+read, operate = api_auth("view"), api_auth("run")
+
+READ_ERRORS = error_responses(401, 403, 404)
+LIST_ERRORS = error_responses(401, 403, 422)
+START_ERRORS = error_responses(400, 401, 403, 413, 415, 422)
+LIST_INPUT_CHARS = 500
+
+
+# -- response bodies ---------------------------------------------------------------
+
+
+def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": str(run.id),
+        "agent": run.agent,
+        "workflow": run.workflow,
+        "status": run.status,
+        "input": run.input if detail else run.input[:LIST_INPUT_CHARS],
+        "notice": run.notice,
+        "error": run.error,
+        "totals": {
+            "prompt_tokens": run.prompt_tokens,
+            "completion_tokens": run.completion_tokens,
+            "cost_usd": run.cost_usd,
+            "duration_s": run_duration_s(run),
+        },
+        "created_by": run.created_by.get_username() if run.created_by_id else None,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+    }
+    if detail:
+        data |= {
+            "result": run.result,
+            "provider": run.provider,
+            "limits": run.limits,
+            "budget": run.budget,
+            "versions": run.versions,
+            "uses_script": run.script is not None,
+            "activations": [_activation_out(activation) for activation in run_tree(run=run)],
+        }
+    return data
+
+
+def _activation_out(activation) -> dict[str, Any]:
+    return {
+        "id": str(activation.id),
+        "parent": str(activation.parent_id) if activation.parent_id else None,
+        "agent": activation.agent,
+        "kind": activation.kind,
+        "depth": activation.depth,
+        "priority": activation.priority,
+        "status": activation.status,
+        "attempts": activation.attempts,
+        "input": activation.input,
+        "result": activation.result,
+        "created_at": activation.created_at,
+        "sessions": [
+            {
+                "id": str(session.id),
+                "agent": session.agent,
+                "attempt": session.attempt,
+                "tier": session.tier,
+                "provider": session.provider,
+                "model": session.model,
+                "status": session.status,
+                "prompt_tokens": session.prompt_tokens,
+                "completion_tokens": session.completion_tokens,
+                "cost_usd": session.cost_usd,
+                "result": session.result,
+                "failure": session.failure,
+                "meta": session.meta,
+                "started_at": session.started_at,
+                "finished_at": session.finished_at,
+            }
+            for session in activation.sessions.all()
+        ],
+    }
+
+
+def _file_out(file, *, content: bool = False) -> dict[str, Any]:
+    data = {"path": file.path, "version": file.version, "author": file.author, "size": file_size(file),
+            "updated_at": file.updated_at}
+    if content:
+        data["content"] = file.content
+    return data
+
+
+def _invalid(field: str, message: str, type_: str) -> NinjaValidationError:
+    return NinjaValidationError([{"loc": ("body", field), "msg": message, "type": type_}])
+
+
+# -- endpoints -----------------------------------------------------------------------
+
+
+@router.post("/runs", auth=operate, response={201: RunDetailOut, **START_ERRORS}, operation_id="run_start",
+             summary="Start a run of one of the team's agents (operators and admins)")
+def start(request: HttpRequest, payload: RunIn):
+    actor: Actor = request.auth
+    if not Agent.objects.filter(team=actor.team, slug=payload.agent).exists():
+        raise _invalid("agent", f"no agent {payload.agent!r} in team {actor.team.slug}", "unknown_agent")
+    if payload.provider and not ModelProvider.objects.filter(team=actor.team, slug=payload.provider).exists():
+        raise _invalid("provider", f"no model provider {payload.provider!r} in team {actor.team.slug}",
+                       "unknown_provider")
+    try:
+        run = run_start(team=actor.team, agent=payload.agent, input=payload.input, user=actor.user,
+                        limits=payload.limits_data(), budget=payload.budget_data(), provider=payload.provider,
+                        script=payload.script)
+    except RunError as error:
+        raise _invalid("agent", str(error), "run_refused") from None
+    return Status(201, run_out(run_get(team=actor.team, run_id=run.id), detail=True))
+
+
+class RunFilters(BaseModel):
+    status: RunStatusName | None = None
+    agent: str | None = Field(default=None, max_length=100)
+    workflow: str | None = Field(default=None, max_length=100)
+    limit: int = Field(default=50, ge=1, le=500)
+    offset: int = Field(default=0, ge=0, le=10_000_000)
+
+
+@router.get("/runs", auth=read, response={200: list[RunOut], **LIST_ERRORS}, operation_id="run_list",
+            summary="The team's runs, newest first")
+def list_runs(request: HttpRequest, filters: Query[RunFilters]):
+    actor: Actor = request.auth
+    runs = run_list(team=actor.team, status=filters.status, agent=filters.agent, workflow=filters.workflow,
+                    limit=filters.limit, offset=filters.offset)
+    return [run_out(run) for run in runs]
+
+
+@router.get("/runs/{run_id}", auth=read, response={200: RunDetailOut, **READ_ERRORS}, operation_id="run_get",
+            summary="A run: status, totals, result, settings and its activation/session tree")
+def get_run(request: HttpRequest, run_id: str):
+    actor: Actor = request.auth
+    return run_out(run_get(team=actor.team, run_id=run_id), detail=True)
+
+
+class EventQuery(BaseModel):
+    after: int = Field(default=0, ge=0, le=2**62, description="Return events with a sequence number above this.")
+    limit: int = Field(default=EVENTS_DEFAULT_LIMIT, ge=1, le=EVENTS_MAX_LIMIT)
+
+
+@router.get("/runs/{run_id}/events", auth=read, response={200: list[EventOut], **READ_ERRORS, **error_responses(422)},
+            operation_id="run_events", summary="The run's events after a sequence number, in order")
+def list_events(request: HttpRequest, run_id: str, query: Query[EventQuery]):
+    actor: Actor = request.auth
+    run = run_get(team=actor.team, run_id=run_id)
+    return [event_to_dict(event) for event in run_events(run=run, after=query.after, limit=query.limit)]
+
+
+@router.post("/runs/{run_id}/cancel", auth=operate, response={200: RunDetailOut, **READ_ERRORS},
+             operation_id="run_cancel",
+             summary="Cancel a run: its sessions stop at their next step (a finished run is returned as it is)")
+def cancel(request: HttpRequest, run_id: str):
+    actor: Actor = request.auth
+    run = run_get(team=actor.team, run_id=run_id)
+    run_cancel(run=run, user=actor.user)
+    return run_out(run_get(team=actor.team, run_id=run_id), detail=True)
+
+
+@router.get("/runs/{run_id}/files", auth=read, response={200: list[FileOut], **READ_ERRORS},
+            operation_id="run_files", summary="The run's workspace files (without content)")
+def list_files(request: HttpRequest, run_id: str):
+    actor: Actor = request.auth
+    run = run_get(team=actor.team, run_id=run_id)
+    return [_file_out(file) for file in run_files(run=run)]
+
+
+@router.get("/runs/{run_id}/files/{path:path}", auth=read, response={200: FileContentOut, **READ_ERRORS},
+            operation_id="run_file", summary="One workspace file with its content (the path may hold slashes)")
+def get_file(request: HttpRequest, run_id: str, path: str):
+    actor: Actor = request.auth
+    run = run_get(team=actor.team, run_id=run_id)
+    return _file_out(run_file_get(run=run, path=path), content=True)

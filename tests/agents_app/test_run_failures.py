@@ -1,0 +1,161 @@
+"""Each way a session can fail, retry, escalate or be stopped — on a real worker."""
+
+import time
+
+import pytest
+
+from agents_app.definitions.kinds import AGENT, PROVIDER
+from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.execution.services import run_cancel, run_start
+from agents_app.models import Event, Run, Session, WorkspaceFile
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+
+def define(team, kind, text):
+    definition_save(kind=kind, team=team, parsed=definition_parse(kind=kind, team=team, text=text))
+
+
+def agent(team, name, frontmatter=""):
+    define(team, AGENT, f"---\nname: {name}\n{frontmatter}---\n\nYou work.\n")
+
+
+def finish(run, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = Run.objects.get(pk=run.pk)
+        if run.status in {"succeeded", "failed", "cancelled"}:
+            return run
+        time.sleep(0.1)
+    raise AssertionError(f"run still {run.status}")
+
+
+def events(run, type=None):
+    rows = Event.objects.filter(run=run).order_by("seq")
+    return [e for e in rows if type is None or e.type == type]
+
+
+def call(name, **arguments):
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+def test_a_provider_error_no_retry_can_fix_fails_the_run_with_a_report(team_a, celery_worker_process):
+    agent(team_a, "Lead")
+    run = finish(run_start(team=team_a, agent="lead", input="x", script={"lead": [{"error": "auth"}]}))
+    assert run.status == "failed"
+    assert run.error == "provider_error: auth: scripted authentication failure (agent lead, turn 0) (HTTP 401)"
+    [session] = Session.objects.filter(run=run)
+    assert session.status == "failed"
+    assert session.failure == {
+        "kind": "provider_error", "message": "auth: scripted authentication failure (agent lead, turn 0) (HTTP 401)",
+        "last_tool_calls": [], "suggested_retry": False,
+    }
+    assert events(run, "retry") == []
+
+
+def test_rate_limits_are_retried_with_backoff_inside_the_session(team_a, celery_worker_process):
+    agent(team_a, "Lead")
+    script = {"lead": [{"error": "rate_limit"}, {"error": "server"}, {"text": "made it"}]}
+    run = finish(run_start(team=team_a, agent="lead", input="x", script=script))
+    assert (run.status, run.result) == ("succeeded", "made it")
+    retries = [e.data for e in events(run, "retry")]
+    assert [(r["what"], r["attempt"], r["delay_s"]) for r in retries] == [("model_call", 1, 0.05),
+                                                                           ("model_call", 2, 0.1)]
+    assert Session.objects.get(run=run).attempt == 1
+
+
+def test_a_failed_session_is_retried_and_escalated_up_the_ladder(team_a, celery_worker_process):
+    agent(team_a, "Lead", "tier: small\nescalation:\n- small\n- medium\n")
+    # Four server errors use up the first session's model-call retries.
+    script = {"lead": [{"error": "server"}] * 4 + [{"text": "second time lucky"}]}
+    run = finish(run_start(team=team_a, agent="lead", input="x", script=script))
+    assert (run.status, run.result) == ("succeeded", "second time lucky")
+    sessions = list(Session.objects.filter(run=run).order_by("attempt"))
+    assert [(s.attempt, s.tier, s.status) for s in sessions] == [(1, "small", "failed"), (2, "medium", "ok")]
+    assert sessions[0].failure["kind"] == "provider_error" and sessions[0].failure["suggested_retry"] is True
+    assert [e.data for e in events(run, "escalation")] == [{"from": "small", "to": "medium"}]
+    session_retries = [e.data for e in events(run, "retry") if e.data["what"] == "session"]
+    assert session_retries == [{"what": "session", "attempt": 2, "delay_s": 0.2, "reason": "provider_error"}]
+
+
+def test_the_budget_stops_the_run_as_policy_denied(team_a, celery_worker_process):
+    define(team_a, PROVIDER, "---\nname: Scripted\ntype: scripted\nmodels:\n- name: s-medium\n  tier: medium\n"
+                             "  input_price: '10000.0000'\n---\n")
+    agent(team_a, "Lead")
+    script = {"lead": [{**call("vfs_list"), "usage": {"prompt_tokens": 100, "completion_tokens": 1}},
+                       {"text": "never", "usage": {"prompt_tokens": 100, "completion_tokens": 1}}]}
+    run = run_start(team=team_a, agent="lead", input="x", script=script,
+                    budget={"max_cost_usd": "0.5", "warn_cost_usd": "0.2"})
+    run = finish(run)
+    assert run.status == "failed"
+    assert str(run.cost_usd) == "1.000000"
+    [session] = Session.objects.filter(run=run)
+    assert session.failure["kind"] == "policy_denied"
+    assert session.failure["message"] == "the run's budget of $0.5 is spent ($1.000000)"
+    assert [e.data for e in events(run, "budget_warning")] == [{"cost_usd": "1.000000", "warn_cost_usd": "0.2"}]
+    assert len(events(run, "llm_request")) == 1
+
+
+def test_repeating_the_same_call_is_stuck(team_a, celery_worker_process):
+    agent(team_a, "Lead")
+    script = {"lead": [call("vfs_list", prefix="a")] * 3}
+    run = finish(run_start(team=team_a, agent="lead", input="x", script=script))
+    [session] = Session.objects.filter(run=run)
+    assert session.failure["kind"] == "stuck"
+    assert session.failure["message"] == "the same call vfs_list with the same arguments 3 times in a row"
+    assert len(events(run, "tool_call")) == 2
+
+
+def test_cancel_stops_a_session_waiting_for_its_model_within_seconds(team_a, celery_worker_process):
+    agent(team_a, "Lead")
+    run = run_start(team=team_a, agent="lead", input="x", script={"lead": [{"text": "slow", "latency_ms": 30000}]})
+    deadline = time.monotonic() + 20
+    while not Event.objects.filter(run=run, type="llm_request").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    cancelled_at = time.monotonic()
+    run_cancel(run=run)
+    while Session.objects.filter(run=run, status="running").exists():
+        assert time.monotonic() - cancelled_at < 5, "the session did not stop within 5 s"
+        time.sleep(0.1)
+    assert Session.objects.get(run=run).status == "cancelled"
+    assert Run.objects.get(pk=run.pk).status == "cancelled"
+    assert events(run, "llm_response") == []
+
+
+def test_depth_and_fanout_limits_refuse_with_a_clear_tool_error(team_a, celery_worker_process):
+    agent(team_a, "Lead")
+    child = "---\nname: Kid\n---\n\nYou help.\n"
+    script = {
+        "lead": [{"tool_calls": [
+            {"name": "spawn_agent", "arguments": {"filename": "kid.md", "content": child, "task": "a"}},
+            {"name": "spawn_agent", "arguments": {"filename": "kid2.md", "content": child, "task": "b"}},
+        ]}, {"text": "spawned"}],
+        "kid": [call("spawn_agent", filename="grandkid.md", content=child, task="c"), {"text": "kid done"}],
+    }
+    run = finish(run_start(team=team_a, agent="lead", input="x", script=script,
+                           limits={"max_depth": 1, "max_fanout": 1}))
+    results = [(e.agent, e.data["ok"], e.data["error_kind"], e.data["content"]) for e in events(run, "tool_result")]
+    assert ("lead", False, "policy_denied", "fan-out limit reached: lead already has 1 children") in results
+    assert ("kid", False, "policy_denied",
+            "spawn depth limit reached: kid is at depth 1 and the run allows 1") in results
+    assert [e.data["to"] for e in events(run, "spawn")] == ["kid"]
+    assert run.status == "succeeded"
+
+
+def test_paths_cannot_leave_the_workspace_and_a_root_cannot_signal(team_a, celery_worker_process):
+    agent(team_a, "Lead")
+    script = {"lead": [{"tool_calls": [
+        {"name": "vfs_write", "arguments": {"path": "../../etc/passwd", "content": "x"}},
+        {"name": "vfs_read", "arguments": {"path": "a/../../b"}},
+        {"name": "signal_parent", "arguments": {"message": "hi"}},
+    ]}, {"text": "ok"}]}
+    run = finish(run_start(team=team_a, agent="lead", input="x", script=script))
+    results = [(e.data["ok"], e.data["content"]) for e in events(run, "tool_result")]
+    assert results == [
+        (False, "path '../../etc/passwd' leaves the workspace: '..' segments are not allowed"),
+        (False, "path 'a/../../b' leaves the workspace: '..' segments are not allowed"),
+        (False, "signal_parent: this agent is the root of the run and has no parent"),
+    ]
+    assert not WorkspaceFile.objects.filter(run=run).exists()
+    assert events(run, "file_change") == []
