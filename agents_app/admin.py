@@ -343,3 +343,6 @@ class ApiTokenAdmin(TeamMemberAdmin):
             api_token_revoke(token=token)
         count = len(tokens)
         self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
+
+
+from agents_app import admin_runs  # noqa: E402,F401  (runs, sessions, events, files)

@@ -76,6 +76,28 @@ def _team_tool_names(team_id: int) -> set[str]:
     return set(CustomTool.objects.filter(team_id=team_id).values_list("name", flat=True))
 
 
+def worker_definition_resolve(worker: dict[str, Any]) -> AgentDefinition:
+    """The agent behind a custom tool call, as kept in its activation's context."""
+    spec = AgentSpec(name=worker["name"], model=worker.get("model"), tools=[])
+    return AgentDefinition(worker["name"], spec, worker["body"], None, "tool")
+
+
+def tool_worker_activation(*, activation_id, tool_call_id: str, worker: dict[str, Any], prompt: str) -> Activation:
+    """The activation that answers one custom tool call; the same one again after a crash."""
+    with transaction.atomic():
+        parent = Activation.objects.select_related("run").get(pk=activation_id)
+        existing = parent.children.filter(kind="tool", context__tool_call=tool_call_id).first()
+        if existing is not None:
+            return existing
+        run = Run.objects.select_for_update().get(pk=parent.run_id)
+        child = activation_create(run=run, agent=worker["name"], input=prompt, kind="tool", parent=parent,
+                                  priority=parent.priority, context={"worker": worker, "tool_call": tool_call_id})
+        # Run in the caller's process, never by the dispatcher.
+        child.status = ActivationStatus.DISPATCHED
+        child.save(update_fields=["status"])
+    return child
+
+
 def agent_register(*, run: Run, path: str, content: str) -> str:
     """Validate an agent file written under ``agents/``; returns its slug."""
     slug = path.removeprefix("agents/").removesuffix(".md")
@@ -228,7 +250,9 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
             # A live worker has it (a redelivered message): never run one session twice.
             return None
         resumed = session is not None
-        definition = agent_resolve(run=run, slug=activation.agent)
+        worker_agent = activation.context.get("worker")
+        definition = (worker_definition_resolve(worker_agent) if worker_agent
+                      else agent_resolve(run=run, slug=activation.agent))
         if session is None:
             activation.attempts = F("attempts") + 1
             activation.save(update_fields=["attempts"])
@@ -371,7 +395,8 @@ def session_finish(*, session_id, status: str, result: str, meta: dict[str, Any]
             activation.status, activation.result = ActivationStatus.DONE, result
         elif status == SessionStatus.CANCELLED or run.status == RunStatus.CANCELLED:
             activation.status = ActivationStatus.CANCELLED
-        elif failure and failure.get("suggested_retry") and activation.attempts <= max_retries:
+        elif (failure and failure.get("suggested_retry") and activation.attempts <= max_retries
+              and activation.kind != "tool"):  # a tool's caller decides what a failed tool means
             end.retry_in_s = settings.MAS_RETRY_BACKOFF_S * 2 ** (activation.attempts - 1)
             next_tier = _next_tier(session.tier, ladder)
             if next_tier:

@@ -31,9 +31,11 @@ from agents_app.llm.pricing import Prices, usage_cost
 from agents_app.llm.registry import Resolved, provider_for
 from agents_app.llm.scripted import MemoryCursor, ScriptedProvider
 from agents_app.llm.types import ModelRequest, ModelResponse, ProviderError, ToolCall
-from agents_app.models import ModelProvider, Run, Session, WorkspaceFile
+from agents_app.models import Activation, ModelProvider, Run, Session, WorkspaceFile
+from agents_app.specs import CustomToolSpec
 from agents_app.runner import db
 from tools_app.plugin import ToolContext, ToolError
+from tools_app.custom import custom_tool, worker_definition
 from tools_app.registry import registry_for_agent
 
 logger = logging.getLogger(__name__)
@@ -165,8 +167,12 @@ class DatabaseWorkspace:
         return await db(paths)()
 
 
-def kernel_services(*, run: Run, activation_id) -> dict[str, Any]:
-    """What the built-in tools may ask of the kernel, as async callables."""
+def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str]) -> dict[str, Any]:
+    """What the built-in tools may ask of the kernel, as async callables.
+
+    ``tool_call_ids["current"]`` is the id of the tool call being run, so a
+    custom tool's worker is found again (not started twice) after a crash.
+    """
 
     def refusing(func):
         async def call(**kwargs):
@@ -201,6 +207,21 @@ def kernel_services(*, run: Run, activation_id) -> dict[str, Any]:
         await db(services.output_set)(activation_id=activation_id, name=name, value=value)
         return f"Output {name} set."
 
+    async def run_custom_tool(*, tool, prompt: str) -> str:
+        child = await db(services.tool_worker_activation)(
+            activation_id=activation_id, tool_call_id=tool_call_ids.get("current", ""),
+            worker=worker_definition(tool), prompt=prompt,
+        )
+        if child.status not in {"done", "failed", "cancelled"}:
+            await execute_activation(str(child.id))
+        child = await db(lambda: Activation.objects.get(pk=child.id))()
+        if child.status != "done":
+            failure = await db(lambda: Session.objects.filter(activation=child).order_by("-attempt")
+                               .values_list("failure", flat=True).first())()
+            reason = f"{failure['kind']}: {failure['message']}" if failure else child.status
+            raise ToolError(f"{tool.name}: its worker agent failed ({reason})")
+        return child.result
+
     async def register_agent(path: str, content: str) -> str:
         return await refusing(services.agent_register)(run=run, path=path, content=content)
 
@@ -208,10 +229,18 @@ def kernel_services(*, run: Run, activation_id) -> dict[str, Any]:
         return None  # the file is gone: agent_resolve no longer finds it
 
     return {"spawn": spawn, "delegate": delegate, "signal_parent": signal_parent, "set_output": set_output,
-            "register_agent": register_agent, "unregister_agent": unregister_agent}
+            "register_agent": register_agent, "unregister_agent": unregister_agent,
+            "run_custom_tool": run_custom_tool}
 
 
 # -- the session ---------------------------------------------------------------------------
+
+
+def _team_custom_tools(*, team_id, names: list[str]) -> list[CustomToolSpec]:
+    from tools_app.models import CustomTool
+
+    rows = CustomTool.objects.filter(team_id=team_id, name__in=names)
+    return [CustomToolSpec.model_validate(row.spec) for row in rows]
 
 
 def _initial_state(start: services.SessionStart) -> SessionState:
@@ -272,14 +301,19 @@ async def execute_activation(activation_id: str) -> None:
     await db(lambda: Session.objects.filter(pk=session.id).update(
         provider=resolved.provider_slug, model=resolved.model))()
 
-    registry = registry_for_agent(agent.spec.tools)
+    team_tools = await db(_team_custom_tools)(team_id=run.team_id, names=agent.spec.tools or [])
+    registry = registry_for_agent(
+        agent.spec.tools, extra_tools=[custom_tool(spec) for spec in [*agent.spec.custom_tools, *team_tools]]
+    )
+    tool_call_ids: dict[str, str] = {}
     context = ToolContext(
         run_id=str(run.id), agent=agent.slug, session_id=str(session.id),
         workspace=DatabaseWorkspace(run_id=run.id, agent=agent.slug, session_id=session.id),
-        services=kernel_services(run=run, activation_id=activation.id),
+        services=kernel_services(run=run, activation_id=activation.id, tool_call_ids=tool_call_ids),
     )
 
     async def call_tool(call: ToolCall) -> ToolResult:
+        tool_call_ids["current"] = f"{session.id}:{call.id}"
         outcome = await registry.call(call.name, call.arguments, context)
         return ToolResult(ok=outcome.ok, content=outcome.content, error_kind=outcome.error_kind)
 

@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from agents_app.events import event_to_dict
 from agents_app.execution.services import RunError, run_start
 from agents_app.llm.scripted import validate_script
-from agents_app.models import Event, Run, Session, Team, WorkspaceFile
+from agents_app.models import Agent, Event, Run, Session, Team, WorkspaceFile
 from agents_app.models.runs import FINISHED_RUN_STATUSES
 from agents_app.selectors_runs import run_duration_s, run_events
 
@@ -134,6 +134,8 @@ class Command(BaseCommand):
         verbose = options.get("verbosity", 1) >= 2
         team_row = self._team(team)
         script_data = self._script(script) if script else None
+        if not Agent.objects.filter(team=team_row, slug=agent).exists():
+            raise CommandError(f"no agent {agent!r} in team {team_row.slug}")
         self._check_worker(worker_wait)
         try:
             run = run_start(team=team_row, agent=agent, input=task, script=script_data)
