@@ -92,3 +92,28 @@ def test_root_spawns_children_one_delegates_one_signals_and_the_root_finishes(te
     assert all(s.status == "ok" for s in sessions)
     assert run.versions == {"agent:lead": 1, "agent:helper": 1}
     assert run.completion_tokens > 0 and run.prompt_tokens > 0
+
+
+def test_a_finished_run_exported_as_a_script_replays_to_the_same_calls_and_files(team_a, celery_worker_process):
+    from agents_app.execution.replay import run_script_export
+
+    agent(team_a, "Lead")
+    agent(team_a, "Helper")
+    first = wait_for(run_start(team=team_a, agent="lead", input="Explore", script=SCRIPT).id)
+    script = run_script_export(run=first)
+    assert script["lead"][0]["tool_calls"][0] == {"name": "vfs_write",
+                                                  "arguments": {"path": "notes.md", "content": "plan: send two scouts"}}
+    assert [turn.get("text") for turn in script["lead"]] == [None, "Scouts are out.", "All done: the south has water."]
+    assert script["helper"] == [{"text": "North mapped.", "usage": script["helper"][0]["usage"]}]
+
+    replay = wait_for(run_start(team=team_a, agent="lead", input="Explore", script=script).id)
+
+    def calls(run):
+        return sorted((e.agent, e.data["name"], repr(e.data["arguments"]))
+                      for e in Event.objects.filter(run=run, type="tool_call"))
+
+    assert replay.status == "succeeded" and replay.result == first.result
+    assert calls(replay) == calls(first)
+    files = lambda run: dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content"))  # noqa: E731
+    assert files(replay) == files(first)
+    assert (replay.prompt_tokens, replay.completion_tokens) == (first.prompt_tokens, first.completion_tokens)
