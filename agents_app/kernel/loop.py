@@ -114,7 +114,7 @@ def _digest(text: str) -> str:
 
 async def _call_model(
     model: ModelHandle, request: ModelRequest, config: SessionConfig, store: SessionStore,
-    sleep: Callable[[float], Awaitable[None]],
+    sleep: Callable[[float], Awaitable[None]], deadline: Callable[[], float] = lambda: float("inf"),
 ) -> ModelResponse:
     """One model call with retries and exponential backoff on retryable provider errors."""
     buffer: list[str] = []
@@ -133,7 +133,7 @@ async def _call_model(
     while True:
         try:
             response = await asyncio.wait_for(
-                model.complete(request, on_chunk=on_chunk), timeout=request.timeout_s
+                model.complete(request, on_chunk=on_chunk), timeout=max(0.01, min(request.timeout_s, deadline()))
             )
             await flush()
             return response
@@ -142,7 +142,7 @@ async def _call_model(
         except ProviderError as caught:
             error = caught
         buffer.clear()
-        if not error.retryable or attempt >= config.provider_retries:
+        if not error.retryable or attempt >= config.provider_retries or deadline() <= 0:
             raise error
         attempt += 1
         delay = error.retry_after_s or config.backoff_s * 2 ** (attempt - 1)
@@ -211,9 +211,14 @@ async def run_session(
             await store.emit("llm_request", {"model": model.model, "tier": model.tier, "messages": len(state.messages),
                                              "tools": len(tools), "step": state.steps + 1})
             try:
-                response = await _call_model(model, request, config, store, sleep)
+                response = await _call_model(
+                    model, request, config, store, sleep,
+                    deadline=lambda: limits.timeout_s - (elapsed_before + clock() - started),
+                )
             except ProviderError as error:
                 await store.emit("error", {"where": "model_call", "kind": error.kind, "message": str(error)})
+                if elapsed_before + clock() - started >= limits.timeout_s:
+                    return await fail("timeout", f"the session ran longer than {limits.timeout_s:g} s", retry=True)
                 return await fail("provider_error", str(error), retry=error.retryable or error.kind == "malformed")
             cost = model.cost(response)
             state.steps += 1

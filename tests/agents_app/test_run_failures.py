@@ -159,3 +159,26 @@ def test_paths_cannot_leave_the_workspace_and_a_root_cannot_signal(team_a, celer
     ]
     assert not WorkspaceFile.objects.filter(run=run).exists()
     assert events(run, "file_change") == []
+
+
+def test_a_session_over_its_time_limit_fails_as_timeout(team_a, celery_worker_process):
+    agent(team_a, "Lead", "limits:\n  timeout_s: 1\n")
+    run = finish(run_start(team=team_a, agent="lead", input="x", limits={"max_retries": 0},
+                           script={"lead": [{"text": "too late", "latency_ms": 5000}]}))
+    [session] = Session.objects.filter(run=run)
+    assert session.failure["kind"] == "timeout"
+    assert session.failure["message"] == "the session ran longer than 1 s"
+    assert session.failure["suggested_retry"] is True
+    assert run.status == "failed"
+
+
+def test_tool_calls_that_keep_failing_end_the_session_as_tool_error(team_a, celery_worker_process):
+    agent(team_a, "Lead")
+    script = {"lead": [call("vfs_read", path=f"missing-{i}.md") for i in range(6)]}
+    run = finish(run_start(team=team_a, agent="lead", input="x", script=script, limits={"max_retries": 0}))
+    [session] = Session.objects.filter(run=run)
+    assert session.failure["kind"] == "tool_error"
+    assert session.failure["message"].startswith("5 tool calls in a row failed; last: vfs_read: File not found: "
+                                                 "missing-4.md.")
+    assert len(session.failure["last_tool_calls"]) == 5
+    assert run.status == "failed"
