@@ -17,8 +17,10 @@ from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import BaseModel, Field
 
 from agents_app.events import event_to_dict
+from agents_app.execution.replay import run_script_export
 from agents_app.execution.services import RunError, run_cancel, run_start
 from agents_app.models import Agent, ModelProvider, Run
+from agents_app.models.runs import FINISHED_RUN_STATUSES
 from agents_app.permissions import Actor
 from agents_app.schemas import error_responses
 from agents_app.schemas_runs import (
@@ -203,6 +205,18 @@ def cancel(request: HttpRequest, run_id: str):
     run = run_get(team=actor.team, run_id=run_id)
     run_cancel(run=run, user=actor.user)
     return run_out(run_get(team=actor.team, run_id=run_id), detail=True)
+
+
+@router.get("/runs/{run_id}/script", auth=read,
+            response={200: dict[str, list[dict[str, Any]]], **READ_ERRORS, **error_responses(409)},
+            operation_id="run_script",
+            summary="A finished run as a script for the scripted provider (replay it with POST /api/runs)")
+def export_script(request: HttpRequest, run_id: str):
+    actor: Actor = request.auth
+    run = run_get(team=actor.team, run_id=run_id)
+    if run.status not in FINISHED_RUN_STATUSES:
+        return Status(409, {"detail": f"the run is still {run.status}: export it once it has finished"})
+    return run_script_export(run=run)
 
 
 @router.get("/runs/{run_id}/files", auth=read, response={200: list[FileOut], **READ_ERRORS},

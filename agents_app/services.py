@@ -133,7 +133,15 @@ DEFINITION_MODELS = (
     "tools_app.mcpserver",
     "workflows_app.workflow",
 )
-READ_ONLY_MODELS = ("agents_app.providermodel", "agents_app.definitionversion")
+READ_ONLY_MODELS = (
+    "agents_app.providermodel",
+    "agents_app.definitionversion",
+    "agents_app.run",
+    "agents_app.activation",
+    "agents_app.session",
+    "agents_app.event",
+    "agents_app.workspacefile",
+)
 
 
 def role_groups_sync(**_kwargs) -> None:

@@ -236,6 +236,8 @@ async def run_session(
             })
             await store.checkpoint(state)
             if not response.tool_calls:
+                if await store.cancelled():  # cancelled while the last answer was on its way
+                    return SessionOutcome(status="cancelled", result=response.text, meta=meta())
                 return SessionOutcome(status="ok", result=response.text, meta=meta())
             pending = list(response.tool_calls)
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from agents_app.events import event_to_dict
 from agents_app.execution.services import RunError, run_start
@@ -35,6 +37,13 @@ def _short(value: Any, width: int = 60) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def money(value: Any) -> str:
+    try:
+        return f"${Decimal(str(value or 0)):.6f}"
+    except InvalidOperation:
+        return f"${value}"
 
 
 def short_arguments(arguments: Any, width: int = 100) -> str:
@@ -64,7 +73,7 @@ def describe_event(event: dict[str, Any], *, verbose: bool = False) -> str | Non
         said = (f"{len(calls)} tool call(s): {', '.join(c.get('name', '?') for c in calls)}" if calls
                 else f"answers {_short(data.get('text', ''))!r}")
         return (f"model replied: {usage.get('prompt_tokens', 0)} in / {usage.get('completion_tokens', 0)} out tokens,"
-                f" ${data.get('cost_usd', '0')}; {said}")
+                f" {money(data.get('cost_usd'))}; {said}")
     if kind == "stream_chunk":
         return f"… {_short(data.get('text', ''))}" if verbose else None
     if kind == "tool_call":
@@ -87,9 +96,11 @@ def describe_event(event: dict[str, Any], *, verbose: bool = False) -> str | Non
     if kind == "escalation":
         return f"escalates tier {data.get('from')} → {data.get('to')}"
     if kind == "budget_warning":
-        return f"budget warning: ${data.get('cost_usd')} spent (warning at ${data.get('warn_cost_usd')})"
+        return f"budget warning: {money(data.get('cost_usd'))} spent (warning at {money(data.get('warn_cost_usd'))})"
     if kind == "error":
-        return f"ERROR in {data.get('where')} ({data.get('kind')}): {_short(data.get('message', ''), 120)}"
+        error_kind, message = data.get("kind"), str(data.get("message", ""))
+        message = message.removeprefix(f"{error_kind}: ")  # provider errors start with their kind
+        return f"ERROR in {data.get('where')} ({error_kind}): {_short(message, 120)}"
     if kind == "session_end":
         meta, failure = data.get("meta") or {}, data.get("failure")
         line = (f"session {data.get('status')} after {meta.get('duration_s', '?')} s, "
@@ -189,7 +200,7 @@ class Command(BaseCommand):
         queue = settings.CELERY_TASK_DEFAULT_QUEUE
         try:
             replies = app.control.inspect(timeout=max(0.5, wait)).active_queues() or {}
-        except Exception as error:  # broker down: say so rather than hang
+        except (OSError, KombuOperationalError) as error:  # broker down: say so rather than hang
             raise CommandError(f"cannot reach the Celery broker ({error}); is Redis running?") from None
         if not any(q.get("name") == queue for queues in replies.values() for q in queues or []):
             raise CommandError(
@@ -229,7 +240,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Sessions:   {len(sessions)}" + (f" ({by_status})" if sessions else ""))
         self.stdout.write(f"Tool calls: {tool_calls}")
         self.stdout.write(f"Tokens:     {run.prompt_tokens} in / {run.completion_tokens} out")
-        self.stdout.write(f"Cost:       ${run.cost_usd}")
+        self.stdout.write(f"Cost:       {money(run.cost_usd)}")
         self.stdout.write(f"Files:      {files}")
         if run.notice:
             self.stdout.write(f"Notice:     {run.notice}")
