@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""How many sessions one worker process carries when the model takes 1 s per turn.
+
+For each level S (default 10, 50, 100, 200) the script queues S runs, each
+one agent of 3 model turns (vfs_write, vfs_write, final answer), every turn
+``latency_ms=1000`` — S independent sessions, as S users starting runs at
+once. (One run with S spawned children would measure the run's row lock and
+``max_fanout``/``max_concurrency`` limits instead of the worker.) The runs are
+created in one transaction, so their dispatch messages are published together
+at commit and all S sessions arrive at once, on a fresh worker warmed by two
+zero-latency runs.
+
+Figures per level, from the events' database timestamps:
+- achieved steps/s = model turns ÷ (first session_start .. last session_end),
+  against the ideal S steps/s (S sessions ÷ 1 s latency) — the ratio;
+- step time p50/p95 (llm_request to the next llm_request; ideal 1000 ms);
+- peak RSS of the worker process (psutil, with children), peak Postgres
+  backends on the bench database.
+
+A last level replays 50 sessions on the demo's worker settings
+(``--concurrency 8``) to show what a thread-per-session pool gives.
+
+    .venv/bin/python bench/concurrency.py [--levels 10,50,100,200] [--db-threads 12] [--workers 1] [--no-demo]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import itertools
+
+import _common as c
+
+AGENT = "waiter"
+TURNS = 3
+LATENCY_MS = 1000
+
+
+def script() -> dict:
+    write = [{"latency_ms": LATENCY_MS, "tool_calls": [
+        {"name": "vfs_write", "arguments": {"path": f"out/{i}.md", "content": f"part {i}"}}]} for i in range(TURNS - 1)]
+    return {AGENT: write + [{"latency_ms": LATENCY_MS, "text": "done"}]}
+
+
+WARM_UP = {AGENT: [{"text": "warm"}]}
+
+
+class BackendSampler:
+    """Peak number of PostgreSQL backends on the bench database while the level runs."""
+
+    def __init__(self) -> None:
+        self.peak, self._stop = 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, c.db_backends())
+            time.sleep(0.25)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def _busy(before, after) -> float:
+    """CPU seconds the whole machine spent not idle between two psutil.cpu_times() readings."""
+    def unused(times) -> float:  # idle, waiting for I/O, or taken by the hypervisor
+        return times.idle + getattr(times, "iowait", 0) + getattr(times, "steal", 0)
+
+    return sum(after) - sum(before) - (unused(after) - unused(before))
+
+
+def _redis_cpu() -> float:
+    import psutil
+
+    total = 0.0
+    for process in psutil.process_iter(["name"]):
+        if process.info["name"] == "redis-server":
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+    return total
+
+
+def level(team, sessions: int, *, concurrency: int, db_threads: int, workers: int) -> dict:
+    import psutil
+    from django.db import transaction
+
+    from agents_app.execution.services import run_start
+    from agents_app.models import Event
+
+    pool = [c.Worker(concurrency=concurrency, db_threads=db_threads).start() for _ in range(workers)]
+    with BackendSampler() as backends:
+        try:
+            # Warm each worker (imports, connections) with zero-latency runs, then start all S at once:
+            # inside one transaction every run's dispatch is published together, at commit.
+            c.runs_wait([run_start(team=team, agent=AGENT, input="warm-up", script=WARM_UP).id
+                         for _ in range(2 * workers)], timeout=60)
+            for worker in pool:
+                worker.reset_peak()
+            pg_cpu = c.pg_cpu_seconds()
+            machine_cpu, own_cpu, redis_cpu = psutil.cpu_times(), psutil.Process().cpu_times(), _redis_cpu()
+            with transaction.atomic():
+                ids = [run_start(team=team, agent=AGENT, input="Wait for the model", script=script()).id
+                       for _ in range(sessions)]
+            c.runs_wait(ids, timeout=240)
+            worker_cpu = sum(w.cpu_used() for w in pool)
+            machine_busy = _busy(machine_cpu, psutil.cpu_times())
+            own = psutil.Process().cpu_times()
+            bench_cpu = own.user + own.system - own_cpu.user - own_cpu.system
+            redis_cpu = _redis_cpu() - redis_cpu
+        finally:
+            for worker in pool:
+                worker.stop()
+    time.sleep(0.5)  # the worker's backends exit and are reaped: their CPU moves to the postmaster's children
+    pg_cpu = c.pg_cpu_seconds() - pg_cpu
+    rows = list(Event.objects.filter(run_id__in=ids).order_by("run_id", "seq")
+                .values_list("session_id", "type", "created_at"))
+    starts = [at for _, kind, at in rows if kind == "session_start"]
+    ends = [at for _, kind, at in rows if kind == "session_end"]
+    steps = sum(1 for _, kind, _ in rows if kind == "llm_response")
+    window = (max(ends) - min(starts)).total_seconds()
+    by_session: dict = {}
+    for session_id, kind, at in rows:
+        if kind == "llm_request":
+            by_session.setdefault(session_id, []).append(at)
+    step_times = [(b - a).total_seconds() for times in by_session.values() for a, b in itertools.pairwise(times)]
+    return {
+        "sessions": sessions, "steps": steps, "window": window, "achieved": steps / window, "ideal": sessions / 1.0,
+        "start_spread": (max(starts) - min(starts)).total_seconds(), "step_times": step_times,
+        "peak_rss": sum(w.peak_rss for w in pool), "backends": backends.peak, "events": len(rows),
+        "worker_cpu": worker_cpu, "machine_busy": machine_busy, "bench_cpu": bench_cpu,
+        "push_failed": sum(w.log_count("event push failed") for w in pool), "redis_cpu": redis_cpu, "pg_cpu": pg_cpu,
+        "command": pool[0].command_line() + (f"  (x{workers} processes)" if workers > 1 else ""),
+    }
+
+
+def report(result: dict) -> None:
+    ratio = result["achieved"] / result["ideal"]
+    ideal_window = TURNS * LATENCY_MS / 1000
+    c.say(f"  {result['sessions']:>3} sessions: {result['steps']} steps in {result['window']:.2f} s "
+          f"(ideal {ideal_window:.0f} s) -> {result['achieved']:.1f} steps/s vs ideal {result['ideal']:.0f} "
+          f"= {ratio:.0%}; step p50 {c.percentile(result['step_times'], 50) * 1000:.0f} ms, "
+          f"p95 {c.percentile(result['step_times'], 95) * 1000:.0f} ms; sessions started over "
+          f"{result['start_spread']:.2f} s; peak RSS {c.mib(result['peak_rss'])}; "
+          f"peak PG backends {result['backends']}; {result['events'] / result['window']:.0f} events/s; "
+          f"CPU: worker {result['worker_cpu'] / result['window']:.2f} cores, "
+          f"Postgres {result['pg_cpu'] / result['window']:.2f} cores "
+          f"({result['worker_cpu'] / result['steps'] * 1000:.0f} + {result['pg_cpu'] / result['steps'] * 1000:.0f} ms "
+          f"CPU per step); whole machine {result['machine_busy'] / result['window']:.2f} of {c.os.cpu_count()} cores busy "
+          f"(Redis {result['redis_cpu'] / result['window']:.2f}, this script {result['bench_cpu'] / result['window']:.2f}, "
+          f"other {(result['machine_busy'] - result['worker_cpu'] - result['pg_cpu'] - result['bench_cpu'] - result['redis_cpu']) / result['window']:.2f})")
+    if result["push_failed"]:
+        c.say(f"       {result['push_failed']} events were not pushed to websockets (\"event push failed\" in "
+              "the worker log; their rows are stored)")
+    c.say(f"       worker: {result['command']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", default="10,50,100,200")
+    parser.add_argument("--db-threads", type=int, default=12, help="MAS_DB_THREADS of each worker")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (sessions split between them)")
+    parser.add_argument("--headroom", type=int, default=8, help="Celery threads beyond the sessions (dispatch tasks)")
+    parser.add_argument("--no-demo", action="store_true", help="skip the level on the demo's --concurrency 8")
+    parser.add_argument("--keep-db", action="store_true")
+    args = parser.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    c.say(f"concurrency: scripted model, {LATENCY_MS} ms per turn, {TURNS} turns per session (2 x vfs_write + answer)")
+    c.say(f"machine {c.machine()}, {c.now_utc()}, load average {c.os.getloadavg()[0]:.2f}")
+    c.django_setup()
+    c.say(f"database {c.BENCH_DB}: created and migrated in {c.database_create():.1f} s; "
+          f"server {c.server_settings()}")
+    c.redis_flush()
+    results = []
+    try:
+        team = c.team_with_agent(slug="bench-concurrency", agent=AGENT)
+        for sessions in levels:
+            per_worker = -(-sessions // args.workers)
+            result = level(team, sessions, concurrency=per_worker + args.headroom, db_threads=args.db_threads,
+                           workers=args.workers)
+            report(result)
+            results.append(result)
+        if not args.no_demo:
+            c.say("  the demo's worker settings (--pool threads --concurrency 8), for comparison:")
+            result = level(team, 50, concurrency=8, db_threads=args.db_threads, workers=1)
+            report(result)
+            results.append(result)
+    finally:
+        if not args.keep_db:
+            c.database_drop()
+        c.redis_flush()
+    c.say("\nsummary (sessions: achieved / ideal steps/s = ratio, peak RSS)")
+    for r in results:
+        c.say(f"  {r['sessions']:>3}: {r['achieved']:6.1f} / {r['ideal']:3.0f} = {r['achieved'] / r['ideal']:4.0%}, "
+              f"{c.mib(r['peak_rss'])}  [{r['command'].split(' --concurrency ')[1].split()[0]} Celery threads]")
+
+
+if __name__ == "__main__":
+    main()
