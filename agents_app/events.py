@@ -6,6 +6,7 @@ after: a websocket client never sees an event the database does not have.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -62,25 +63,83 @@ def event_record(*, run_id, type: str, data: dict[str, Any] | None = None, agent
         )
 
 
+def _message(payloads: list[dict[str, Any]]) -> dict[str, Any]:
+    # One channel message per commit: {"type": "run.events", "events": [...]}, in seq order.
+    return {"type": "run.events", "events": payloads}
+
+
 def event_push(payload: dict[str, Any]) -> None:
-    """Send a committed event to its run's websocket group (from sync code)."""
+    """Send a committed event to its run's websocket group (from sync code).
+
+    In a worker, the push is handed to the process's session loop and not
+    waited for; elsewhere (the web process) it is sent before returning.
+    """
+    from agents_app.runner import runner
+
+    loop = runner.running_loop()
+    if loop is not None:
+        asyncio.run_coroutine_threadsafe(events_push_async([payload]), loop)
+        return
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(run_group(payload["run"]), {"type": "run.event", "event": payload})
+        async_to_sync(layer.group_send)(run_group(payload["run"]), _message([payload]))
     except Exception:  # the row is the truth; a client that missed a push replays it
         logger.warning("event push failed", extra={"run": payload["run"], "seq": payload["seq"]}, exc_info=True)
 
 
-async def event_push_async(payload: dict[str, Any]) -> None:
+async def events_push_async(payloads: list[dict[str, Any]]) -> None:
+    """Send committed events (of one run) to its websocket group, in one message."""
     layer = get_channel_layer()
-    if layer is None:
+    if layer is None or not payloads:
         return
     try:
-        await layer.group_send(run_group(payload["run"]), {"type": "run.event", "event": payload})
+        await layer.group_send(run_group(payloads[0]["run"]), _message(payloads))
     except Exception:
-        logger.warning("event push failed", extra={"run": payload["run"], "seq": payload["seq"]}, exc_info=True)
+        logger.warning("event push failed", extra={"run": payloads[0]["run"], "seq": payloads[0]["seq"]},
+                       exc_info=True)
+
+
+def events_insert(*, run_id, session_id, agent: str, events: list[tuple[str, dict[str, Any]]],
+                  usage: tuple[int, int, str, int] | None = None) -> list[dict[str, Any]]:
+    """Insert a batch of a session's events in one statement; add usage to the run in the same UPDATE.
+
+    The hot path of the kernel: raw SQL, one round trip for the run row and
+    one for the events. Must run inside a transaction.
+    """
+    import json
+
+    from django.utils import timezone
+
+    prompt, completion, cost, large = usage or (0, 0, "0", 0)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE agents_app_run SET next_seq = next_seq + %s, prompt_tokens = prompt_tokens + %s, "
+            "completion_tokens = completion_tokens + %s, cost_usd = cost_usd + %s::numeric, "
+            "large_tier_uses = large_tier_uses + %s WHERE id = %s RETURNING next_seq",
+            [len(events), prompt, completion, cost, large, run_id],
+        )
+        last = cursor.fetchone()[0]
+        if not events:
+            return []
+        now = timezone.now()
+        first = last - len(events) + 1
+        events = [(type_, _bounded(data)) for type_, data in events]
+        rows, params = [], []
+        for offset, (type_, data) in enumerate(events):
+            rows.append("(%s, %s, %s, %s, %s, %s::jsonb, %s)")
+            params += [run_id, first + offset, type_, agent, session_id, json.dumps(data, default=str), now]
+        cursor.execute(
+            "INSERT INTO agents_app_event (run_id, seq, type, agent, session_id, data, created_at) VALUES "
+            + ", ".join(rows), params,
+        )
+    created = now.isoformat()
+    return [
+        {"run": str(run_id), "seq": first + offset, "type": type_, "agent": agent,
+         "session": str(session_id) if session_id else None, "data": data, "created_at": created}
+        for offset, (type_, data) in enumerate(events)
+    ]
 
 
 def event_emit(*, run_id, type: str, data: dict[str, Any] | None = None, agent: str = "", session_id=None) -> Event:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, connection
 
 T = TypeVar("T")
 
@@ -39,6 +39,12 @@ class LoopRunner:
                     self._loop, self._pid = loop, os.getpid()
         return self._loop
 
+    def running_loop(self) -> asyncio.AbstractEventLoop | None:
+        """This process's session loop if it was started (in a worker), else None."""
+        if self._loop is not None and self._pid == os.getpid() and self._loop.is_running():
+            return self._loop
+        return None
+
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the shared loop and wait for its result (from any thread but the loop's)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop()).result()
@@ -48,11 +54,19 @@ runner = LoopRunner(db_threads=int(os.environ.get("MAS_DB_THREADS", "12")))
 
 
 def db(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
-    """Run a sync ORM function on the loop's database threads."""
+    """Run a sync ORM function on the loop's database threads.
+
+    Connections are reused across calls without a health-check query each
+    time (that round trip cost more than most calls); a call that finds its
+    connection broken drops it, so the next call reconnects.
+    """
 
     @functools.wraps(func)
-    def fresh(*args, **kwargs):
-        close_old_connections()
-        return func(*args, **kwargs)
+    def guarded(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (InterfaceError, OperationalError):
+            connection.close()
+            raise
 
-    return sync_to_async(fresh, thread_sensitive=False)
+    return sync_to_async(guarded, thread_sensitive=False)

@@ -126,7 +126,8 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [os.environ.get("CHANNELS_REDIS_URL", REDIS_URL)],
+            # Hundreds of sessions push at once: a pool larger than redis-py's 100.
+            "hosts": [{"address": os.environ.get("CHANNELS_REDIS_URL", REDIS_URL), "max_connections": 1000}],
             "prefix": os.environ.get("MAS_CHANNELS_PREFIX", "mas"),
         },
     }

@@ -162,7 +162,10 @@ SERVICES = {
         "celery",
         [
             str(BIN / "celery"), "-A", "mas_project", "worker", "-l", "info", "-Q",
-            os.environ.get("MAS_CELERY_QUEUE", "mas"), "--pool", "threads", "--concurrency", "8",
+            # A Celery thread only waits while its session runs on the worker's
+            # asyncio loop: threads are cheap, and they bound concurrent sessions.
+            os.environ.get("MAS_CELERY_QUEUE", "mas"), "--pool", "threads",
+            "--concurrency", os.environ.get("MAS_WORKER_CONCURRENCY", "256"),
             "-n", f"mas-worker@{os.uname().nodename}",
         ],
     ),

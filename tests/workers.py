@@ -24,7 +24,7 @@ class Worker:
 
 
 def start_worker(label: str, *, queue: str | None = None, env: dict[str, str] | None = None,
-                 concurrency: int = 16) -> Worker:
+                 concurrency: int = 64) -> Worker:
     """Start ``celery worker`` against the test database; wait until it answers a ping."""
     from mas_project.celery import app
 

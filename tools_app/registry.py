@@ -9,6 +9,7 @@ text the model can read and act on (SPEC §3).
 from __future__ import annotations
 
 import copy
+import functools
 import dataclasses
 import json
 import logging
@@ -118,7 +119,13 @@ def _tidy(node: Any, *, is_properties: bool = False) -> Any:
 
 def parameters_schema(tool: Tool) -> dict[str, Any]:
     """The JSON schema of a tool's parameters, cleaned for every provider."""
-    raw = tool.Parameters.model_json_schema()
+    return copy.deepcopy(_schema_of(tool.Parameters))
+
+
+@functools.lru_cache(maxsize=1024)
+def _schema_of(params: type[BaseModel]) -> dict[str, Any]:
+    # Every session builds a registry: pydantic's schema generation is too slow to repeat.
+    raw = params.model_json_schema()
     defs = raw.pop("$defs", {})
     schema = _tidy(_inline_refs(raw, defs))
     schema["type"] = "object"

@@ -318,33 +318,6 @@ def _merged(data: dict, key: str, value: Any) -> dict:
     return {**(data or {}), key: value}
 
 
-def session_checkpoint(*, session_id, state: dict[str, Any], run_id, agent: str, cursor: int | None) -> None:
-    """Store the session's state; the scripted position moves with it, in one transaction."""
-    with transaction.atomic():
-        Session.objects.filter(pk=session_id).update(state=state, heartbeat_at=timezone.now())
-        if cursor is not None:
-            run = Run.objects.select_for_update().only("script_cursor").get(pk=run_id)
-            run.script_cursor = {**run.script_cursor, agent: cursor}
-            run.save(update_fields=["script_cursor"])
-
-
-def usage_record(*, run_id, session_id, prompt_tokens: int, completion_tokens: int, cost: Decimal,
-                 tier: str) -> Run:
-    """Add one model call's usage to the session and the run; returns the run's totals."""
-    Session.objects.filter(pk=session_id).update(
-        prompt_tokens=F("prompt_tokens") + prompt_tokens,
-        completion_tokens=F("completion_tokens") + completion_tokens,
-        cost_usd=F("cost_usd") + cost,
-    )
-    Run.objects.filter(pk=run_id).update(
-        prompt_tokens=F("prompt_tokens") + prompt_tokens,
-        completion_tokens=F("completion_tokens") + completion_tokens,
-        cost_usd=F("cost_usd") + cost,
-        large_tier_uses=F("large_tier_uses") + (1 if tier == "large" else 0),
-    )
-    return Run.objects.only("cost_usd", "large_tier_uses", "budget", "budget_warned").get(pk=run_id)
-
-
 def budget_check(*, run_id, tier: str, agent: str, session_id) -> str | None:
     """The reason another model call is refused by the run's budget, or None.
 
@@ -365,10 +338,6 @@ def budget_check(*, run_id, tier: str, agent: str, session_id) -> str | None:
                 and run.large_tier_uses >= int(budget["max_large_tier_uses"])):
             return f"the run may use the large tier {budget['max_large_tier_uses']} time(s)"
     return None
-
-
-def run_is_cancelled(*, run_id) -> bool:
-    return Run.objects.filter(pk=run_id, status=RunStatus.CANCELLED).exists()
 
 
 @dataclass

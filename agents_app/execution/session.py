@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from agents_app.events import event_push_async, event_record, event_to_dict
+from agents_app.events import events_insert, events_push_async
 from agents_app.execution import services
 from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
 from agents_app.kernel.prompt import ExecutionContext, build_messages, build_system_prompt
@@ -94,44 +94,139 @@ def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor) -> tup
 
 
 class DatabaseStore:
-    """:class:`agents_app.kernel.loop.SessionStore` on Postgres and the Channels layer."""
+    """:class:`agents_app.kernel.loop.SessionStore` on Postgres and the Channels layer.
 
-    def __init__(self, *, run_id, session_id, agent: str, tier: str, cursor: MemoryCursor | None) -> None:
+    Events are buffered and written with the next checkpoint, in one
+    transaction and one INSERT; the ones a watcher needs at once (a model call
+    starting, streamed text, a tool starting) are written immediately. The
+    cancel flag is set by the process's :class:`SessionMonitor`, not polled.
+    """
+
+    LIVE = frozenset({"llm_request", "stream_chunk", "tool_call"})
+
+    def __init__(self, *, run_id, session_id, agent: str, tier: str, cursor: MemoryCursor | None,
+                 budget: dict[str, Any]) -> None:
         self.run_id, self.session_id, self.agent, self.tier, self.cursor = run_id, session_id, agent, tier, cursor
+        self.budget = budget
+        self.pending: list[tuple[str, dict[str, Any]]] = []
+        self.usage = [0, 0, Decimal(0), 0]
+        self.cancel_requested = False
+        self.saved_position: int | None = cursor.get(agent) if cursor is not None else None
 
     async def checkpoint(self, state: SessionState) -> None:
         position = self.cursor.get(self.agent) if self.cursor is not None else None
         state.cursor = {self.agent: position} if position is not None else {}
-        await db(services.session_checkpoint)(
-            session_id=self.session_id, state=state.to_dict(), run_id=self.run_id, agent=self.agent, cursor=position
-        )
+        await self.flush(state=state.to_dict(), position=position)
 
     async def emit(self, type: str, data: dict[str, Any]) -> None:
-        payload = await db(self._record)(type, data)
-        await event_push_async(payload)
+        self.pending.append((type, data))
+        if type == "llm_response":
+            usage = data["usage"]
+            self.usage[0] += usage["prompt_tokens"]
+            self.usage[1] += usage["completion_tokens"]
+            self.usage[2] += Decimal(data["cost_usd"])
+            self.usage[3] += 1 if self.tier == "large" else 0
+        if type in self.LIVE:
+            await self.flush()
 
-    def _record(self, type: str, data: dict[str, Any]) -> dict[str, Any]:
-        with transaction.atomic():
-            event = event_record(run_id=self.run_id, type=type, data=data, agent=self.agent,
-                                 session_id=self.session_id)
-            if type == "llm_response":
-                # The call's usage and cost land with its event, in one transaction.
-                usage = data["usage"]
-                services.usage_record(
-                    run_id=self.run_id, session_id=self.session_id, prompt_tokens=usage["prompt_tokens"],
-                    completion_tokens=usage["completion_tokens"], cost=Decimal(data["cost_usd"]), tier=self.tier,
-                )
-        return event_to_dict(event)
+    async def flush(self, *, state: dict[str, Any] | None = None, position: int | None = None) -> None:
+        if not self.pending and state is None:
+            return
+        events, self.pending = self.pending, []
+        usage, self.usage = self.usage, [0, 0, Decimal(0), 0]
+        if position == self.saved_position:
+            position = None
+        payloads = await db(_flush)(
+            run_id=self.run_id, session_id=self.session_id, agent=self.agent, events=events, state=state,
+            usage=(usage[0], usage[1], str(usage[2]), usage[3]), position=position,
+        )
+        if position is not None:
+            self.saved_position = position
+        await events_push_async(payloads)
 
     async def cancelled(self) -> bool:
-        return await db(services.run_is_cancelled)(run_id=self.run_id)
+        return self.cancel_requested
 
     async def before_model_call(self, state: SessionState) -> None:
+        if not self.budget:
+            return
+        await self.flush()  # the budget reads the run's totals
         reason = await db(services.budget_check)(
             run_id=self.run_id, tier=self.tier, agent=self.agent, session_id=self.session_id
         )
         if reason:
             raise PolicyDenied(reason)
+
+
+def _flush(*, run_id, session_id, agent: str, events, state, usage, position) -> list[dict[str, Any]]:
+    """One transaction: the session's events, its usage on the run and session, its checkpoint."""
+    with transaction.atomic():
+        payloads = events_insert(run_id=run_id, session_id=session_id, agent=agent, events=events,
+                                 usage=usage if usage[0] or usage[1] or usage[3] or usage[2] != "0" else None)
+        with connection.cursor() as cursor:
+            if state is not None or usage[0] or usage[1]:
+                cursor.execute(
+                    "UPDATE agents_app_session SET prompt_tokens = prompt_tokens + %s, "
+                    "completion_tokens = completion_tokens + %s, cost_usd = cost_usd + %s::numeric, "
+                    "state = COALESCE(%s::jsonb, state), heartbeat_at = CASE WHEN %s THEN now() ELSE heartbeat_at END "
+                    "WHERE id = %s",
+                    [usage[0], usage[1], usage[2], json.dumps(state) if state is not None else None,
+                     state is not None, session_id],
+                )
+            if position is not None:
+                # The scripted position moves with the checkpoint: a resumed session replays the same turn.
+                cursor.execute(
+                    "UPDATE agents_app_run SET script_cursor = script_cursor || jsonb_build_object(%s::text, %s) "
+                    "WHERE id = %s", [agent, position, run_id],
+                )
+    return payloads
+
+
+class SessionMonitor:
+    """Per worker process: heartbeats every running session and notices cancelled runs, in bulk."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[Any, tuple[Any, DatabaseStore, asyncio.Task]] = {}
+        self.task: asyncio.Task | None = None
+
+    def watch(self, session_id, run_id, store: DatabaseStore, task: asyncio.Task) -> None:
+        self.sessions[session_id] = (run_id, store, task)
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def forget(self, session_id) -> None:
+        self.sessions.pop(session_id, None)
+
+    async def _run(self) -> None:
+        beat_every = min(10.0, settings.MAS_SESSION_STALE_S / 3)
+        since_beat = 0.0
+        while self.sessions:
+            await asyncio.sleep(1.0)
+            since_beat += 1.0
+            beat = since_beat >= beat_every
+            if beat:
+                since_beat = 0.0
+            watched = dict(self.sessions)
+            try:
+                cancelled = await db(_monitor_tick)(
+                    session_ids=list(watched) if beat else [], run_ids={run for run, _, _ in watched.values()}
+                )
+            except Exception:
+                logger.warning("session monitor tick failed", exc_info=True)
+                continue
+            for session_id, (run_id, store, task) in watched.items():
+                if run_id in cancelled and not store.cancel_requested:
+                    store.cancel_requested = True
+                    task.cancel()
+
+
+def _monitor_tick(*, session_ids: list, run_ids: set) -> set:
+    if session_ids:
+        Session.objects.filter(pk__in=session_ids).update(heartbeat_at=timezone.now())
+    return set(Run.objects.filter(pk__in=run_ids, status="cancelled").values_list("pk", flat=True))
+
+
+monitor = SessionMonitor()
 
 
 # -- the workspace ------------------------------------------------------------------------
@@ -253,29 +348,6 @@ def _initial_state(start: services.SessionStart) -> SessionState:
     return SessionState(messages=build_messages(system=system, execution=execution))
 
 
-def _beat(session_id, run_id) -> bool:
-    """Heartbeat the session; True when its run was cancelled."""
-    Session.objects.filter(pk=session_id).update(heartbeat_at=timezone.now())
-    return services.run_is_cancelled(run_id=run_id)
-
-
-async def _watch(session_id, run_id, task: asyncio.Task) -> None:
-    """Keep the session's heartbeat fresh and stop it within a second of a cancel."""
-    beat_every = min(10.0, settings.MAS_SESSION_STALE_S / 3)
-    since_beat = beat_every
-    while not task.done():
-        await asyncio.sleep(1.0)
-        since_beat += 1.0
-        if since_beat >= beat_every:
-            since_beat = 0.0
-            cancelled = await db(_beat)(session_id, run_id)
-        else:
-            cancelled = await db(services.run_is_cancelled)(run_id=run_id)
-        if cancelled:
-            task.cancel()
-            return
-
-
 async def execute_activation(activation_id: str) -> None:
     start = await db(services.session_begin)(activation_id=activation_id, worker=WORKER)
     if start is None:
@@ -284,7 +356,8 @@ async def execute_activation(activation_id: str) -> None:
     resumed_state = session.state if start.resumed and session.state else None
     state = SessionState.from_dict(resumed_state) if resumed_state else _initial_state(start)
     cursor = MemoryCursor(dict(run.script_cursor))
-    store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier=session.tier, cursor=cursor)
+    store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier=session.tier, cursor=cursor,
+                          budget=run.budget)
     try:
         resolved, notice = await db(model_resolve)(run=run, ref=agent.spec.model or session.tier,
                                                    tier=session.tier, cursor=cursor)
@@ -325,7 +398,7 @@ async def execute_activation(activation_id: str) -> None:
     )
     loop_task = asyncio.create_task(run_session(state=state, model=model, tools=registry.schemas(),
                                                 call_tool=call_tool, store=store, config=config))
-    watcher = asyncio.create_task(_watch(session.id, run.id, loop_task))
+    monitor.watch(session.id, run.id, store, loop_task)
     try:
         outcome = await loop_task
     except asyncio.CancelledError:
@@ -339,13 +412,15 @@ async def execute_activation(activation_id: str) -> None:
     except Exception as error:  # a kernel bug must not leave the session running forever
         logger.exception("session crashed", extra={"run": str(run.id), "session": str(session.id)})
         await store.emit("error", {"where": "session", "kind": "unknown", "message": f"{type(error).__name__}: {error}"})
+        await store.flush()
         outcome = None
         failure = {"kind": "unknown", "message": f"{type(error).__name__}: {error}", "last_tool_calls":
                    state.last_tool_calls(), "suggested_retry": True}
         await db(services.session_finish)(session_id=session.id, status="failed", result="", meta={},
                                           failure=failure, ladder=list(agent.spec.escalation))
     finally:
-        watcher.cancel()
+        monitor.forget(session.id)
+        await store.flush()
     if outcome is not None:
         await db(services.session_finish)(
             session_id=session.id, status=outcome.status, result=outcome.result, meta=outcome.meta.to_dict(),
