@@ -14,8 +14,8 @@ from .common import (
     as_dict,
     emit_chunk,
     error_from_status,
+    other_error,
     parse_tool_call,
-    transport_error,
 )
 from .types import (
     ChunkCallback,
@@ -84,12 +84,7 @@ def map_error(exc: BaseException) -> ProviderError:
         return ProviderError(STREAM_ERROR_KINDS.get(error_type, "server"), f"anthropic: {exc.message}")  # type: ignore[arg-type]
     if isinstance(exc, anthropic.APIError):
         return ProviderError("server", f"anthropic: {exc.message}")
-    mapped = transport_error(exc, "anthropic")
-    if mapped is not None:
-        return mapped
-    if isinstance(exc, ValueError):
-        return ProviderError("malformed", f"anthropic: unreadable response ({exc})")
-    raise exc
+    return other_error(exc, "anthropic")
 
 
 class AnthropicProvider:

@@ -127,3 +127,13 @@ def dumps_arguments(call: ToolCall) -> str:
 
 def as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def other_error(exc: BaseException, provider: str) -> ProviderError:
+    """The errors every SDK shares: transport failures, unreadable responses; anything else is re-raised."""
+    mapped = transport_error(exc, provider)
+    if mapped is not None:
+        return mapped
+    if isinstance(exc, ValueError):
+        return ProviderError("malformed", f"{provider}: unreadable response ({exc})")
+    raise exc

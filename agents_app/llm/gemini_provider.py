@@ -10,7 +10,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as gt
 
-from .common import PerLoop, emit_chunk, error_from_status, transport_error
+from .common import PerLoop, emit_chunk, error_from_status, other_error
 from .types import (
     ChunkCallback,
     Message,
@@ -73,12 +73,7 @@ def map_error(exc: BaseException) -> ProviderError:
         if not exc.code:
             return ProviderError("server", message)
         return error_from_status(int(exc.code), message, headers)
-    mapped = transport_error(exc, "gemini")
-    if mapped is not None:
-        return mapped
-    if isinstance(exc, ValueError):
-        return ProviderError("malformed", f"gemini: unreadable response ({exc})")
-    raise exc
+    return other_error(exc, "gemini")
 
 
 class GeminiProvider:

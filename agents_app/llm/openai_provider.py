@@ -13,8 +13,8 @@ from .common import (
     dumps_arguments,
     emit_chunk,
     error_from_status,
+    other_error,
     parse_tool_call,
-    transport_error,
 )
 from .types import (
     ChunkCallback,
@@ -63,12 +63,7 @@ def map_error(exc: BaseException) -> ProviderError:
         return error_from_status(exc.status_code, f"openai: {exc.message}", exc.response.headers)
     if isinstance(exc, openai.APIError):  # an error event inside the stream
         return ProviderError("server", f"openai: {exc.message}")
-    mapped = transport_error(exc, "openai")
-    if mapped is not None:
-        return mapped
-    if isinstance(exc, ValueError):
-        return ProviderError("malformed", f"openai: unreadable response ({exc})")
-    raise exc
+    return other_error(exc, "openai")
 
 
 class OpenAIProvider:
