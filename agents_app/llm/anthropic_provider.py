@@ -3,7 +3,6 @@ with tool use."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -11,6 +10,7 @@ import anthropic
 
 from .common import (
     PerLoop,
+    StreamingProvider,
     as_dict,
     emit_chunk,
     error_from_status,
@@ -87,10 +87,11 @@ def map_error(exc: BaseException) -> ProviderError:
     return other_error(exc, "anthropic")
 
 
-class AnthropicProvider:
+class AnthropicProvider(StreamingProvider):
     """Messages API with ``stream=True``; text and tool-use blocks assembled from deltas."""
 
     name = "anthropic"
+    map_error = staticmethod(map_error)
 
     def __init__(self, *, api_key: str, base_url: str | None = None, timeout_s: float = 120.0) -> None:
         self.base_url = base_url or None
@@ -112,16 +113,6 @@ class AnthropicProvider:
         if request.temperature is not None:
             params["temperature"] = request.temperature
         return params
-
-    async def complete(self, request: ModelRequest, *, on_chunk: ChunkCallback | None = None) -> ModelResponse:
-        client = self._clients.get()
-        try:
-            async with asyncio.timeout(request.timeout_s):
-                return await self._stream(client, request, on_chunk)
-        except ProviderError:
-            raise
-        except Exception as exc:
-            raise map_error(exc) from exc
 
     async def _stream(self, client: anthropic.AsyncAnthropic, request: ModelRequest,
                       on_chunk: ChunkCallback | None) -> ModelResponse:

@@ -137,3 +137,30 @@ def other_error(exc: BaseException, provider: str) -> ProviderError:
     if isinstance(exc, ValueError):
         return ProviderError("malformed", f"{provider}: unreadable response ({exc})")
     raise exc
+
+
+class StreamingProvider:
+    """Base of the SDK providers: one bounded, streamed call; SDK errors mapped to ProviderError.
+
+    Subclasses set ``_clients`` (a :class:`PerLoop` of SDK clients) and
+    implement ``_stream`` and ``map_error``.
+    """
+
+    _clients: PerLoop
+
+    async def complete(self, request, *, on_chunk: ChunkCallback | None = None):
+        client = self._clients.get()
+        try:
+            async with asyncio.timeout(request.timeout_s):
+                return await self._stream(client, request, on_chunk)
+        except ProviderError:
+            raise
+        except Exception as exc:
+            raise self.map_error(exc) from exc
+
+    async def _stream(self, client, request, on_chunk):  # pragma: no cover - abstract
+        raise TypeError(f"{type(self).__name__} must define _stream")
+
+    @staticmethod
+    def map_error(exc: BaseException) -> ProviderError:  # pragma: no cover - abstract
+        raise exc

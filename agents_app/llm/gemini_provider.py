@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as gt
 
-from .common import PerLoop, emit_chunk, error_from_status, other_error
+from .common import (
+    PerLoop,
+    StreamingProvider,
+    emit_chunk,
+    error_from_status,
+    other_error,
+)
 from .types import (
     ChunkCallback,
     Message,
@@ -76,10 +81,11 @@ def map_error(exc: BaseException) -> ProviderError:
     return other_error(exc, "gemini")
 
 
-class GeminiProvider:
+class GeminiProvider(StreamingProvider):
     """``generate_content_stream``; function calls arrive whole, one part each."""
 
     name = "gemini"
+    map_error = staticmethod(map_error)
 
     def __init__(self, *, api_key: str, base_url: str | None = None, timeout_s: float = 120.0) -> None:
         self.base_url = base_url or None
@@ -99,16 +105,6 @@ class GeminiProvider:
             http_options=gt.HttpOptions(timeout=int(request.timeout_s * 1000)),
         )
         return contents, config
-
-    async def complete(self, request: ModelRequest, *, on_chunk: ChunkCallback | None = None) -> ModelResponse:
-        client = self._clients.get()
-        try:
-            async with asyncio.timeout(request.timeout_s):
-                return await self._stream(client, request, on_chunk)
-        except ProviderError:
-            raise
-        except Exception as exc:
-            raise map_error(exc) from exc
 
     async def _stream(self, client: genai.Client, request: ModelRequest,
                       on_chunk: ChunkCallback | None) -> ModelResponse:

@@ -3,13 +3,13 @@ through the official ``openai`` SDK, streaming, with tool calls."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import openai
 
 from .common import (
     PerLoop,
+    StreamingProvider,
     dumps_arguments,
     emit_chunk,
     error_from_status,
@@ -66,10 +66,11 @@ def map_error(exc: BaseException) -> ProviderError:
     return other_error(exc, "openai")
 
 
-class OpenAIProvider:
+class OpenAIProvider(StreamingProvider):
     """Chat Completions with ``stream=True`` and usage in the last chunk."""
 
     name = "openai"
+    map_error = staticmethod(map_error)
 
     def __init__(self, *, api_key: str, base_url: str | None = None, timeout_s: float = 120.0) -> None:
         self.base_url = base_url or None
@@ -90,16 +91,6 @@ class OpenAIProvider:
         if request.max_tokens is not None:
             params["max_tokens"] = request.max_tokens
         return params
-
-    async def complete(self, request: ModelRequest, *, on_chunk: ChunkCallback | None = None) -> ModelResponse:
-        client = self._clients.get()
-        try:
-            async with asyncio.timeout(request.timeout_s):
-                return await self._stream(client, request, on_chunk)
-        except ProviderError:
-            raise
-        except Exception as exc:
-            raise map_error(exc) from exc
 
     async def _stream(self, client: openai.AsyncOpenAI, request: ModelRequest,
                       on_chunk: ChunkCallback | None) -> ModelResponse:
