@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Count, Q
 from django.utils.html import format_html, format_html_join
 
-from agents_app.admin_base import DefinitionAdmin, TeamScopedAdmin, team_ids, teams_with
+from agents_app.admin_base import DefinitionAdmin, ReadOnlyTeamAdmin, TeamScopedAdmin, team_ids, teams_with
 from agents_app.models import (
     ROLE_CAPABILITIES,
     Agent,
@@ -94,7 +94,7 @@ class ModelProviderAdmin(DefinitionAdmin):
 
 
 @admin.register(DefinitionVersion)
-class DefinitionVersionAdmin(TeamScopedAdmin):
+class DefinitionVersionAdmin(ReadOnlyTeamAdmin):
     """Saved versions: immutable, so nobody adds or changes one here."""
 
     list_display = ("__str__", "team", "kind", "slug", "number", "author", "source", "created_at")
@@ -109,16 +109,6 @@ class DefinitionVersionAdmin(TeamScopedAdmin):
     def markdown(self, obj):
         return format_html("<pre style='white-space: pre-wrap'>{}</pre>", obj.content)
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        # Versions go with their team; a superuser deleting a team must be
-        # allowed to delete them too (the confirmation page checks this).
-        return request.user.is_superuser
 
 
 # -- teams, members, tokens --------------------------------------------------------

@@ -396,3 +396,19 @@ class DefinitionAdmin(TeamScopedAdmin):
             **(extra_context or {}),
         }
         return super().history_view(request, object_id, extra_context=context)
+
+
+class ReadOnlyTeamAdmin(TeamScopedAdmin):
+    """Rows nobody adds or changes in the admin (versions, what the kernel writes).
+
+    They go with their team (or run): only a superuser deleting that may delete them.
+    """
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser

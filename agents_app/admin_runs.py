@@ -15,7 +15,7 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
 
-from agents_app.admin_base import TeamScopedAdmin, team_ids
+from agents_app.admin_base import ReadOnlyTeamAdmin, team_ids
 from agents_app.execution.services import run_cancel
 from agents_app.models import Activation, Event, Run, Session, WorkspaceFile
 from agents_app.models.runs import FINISHED_RUN_STATUSES
@@ -29,31 +29,30 @@ def pretty_json(value) -> str:
                        json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
 
+def change_link(model: str, pk) -> str:
+    """A link to one row's admin page, labelled with the start of its id."""
+    return format_html("<a href='{}'>{}</a>", reverse(f"admin:agents_app_{model}_change", args=[pk]), str(pk)[:8])
+
+
 def changelist_link(model: str, text: str, **params) -> str:
     query = "&".join(f"{key}={value}" for key, value in params.items())
     return format_html("<a href='{}?{}'>{}</a>", reverse(f"admin:agents_app_{model}_changelist"), query, text)
 
 
-class ReadOnlyAdmin(TeamScopedAdmin):
-    """Rows the kernel writes: viewed by team members, never added or changed here."""
+class ReadOnlyAdmin(ReadOnlyTeamAdmin):
+    """Rows the kernel writes: viewed by team members by role, never added or changed here."""
 
     use_model_perms = False
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        # They go with their run (and a run with its team): superusers only.
-        return request.user.is_superuser
 
 
 class RunChildAdmin(ReadOnlyAdmin):
     """Sessions, events and files: their team is their run's."""
 
     team_lookup = "run__team"
+
+    @admin.display(description="Run")
+    def run_link(self, obj):
+        return change_link("run", obj.run_id)
 
     def team_id_of(self, obj) -> int:
         return obj.run.team_id
@@ -104,8 +103,7 @@ class SessionInline(ReadOnlyInline):
 
     @admin.display(description="Session")
     def session_link(self, obj):
-        return format_html("<a href='{}'>{}</a>", reverse("admin:agents_app_session_change", args=[obj.pk]),
-                           str(obj.pk)[:8])
+        return change_link("session", obj.pk)
 
     @admin.display(description="Failure")
     def failure_kind(self, obj):
@@ -213,11 +211,6 @@ class SessionAdmin(RunChildAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).defer("state")
 
-    @admin.display(description="Run")
-    def run_link(self, obj):
-        return format_html("<a href='{}'>{}</a>", reverse("admin:agents_app_run_change", args=[obj.run_id]),
-                           str(obj.run_id)[:8])
-
     @admin.display(description="Failure")
     def show_failure(self, obj):
         return pretty_json(obj.failure)
@@ -262,11 +255,6 @@ class EventAdmin(RunChildAdmin):
             return True
         return super().lookup_allowed(lookup, value, request)
 
-    @admin.display(description="Run")
-    def run_link(self, obj):
-        return format_html("<a href='{}'>{}</a>", reverse("admin:agents_app_run_change", args=[obj.run_id]),
-                           str(obj.run_id)[:8])
-
     @admin.display(description="Data")
     def summary(self, obj):
         text = json.dumps(obj.data, ensure_ascii=False, default=str)
@@ -289,11 +277,6 @@ class WorkspaceFileAdmin(RunChildAdmin):
         if lookup == "run":
             return True
         return super().lookup_allowed(lookup, value, request)
-
-    @admin.display(description="Run")
-    def run_link(self, obj):
-        return format_html("<a href='{}'>{}</a>", reverse("admin:agents_app_run_change", args=[obj.run_id]),
-                           str(obj.run_id)[:8])
 
     @admin.display(description="Content")
     def show_content(self, obj):
