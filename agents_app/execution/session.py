@@ -404,8 +404,7 @@ async def execute_activation(activation_id: str) -> None:
     except asyncio.CancelledError:
         # The run was cancelled while the session waited (for a model, a tool):
         # it stops now, keeping its last checkpoint and partial result.
-        texts = [m.content for m in state.messages if m.role == "assistant" and m.content]
-        outcome = SessionOutcome(status="cancelled", result=texts[-1] if texts else "", meta=Meta(
+        outcome = SessionOutcome(status="cancelled", result=state.partial_result(), meta=Meta(
             prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
             tool_calls=state.tool_calls, steps=state.steps, model=model.model, tier=model.tier,
             cost_usd=state.cost_usd))

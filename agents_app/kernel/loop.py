@@ -65,6 +65,11 @@ class SessionState:
                 return [call for call in message.tool_calls if call.id not in done]
         return []
 
+    def partial_result(self) -> str:
+        """The model's last text so far: what a session that stops early keeps."""
+        texts = [m.content for m in self.messages if m.role == "assistant" and m.content]
+        return texts[-1] if texts else ""
+
     def last_tool_calls(self, count: int = 5) -> list[dict[str, Any]]:
         calls = [call.to_dict() for m in self.messages if m.role == "assistant" for call in m.tool_calls]
         return calls[-count:]
@@ -177,21 +182,17 @@ async def run_session(
             cost_usd=state.cost_usd,
         )
 
-    def partial() -> str:
-        texts = [m.content for m in state.messages if m.role == "assistant" and m.content]
-        return texts[-1] if texts else ""
-
     async def fail(kind: str, message: str, *, retry: bool) -> SessionOutcome:
         state.elapsed_s = elapsed_before + clock() - started
         await store.checkpoint(state)
         report = FailureReport(kind=kind, message=message, last_tool_calls=state.last_tool_calls(), suggested_retry=retry)
-        return SessionOutcome(status="failed", result=partial(), meta=meta(), failure=report)
+        return SessionOutcome(status="failed", result=state.partial_result(), meta=meta(), failure=report)
 
     while True:
         if await store.cancelled():
             state.elapsed_s = elapsed_before + clock() - started
             await store.checkpoint(state)
-            return SessionOutcome(status="cancelled", result=partial(), meta=meta())
+            return SessionOutcome(status="cancelled", result=state.partial_result(), meta=meta())
         if elapsed_before + clock() - started > limits.timeout_s:
             return await fail("timeout", f"the session ran longer than {limits.timeout_s:g} s", retry=True)
 
