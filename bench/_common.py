@@ -49,6 +49,7 @@ ENV = {
     "MAS_DEFS_ROOT": tempfile.mkdtemp(prefix="mas-bench-defs-"),
     "MAS_LOG_LEVEL": "WARNING",
     "MAS_WARM_EMBEDDINGS": "0",
+    "DJANGO_DEBUG": "0",  # as in production: no per-query log in the worker
 }
 os.environ.update(ENV)
 sys.path.insert(0, str(ROOT))
@@ -84,15 +85,27 @@ def summary_ms(values_s: list[float]) -> str:
 # -- the private database and Redis DB ---------------------------------------------
 
 
-def admin_query(sql: str, params=None, *, dbname: str = "postgres"):
-    """Run SQL on the server of the project's settings (the ``postgres`` maintenance database by default)."""
-    import psycopg
+def _conn_params(dbname: str) -> dict:
     from django.db import connection
 
     conn_params = {**connection.get_connection_params(), "dbname": dbname}
     conn_params.pop("cursor_factory", None)
     conn_params.pop("context", None)
-    with psycopg.connect(**conn_params, autocommit=True) as conn:
+    return conn_params
+
+
+def conninfo(*, dbname: str) -> str:
+    """A libpq connection string for ``dbname`` on the project's PostgreSQL server."""
+    import psycopg
+
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in _conn_params(dbname).items() if v not in (None, "")})
+
+
+def admin_query(sql: str, params=None, *, dbname: str = "postgres"):
+    """Run SQL on the server of the project's settings (the ``postgres`` maintenance database by default)."""
+    import psycopg
+
+    with psycopg.connect(**_conn_params(dbname), autocommit=True) as conn:
         cursor = conn.execute(sql, params)
         return cursor.fetchall() if cursor.description else None
 

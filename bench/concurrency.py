@@ -13,6 +13,10 @@ zero-latency runs.
 Figures per level, from the events' database timestamps:
 - achieved steps/s = model turns ÷ (first session_start .. last session_end),
   against the ideal S steps/s (S sessions ÷ 1 s latency) — the ratio;
+- steady state: model turns per second while all S sessions were running
+  (from the last session_start to the first session_end), against S steps/s —
+  what the worker carries once the burst of session starts is behind it (use
+  ``--turns 10`` so that window is long);
 - step time p50/p95 (llm_request to the next llm_request; ideal 1000 ms);
 - peak RSS of the worker process (psutil, with children), peak Postgres
   backends on the bench database.
@@ -20,7 +24,7 @@ Figures per level, from the events' database timestamps:
 A last level replays 50 sessions on the demo's worker settings
 (``--concurrency 8``) to show what a thread-per-session pool gives.
 
-    .venv/bin/python bench/concurrency.py [--levels 10,50,100,200] [--db-threads 12] [--workers 1] [--no-demo]
+    .venv/bin/python bench/concurrency.py [--levels 10,50,100,200] [--turns 3] [--db-threads 12] [--workers 1] [--no-demo]
 """
 
 from __future__ import annotations
@@ -42,9 +46,9 @@ TURNS = 3
 LATENCY_MS = 1000
 
 
-def script() -> dict:
+def script(turns: int) -> dict:
     write = [{"latency_ms": LATENCY_MS, "tool_calls": [
-        {"name": "vfs_write", "arguments": {"path": f"out/{i}.md", "content": f"part {i}"}}]} for i in range(TURNS - 1)]
+        {"name": "vfs_write", "arguments": {"path": f"out/{i}.md", "content": f"part {i}"}}]} for i in range(turns - 1)]
     return {AGENT: write + [{"latency_ms": LATENCY_MS, "text": "done"}]}
 
 
@@ -94,7 +98,7 @@ def _redis_cpu() -> float:
     return total
 
 
-def level(team, sessions: int, *, concurrency: int, db_threads: int, workers: int) -> dict:
+def level(team, sessions: int, *, concurrency: int, db_threads: int, workers: int, turns: int = TURNS) -> dict:
     import psutil
     from django.db import transaction
 
@@ -107,13 +111,13 @@ def level(team, sessions: int, *, concurrency: int, db_threads: int, workers: in
             # Warm each worker (imports, connections) with zero-latency runs, then start all S at once:
             # inside one transaction every run's dispatch is published together, at commit.
             c.runs_wait([run_start(team=team, agent=AGENT, input="warm-up", script=WARM_UP).id
-                         for _ in range(2 * workers)], timeout=60)
+                         for _ in range(20 * workers)], timeout=60)
             for worker in pool:
                 worker.reset_peak()
             pg_cpu = c.pg_cpu_seconds()
             machine_cpu, own_cpu, redis_cpu = psutil.cpu_times(), psutil.Process().cpu_times(), _redis_cpu()
             with transaction.atomic():
-                ids = [run_start(team=team, agent=AGENT, input="Wait for the model", script=script()).id
+                ids = [run_start(team=team, agent=AGENT, input="Wait for the model", script=script(turns)).id
                        for _ in range(sessions)]
             c.runs_wait(ids, timeout=240)
             worker_cpu = sum(w.cpu_used() for w in pool)
@@ -137,7 +141,13 @@ def level(team, sessions: int, *, concurrency: int, db_threads: int, workers: in
         if kind == "llm_request":
             by_session.setdefault(session_id, []).append(at)
     step_times = [(b - a).total_seconds() for times in by_session.values() for a, b in itertools.pairwise(times)]
+    # Steady state: while every session of the level was running (last start .. first end).
+    all_in, first_out = max(starts), min(ends)
+    steady_window = (first_out - all_in).total_seconds()
+    steady_steps = sum(1 for _, kind, at in rows if kind == "llm_response" and all_in <= at <= first_out)
     return {
+        "turns": turns, "steady_window": steady_window,
+        "steady": steady_steps / steady_window if steady_window > 0.5 else None,
         "sessions": sessions, "steps": steps, "window": window, "achieved": steps / window, "ideal": sessions / 1.0,
         "start_spread": (max(starts) - min(starts)).total_seconds(), "step_times": step_times,
         "peak_rss": sum(w.peak_rss for w in pool), "backends": backends.peak, "events": len(rows),
@@ -149,7 +159,7 @@ def level(team, sessions: int, *, concurrency: int, db_threads: int, workers: in
 
 def report(result: dict) -> None:
     ratio = result["achieved"] / result["ideal"]
-    ideal_window = TURNS * LATENCY_MS / 1000
+    ideal_window = result["turns"] * LATENCY_MS / 1000
     c.say(f"  {result['sessions']:>3} sessions: {result['steps']} steps in {result['window']:.2f} s "
           f"(ideal {ideal_window:.0f} s) -> {result['achieved']:.1f} steps/s vs ideal {result['ideal']:.0f} "
           f"= {ratio:.0%}; step p50 {c.percentile(result['step_times'], 50) * 1000:.0f} ms, "
@@ -162,6 +172,9 @@ def report(result: dict) -> None:
           f"CPU per step); whole machine {result['machine_busy'] / result['window']:.2f} of {c.os.cpu_count()} cores busy "
           f"(Redis {result['redis_cpu'] / result['window']:.2f}, this script {result['bench_cpu'] / result['window']:.2f}, "
           f"other {(result['machine_busy'] - result['worker_cpu'] - result['pg_cpu'] - result['bench_cpu'] - result['redis_cpu']) / result['window']:.2f})")
+    if result["steady"] is not None:
+        c.say(f"       steady state (all {result['sessions']} sessions running, {result['steady_window']:.1f} s): "
+              f"{result['steady']:.1f} steps/s vs ideal {result['ideal']:.0f} = {result['steady'] / result['ideal']:.0%}")
     if result["push_failed"]:
         c.say(f"       {result['push_failed']} events were not pushed to websockets (\"event push failed\" in "
               "the worker log; their rows are stored)")
@@ -176,9 +189,11 @@ def main() -> None:
     parser.add_argument("--headroom", type=int, default=8, help="Celery threads beyond the sessions (dispatch tasks)")
     parser.add_argument("--no-demo", action="store_true", help="skip the level on the demo's --concurrency 8")
     parser.add_argument("--keep-db", action="store_true")
+    parser.add_argument("--turns", type=int, default=TURNS, help="model turns per session (1 s each)")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
-    c.say(f"concurrency: scripted model, {LATENCY_MS} ms per turn, {TURNS} turns per session (2 x vfs_write + answer)")
+    c.say(f"concurrency: scripted model, {LATENCY_MS} ms per turn, {args.turns} turns per session "
+          f"({args.turns - 1} x vfs_write + answer)")
     c.say(f"machine {c.machine()}, {c.now_utc()}, load average {c.os.getloadavg()[0]:.2f}")
     c.django_setup()
     c.say(f"database {c.BENCH_DB}: created and migrated in {c.database_create():.1f} s; "
@@ -190,12 +205,12 @@ def main() -> None:
         for sessions in levels:
             per_worker = -(-sessions // args.workers)
             result = level(team, sessions, concurrency=per_worker + args.headroom, db_threads=args.db_threads,
-                           workers=args.workers)
+                           workers=args.workers, turns=args.turns)
             report(result)
             results.append(result)
         if not args.no_demo:
             c.say("  the demo's worker settings (--pool threads --concurrency 8), for comparison:")
-            result = level(team, 50, concurrency=8, db_threads=args.db_threads, workers=1)
+            result = level(team, 50, concurrency=8, db_threads=args.db_threads, workers=1, turns=args.turns)
             report(result)
             results.append(result)
     finally:
@@ -204,7 +219,8 @@ def main() -> None:
         c.redis_flush()
     c.say("\nsummary (sessions: achieved / ideal steps/s = ratio, peak RSS)")
     for r in results:
-        c.say(f"  {r['sessions']:>3}: {r['achieved']:6.1f} / {r['ideal']:3.0f} = {r['achieved'] / r['ideal']:4.0%}, "
+        steady = f", steady state {r['steady'] / r['ideal']:4.0%}" if r["steady"] is not None else ""
+        c.say(f"  {r['sessions']:>3}: {r['achieved']:6.1f} / {r['ideal']:3.0f} = {r['achieved'] / r['ideal']:4.0%}{steady}, "
               f"{c.mib(r['peak_rss'])}  [{r['command'].split(' --concurrency ')[1].split()[0]} Celery threads]")
 
 

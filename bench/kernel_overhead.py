@@ -7,7 +7,10 @@ A zero-latency scripted model drives N sessions of M tool steps each (one
 1. plain Python: ``run_session`` with an in-memory store and
    ``InMemoryWorkspace`` — no database, no Redis, no Celery (the baseline);
 2. through a real Celery worker, one run at a time (per-step latency);
-3. through the same worker, all N runs at once (throughput, events/s).
+3. through the same worker, all N runs at once (throughput, events/s);
+4. in LangGraph 1.2 with its Postgres checkpointer on the same database
+   server (``bench/_langgraph.py``; needs ``pip install -e '.[bench]'``) —
+   the outside baseline, one thread at a time like [2].
 
 A step is one model turn plus its tool call; its duration is the time between
 two consecutive ``llm_request`` events of a session (database ``created_at``
@@ -34,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import itertools
 
 import _common as c
+import _langgraph
 
 AGENT = "stepper"
 
@@ -54,7 +58,7 @@ class MemoryStore:
         self.events: list[tuple[str, float]] = []
         self.checkpoints: list[dict] = []
 
-    async def checkpoint(self, state) -> None:
+    async def checkpoint(self, state, *, before_tools: bool = False) -> None:
         self.checkpoints.append(state.to_dict())  # the same serialisation the database store does
 
     async def emit(self, type: str, data: dict) -> None:
@@ -221,6 +225,12 @@ def main() -> None:
         together = worker_figures(together_ids)
         backends = c.db_backends()
         peak = worker.peak_rss
+        langgraph = _langgraph.available()
+        if langgraph:
+            conninfo = c.conninfo(dbname=c.BENCH_DB)
+            lg = {(shape, durability): measure(conninfo, sessions=n, steps=m, durability=durability)
+                  for shape, measure in (("react", _langgraph.react_step_times), ("graph", _langgraph.graph_step_times))
+                  for durability in ("sync", "async")}
     finally:
         if worker:
             worker.stop()
@@ -241,6 +251,15 @@ def main() -> None:
           f"submit-to-finished {together_wall:.2f} s")
     c.say(f"  worker peak RSS {c.mib(peak)}, backends on {c.BENCH_DB} after the run: {backends}")
 
+    c.say("\n[4] LangGraph with its Postgres checkpointer (same loop, same database server), one thread at a time")
+    if langgraph:
+        for (shape, durability), times in lg.items():
+            c.say(f"  langgraph {langgraph} {shape:5s} durability={durability:5s}: per step {c.summary_ms(times)}")
+        c.say("  (react = prebuilt create_react_agent; graph = two-node StateGraph with the files in its state;\n"
+              "   durability=sync waits for each checkpoint like MAS does; async, LangGraph's default, does not)")
+    else:
+        c.say("  not installed: pip install -e '.[bench]'")
+
     steps_total = n * m
     c.say("\nwhat one step writes (serial phase; a step = llm_request .. tool_result):")
     per_step = {k: v / steps_total for k, v in sorted(serial["step_events"].items())}
@@ -259,6 +278,11 @@ def main() -> None:
     c.say(f"  per-step p50: {p50 * 1000:.1f} ms / {b50 * 1000:.3f} ms = {p50 / b50:,.0f}x; "
           f"p95: {p95 * 1000:.1f} ms / {b95 * 1000:.3f} ms = {p95 / b95:,.0f}x")
     c.say(f"  overhead per step over plain Python: p50 {(p50 - b50) * 1000:.1f} ms")
+    if langgraph:
+        for (shape, durability), times in lg.items():
+            l50, l95 = c.percentile(times, 50), c.percentile(times, 95)
+            c.say(f"  MAS / LangGraph {shape} durability={durability} per step: p50 {p50 * 1000:.1f} / "
+                  f"{l50 * 1000:.1f} ms = {p50 / l50:.2f}; p95 {p95 * 1000:.1f} / {l95 * 1000:.1f} ms = {p95 / l95:.2f}")
     plain_eps = base_together["events"] / base_together["wall"]
     worker_eps = together["events"] / together["span"]
     c.say(f"  events/s all at once: {worker_eps:,.0f} / {plain_eps:,.0f} = {worker_eps / plain_eps:.4f}")

@@ -1,7 +1,8 @@
 import os
+import sys
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import worker_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mas_project.settings")
 
@@ -17,3 +18,12 @@ def _recover_on_start(**_kwargs) -> None:
     from agents_app.tasks import reap_sessions
 
     reap_sessions.delay()
+
+
+@worker_init.connect
+def _short_gil_turns(**_kwargs) -> None:
+    # A worker's threads (the broker consumer, the session loop, the database
+    # threads) mostly hand the GIL over around short I/O waits. With Python's
+    # default 5 ms switch interval each hand-over can wait a full interval
+    # behind a busy thread, which capped task intake near 75 per second.
+    sys.setswitchinterval(float(os.environ.get("MAS_GIL_SWITCH_INTERVAL_S", "0.0005")))

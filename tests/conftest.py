@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 
 import pytest
 from django.test import Client
@@ -107,3 +108,34 @@ def celery_worker_process(django_db_setup, django_db_blocker):
     worker = start_worker(f"test-{os.getpid()}")
     yield worker
     stop_worker(worker)
+
+
+@pytest.fixture
+def runs_settled(transactional_db):
+    """After a test with the worker: let its runs end (or cancel them) before the tables are emptied.
+
+    A session still writing while the test database is flushed would deadlock
+    the flush; a test that does not wait for its run (``--no-follow``) leaves one.
+    """
+    yield
+    from agents_app.execution.services import run_cancel
+    from agents_app.models import Activation, Run
+
+    def busy() -> bool:
+        return (Run.objects.filter(status__in=["queued", "running"]).exists()
+                or Activation.objects.filter(status__in=["dispatched", "running"]).exists())
+
+    deadline = time.monotonic() + 20
+    while busy() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for run in Run.objects.filter(status__in=["queued", "running"]):
+        run_cancel(run=run)
+    deadline = time.monotonic() + 10
+    while busy() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "celery_worker_process" in item.fixturenames and "runs_settled" not in item.fixturenames:
+            item.fixturenames.append("runs_settled")

@@ -14,13 +14,13 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Q
+from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agents_app.definitions.kinds import AGENT
 from agents_app.definitions.markdown import DefinitionError, parse_definition
-from agents_app.events import event_emit
+from agents_app.execution.eventlog import event_append as event_emit
 from agents_app.models import Activation, Agent, Run, Session, Team, WorkspaceFile
 from agents_app.models.runs import (
     ACTIVE_ACTIVATION_STATUSES,
@@ -59,15 +59,26 @@ class AgentDefinition:
 
 def agent_resolve(*, run: Run, slug: str) -> AgentDefinition:
     """The run's own agent (``agents/<slug>.md`` in its workspace) or the team's."""
-    local = WorkspaceFile.objects.filter(run=run, path=f"agents/{slug}.md").first()
+    local = WorkspaceFile.objects.filter(run=run, path=f"agents/{slug}.md").values_list("content", flat=True).first()
     if local is not None:
-        parsed = parse_definition(AGENT, local.content, path=local.path)
+        parsed = parse_definition(AGENT, local, path=f"agents/{slug}.md")
         return AgentDefinition(slug, parsed.spec, parsed.body, None, "workspace")
-    row = Agent.objects.filter(team_id=run.team_id, slug=slug).first()
+    row = Agent.objects.filter(team_id=run.team_id, slug=slug).values_list(
+        "id", "version", "content_hash", "spec", "body").first()
     if row is None:
         raise RunError(f"agent {slug!r} does not exist in this team or run")
-    spec = AgentSpec.model_validate(row.spec, context={"known_tools": _team_tool_names(row.team_id)})
-    return AgentDefinition(slug, spec, row.body, row.version, "team")
+    key = (row[0], row[1], row[2])
+    found = _validated.get(key)
+    if found is None:
+        spec = AgentSpec.model_validate(row[3], context={"known_tools": _team_tool_names(run.team_id)})
+        if len(_validated) > 1000:
+            _validated.clear()
+        found = _validated[key] = AgentDefinition(slug, spec, row[4], row[1], "team")
+    return found
+
+
+# Validated team agents by (id, version, content hash): a saved change is a new key.
+_validated: dict[tuple, AgentDefinition] = {}
 
 
 def _team_tool_names(team_id: int) -> set[str]:
@@ -116,25 +127,30 @@ def run_start(
     *, team: Team, agent: str, input: str, user=None, limits: dict[str, Any] | None = None,
     budget: dict[str, Any] | None = None, provider: str = "", script: dict[str, Any] | None = None,
 ) -> Run:
-    """Create a run with its root activation and dispatch it (after commit)."""
-    run = Run.objects.create(
+    """Create a run with its root activation and send that to a worker (after commit)."""
+    from agents_app.tasks import execute_activation
+
+    run = Run(
         team=team, agent=agent, input=input, created_by=user if getattr(user, "pk", None) else None,
         limits={**DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
     )
     definition = agent_resolve(run=run, slug=agent)
     run.versions = {f"agent:{agent}": definition.version}
-    run.save(update_fields=["versions"])
+    run.save(force_insert=True)
     event_emit(run_id=run.id, type="run_start", agent=agent,
                data={"agent": agent, "input": input, "limits": run.limits, "budget": run.budget})
-    activation_create(run=run, agent=agent, input=input, kind="root", parent=None)
-    transaction.on_commit(lambda: run_dispatch_async(run_id=run.id))
+    # The root is the run's only activation: it goes straight to a worker, no dispatch round.
+    root = activation_create(run=run, agent=agent, input=input, kind="root", parent=None,
+                             status=ActivationStatus.DISPATCHED)
+    transaction.on_commit(lambda: execute_activation.delay(str(root.id)))
     return run
 
 
 def activation_create(*, run: Run, agent: str, input: str, kind: str, parent: Activation | None,
-                      priority: int = 100, context: dict[str, Any] | None = None) -> Activation:
+                      priority: int = 100, context: dict[str, Any] | None = None,
+                      status: str = ActivationStatus.QUEUED) -> Activation:
     activation = Activation.objects.create(
-        run=run, agent=agent, input=input, kind=kind, parent=parent,
+        run=run, agent=agent, input=input, kind=kind, parent=parent, status=status,
         depth=(parent.depth + 1) if parent and kind in {"spawn", "delegate"} else (parent.depth if parent else 0),
         priority=priority, context=context or {},
     )
@@ -155,34 +171,51 @@ def run_dispatch(*, run_id) -> list[str]:
 
     Returns the ids of the activations sent.
     """
+    with transaction.atomic():
+        return _dispatch(_run_locked(run_id))
+
+
+def _run_locked(run_id) -> Run:
+    # Raw SQL: the hottest lock of the kernel, without the ORM's query compilation.
+    return Run.objects.raw("SELECT * FROM agents_app_run WHERE id = %s FOR UPDATE", [run_id])[0]
+
+
+def _dispatch(run: Run) -> list[str]:
+    """:func:`run_dispatch` on a run whose row this transaction has locked."""
     from agents_app.tasks import execute_activation
 
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
-        if run.status in FINISHED_RUN_STATUSES:
-            return []
-        if run.status == RunStatus.QUEUED:
-            run.status, run.started_at = RunStatus.RUNNING, timezone.now()
-            run.save(update_fields=["status", "started_at"])
-        active = run.activations.filter(status__in=ACTIVE_ACTIVATION_STATUSES).count()
-        room = max(0, int(run.limits.get("max_concurrency", DEFAULT_LIMITS["max_concurrency"])) - active)
-        waiting = run.activations.filter(status=ActivationStatus.QUEUED)
-        now = timezone.now()
-        due = waiting.filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
-        queued = list(due.order_by("priority", "created_at")[:room])
-        for activation in queued:
-            activation.status = ActivationStatus.DISPATCHED
-            activation.save(update_fields=["status"])
-        if not queued and active == 0:
-            later = waiting.exclude(not_before__isnull=True).order_by("not_before").first()
-            if later is None:
-                _run_finish(run)
-            else:  # only backed-off retries are left: come back when the first is due
-                delay = max(0.0, (later.not_before - now).total_seconds())
-                transaction.on_commit(lambda: run_dispatch_async(run_id=run.id, countdown=delay))
-            return []
-        ids = [str(activation.id) for activation in queued]
-        transaction.on_commit(lambda: [execute_activation.delay(activation_id) for activation_id in ids])
+    if run.status in FINISHED_RUN_STATUSES:
+        return []
+    now = timezone.now()
+    if run.status == RunStatus.QUEUED:
+        run.status, run.started_at = RunStatus.RUNNING, now
+        run.save(update_fields=["status", "started_at"])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FILTER (WHERE status = ANY(%s)), count(*) FILTER (WHERE status = %s) "
+            "FROM agents_app_activation WHERE run_id = %s",
+            [list(ACTIVE_ACTIVATION_STATUSES), ActivationStatus.QUEUED, run.id],
+        )
+        active, waiting = cursor.fetchone()
+    room = max(0, int(run.limits.get("max_concurrency", DEFAULT_LIMITS["max_concurrency"])) - active)
+    ids: list = []
+    if waiting and room:
+        due = run.activations.filter(status=ActivationStatus.QUEUED).filter(
+            Q(not_before__isnull=True) | Q(not_before__lte=now))
+        ids = list(due.order_by("priority", "created_at").values_list("id", flat=True)[:room])
+        if ids:
+            Activation.objects.filter(pk__in=ids).update(status=ActivationStatus.DISPATCHED)
+    if not ids and active == 0:
+        later = (run.activations.filter(status=ActivationStatus.QUEUED).exclude(not_before__isnull=True)
+                 .order_by("not_before").values_list("not_before", flat=True).first() if waiting else None)
+        if later is None:
+            _run_finish(run)
+        else:  # only backed-off retries are left: come back when the first is due
+            delay = max(0.0, (later - now).total_seconds())
+            transaction.on_commit(lambda: run_dispatch_async(run_id=run.id, countdown=delay))
+        return []
+    ids = [str(activation_id) for activation_id in ids]
+    transaction.on_commit(lambda: [execute_activation.delay(activation_id) for activation_id in ids])
     return ids
 
 
@@ -207,14 +240,16 @@ def _run_finish(run: Run) -> None:
 
 @transaction.atomic
 def run_cancel(*, run: Run, user=None) -> Run:
-    """Mark the run cancelled; running sessions see it at their next step and stop."""
+    """Mark the run and its waiting activations cancelled; running sessions stop within a second."""
     run = Run.objects.select_for_update().get(pk=run.pk)
     if run.status in FINISHED_RUN_STATUSES:
         return run
     run.status, run.finished_at = RunStatus.CANCELLED, timezone.now()
     run.error = f"cancelled by {user}" if user else "cancelled"
     run.save(update_fields=["status", "finished_at", "error"])
-    run.activations.filter(status=ActivationStatus.QUEUED).update(status=ActivationStatus.CANCELLED)
+    # Waiting work is cancelled now; running sessions stop within a second (their worker's monitor).
+    run.activations.filter(status__in=[ActivationStatus.QUEUED, ActivationStatus.DISPATCHED]).update(
+        status=ActivationStatus.CANCELLED)
     event_emit(run_id=run.id, type="run_complete", agent=run.agent,
                data={"status": "cancelled", "error": run.error})
     return run
@@ -238,14 +273,20 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
     Returns None when there is nothing to do (done, cancelled, or claimed by a live worker).
     """
     with transaction.atomic():
-        activation = Activation.objects.select_for_update().select_related("run").get(pk=activation_id)
-        run = activation.run
+        # The run's row first, then the activation's: the order every writer of a run locks in.
+        run = Run.objects.raw("SELECT r.* FROM agents_app_run r JOIN agents_app_activation a ON a.run_id = r.id "
+                              "WHERE a.id = %s FOR UPDATE OF r", [activation_id])[0]
+        activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
+                                            [activation_id])[0]
+        activation.run = run
         if activation.status not in OPEN_ACTIVATION_STATUSES or run.status in FINISHED_RUN_STATUSES:
             if run.status == RunStatus.CANCELLED and activation.status in OPEN_ACTIVATION_STATUSES:
                 activation.status = ActivationStatus.CANCELLED
                 activation.save(update_fields=["status"])
             return None
-        session = activation.sessions.filter(status=SessionStatus.RUNNING).order_by("-attempt").first()
+        session = next(iter(Session.objects.raw(
+            "SELECT * FROM agents_app_session WHERE activation_id = %s AND status = %s ORDER BY attempt DESC LIMIT 1",
+            [activation_id, SessionStatus.RUNNING])), None)
         if session is not None and session.worker != worker and not _stale(session):
             # A live worker has it (a redelivered message): never run one session twice.
             return None
@@ -253,21 +294,29 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
         worker_agent = activation.context.get("worker")
         definition = (worker_definition_resolve(worker_agent) if worker_agent
                       else agent_resolve(run=run, slug=activation.agent))
+        now = timezone.now()
         if session is None:
-            activation.attempts = F("attempts") + 1
-            activation.save(update_fields=["attempts"])
-            activation.refresh_from_db(fields=["attempts"])
+            activation.attempts += 1  # the row is locked
             session = Session.objects.create(
                 run=run, activation=activation, agent=activation.agent, attempt=activation.attempts,
-                tier=activation.context.get("tier") or definition.spec.tier or "medium",
+                tier=activation.context.get("tier") or definition.spec.tier or "medium", worker=worker,
+                heartbeat_at=now,
             )
-        session.worker, session.heartbeat_at = worker, timezone.now()
-        session.save(update_fields=["worker", "heartbeat_at"])
+        else:
+            session.worker, session.heartbeat_at = worker, now
+            session.save(update_fields=["worker", "heartbeat_at"])
         activation.status = ActivationStatus.RUNNING
-        activation.save(update_fields=["status"])
-        if definition.version is not None:
-            Run.objects.filter(pk=run.pk).update(versions=_merged(run.versions, f"agent:{definition.slug}",
-                                                                   definition.version))
+        activation.save(update_fields=["status", "attempts"])
+        changed: dict[str, Any] = {}
+        if run.status == RunStatus.QUEUED:
+            changed |= {"status": RunStatus.RUNNING, "started_at": now}
+        key = f"agent:{definition.slug}"
+        if definition.version is not None and (run.versions or {}).get(key) != definition.version:
+            changed["versions"] = _merged(run.versions, key, definition.version)
+        if changed:
+            Run.objects.filter(pk=run.pk).update(**changed)
+            for field, value in changed.items():
+                setattr(run, field, value)
         event_emit(run_id=run.id, type="session_start", agent=activation.agent, session_id=session.id, data={
             "activation": str(activation.id), "attempt": session.attempt, "tier": session.tier,
             "resumed": resumed, "kind": activation.kind, "depth": activation.depth,
@@ -346,45 +395,59 @@ class SessionEnd:
     escalated_to: str | None = None
 
 
-def session_finish(*, session_id, status: str, result: str, meta: dict[str, Any],
-                   failure: dict[str, Any] | None, ladder: list[str]) -> SessionEnd:
-    """Record the outcome; retry with backoff, escalate up the tier ladder, or settle the activation."""
+def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dict[str, Any],
+                    failure: dict[str, Any] | None, ladder: list[str]) -> SessionEnd:
+    """Record the outcome; retry with backoff, escalate up the tier ladder, or settle the activation.
+
+    ``run``'s row is locked by the caller's transaction.
+    """
     end = SessionEnd()
-    with transaction.atomic():
-        session = Session.objects.select_for_update().select_related("activation", "run").get(pk=session_id)
-        activation, run = session.activation, session.run
-        session.status, session.result, session.meta = status, result, meta
-        session.failure, session.finished_at = failure, timezone.now()
-        session.save(update_fields=["status", "result", "meta", "failure", "finished_at"])
-        event_emit(run_id=run.id, type="session_end", agent=session.agent, session_id=session.id, data={
-            "status": status, "result": result[:2000], "meta": meta, "failure": failure,
+    session = Session.objects.raw("SELECT * FROM agents_app_session WHERE id = %s FOR UPDATE", [session_id])[0]
+    activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
+                                        [session.activation_id])[0]
+    session.status, session.result, session.meta = status, result, meta
+    session.failure, session.finished_at = failure, timezone.now()
+    session.save(update_fields=["status", "result", "meta", "failure", "finished_at"])
+    event_emit(run_id=run.id, type="session_end", agent=session.agent, session_id=session.id, data={
+        "status": status, "result": result[:2000], "meta": meta, "failure": failure,
+    })
+    max_retries = int(run.limits.get("max_retries", DEFAULT_LIMITS["max_retries"]))
+    if status == SessionStatus.OK:
+        activation.status, activation.result = ActivationStatus.DONE, result
+    elif status == SessionStatus.CANCELLED or run.status == RunStatus.CANCELLED:
+        activation.status = ActivationStatus.CANCELLED
+    elif (failure and failure.get("suggested_retry") and activation.attempts <= max_retries
+          and activation.kind != "tool"):  # a tool's caller decides what a failed tool means
+        end.retry_in_s = settings.MAS_RETRY_BACKOFF_S * 2 ** (activation.attempts - 1)
+        next_tier = _next_tier(session.tier, ladder)
+        if next_tier:
+            end.escalated_to = next_tier
+            activation.context = {**activation.context, "tier": next_tier}
+            event_emit(run_id=run.id, type="escalation", agent=session.agent, session_id=session.id,
+                       data={"from": session.tier, "to": next_tier})
+        activation.status = ActivationStatus.QUEUED
+        activation.not_before = timezone.now() + timedelta(seconds=end.retry_in_s)
+        event_emit(run_id=run.id, type="retry", agent=session.agent, session_id=session.id, data={
+            "what": "session", "attempt": activation.attempts + 1, "delay_s": end.retry_in_s,
+            "reason": failure.get("kind"),
         })
-        max_retries = int(run.limits.get("max_retries", DEFAULT_LIMITS["max_retries"]))
-        if status == SessionStatus.OK:
-            activation.status, activation.result = ActivationStatus.DONE, result
-        elif status == SessionStatus.CANCELLED or run.status == RunStatus.CANCELLED:
-            activation.status = ActivationStatus.CANCELLED
-        elif (failure and failure.get("suggested_retry") and activation.attempts <= max_retries
-              and activation.kind != "tool"):  # a tool's caller decides what a failed tool means
-            end.retry_in_s = settings.MAS_RETRY_BACKOFF_S * 2 ** (activation.attempts - 1)
-            next_tier = _next_tier(session.tier, ladder)
-            if next_tier:
-                end.escalated_to = next_tier
-                activation.context = {**activation.context, "tier": next_tier}
-                event_emit(run_id=run.id, type="escalation", agent=session.agent, session_id=session.id,
-                           data={"from": session.tier, "to": next_tier})
-            activation.status = ActivationStatus.QUEUED
-            activation.not_before = timezone.now() + timedelta(seconds=end.retry_in_s)
-            event_emit(run_id=run.id, type="retry", agent=session.agent, session_id=session.id, data={
-                "what": "session", "attempt": activation.attempts + 1, "delay_s": end.retry_in_s,
-                "reason": failure.get("kind"),
-            })
-        else:
-            activation.status, activation.result = ActivationStatus.FAILED, result
-            if activation.parent_id is None and not run.error:
-                run.error = f"{failure.get('kind') if failure else 'failed'}: {failure.get('message') if failure else ''}"
-                run.save(update_fields=["error"])
-        activation.save(update_fields=["status", "result", "context", "not_before"])
+    else:
+        activation.status, activation.result = ActivationStatus.FAILED, result
+        if activation.parent_id is None and not run.error:
+            run.error = f"{failure.get('kind') if failure else 'failed'}: {failure.get('message') if failure else ''}"
+            run.save(update_fields=["error"])
+    activation.save(update_fields=["status", "result", "context", "not_before"])
+    return end
+
+
+def session_settle(*, run_id, session_id, status: str, result: str, meta: dict[str, Any],
+                   failure: dict[str, Any] | None, ladder: list[str]) -> SessionEnd:
+    """Record a session's outcome and dispatch what comes next in its run, in one transaction."""
+    with transaction.atomic():
+        run = _run_locked(run_id)
+        end = _session_finish(run=run, session_id=session_id, status=status, result=result, meta=meta,
+                              failure=failure, ladder=ladder)
+        _dispatch(run)
     return end
 
 

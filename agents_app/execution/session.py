@@ -19,21 +19,20 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.utils import timezone
 
-from agents_app.events import events_insert, events_push_async
 from agents_app.execution import services
-from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
+from agents_app.execution.store import DatabaseStore, DatabaseWorkspace, monitor
+from agents_app.kernel.loop import SessionConfig, SessionState, ToolResult, run_session
 from agents_app.kernel.prompt import ExecutionContext, build_messages, build_system_prompt
-from agents_app.kernel.results import Limits, Meta, SessionOutcome
+from agents_app.kernel.results import Limits, Meta
 from agents_app.llm.pricing import Prices, usage_cost
 from agents_app.llm.registry import Resolved, provider_for
 from agents_app.llm.scripted import MemoryCursor, ScriptedProvider
 from agents_app.llm.types import ModelRequest, ModelResponse, ProviderError, ToolCall
-from agents_app.models import Activation, ModelProvider, Run, Session, WorkspaceFile
+from agents_app.models import Activation, ModelProvider, ProviderModel, Run, Session
 from agents_app.specs import CustomToolSpec
 from agents_app.runner import db
+from tools_app.catalog import BUILTIN_TOOLS
 from tools_app.plugin import ToolContext, ToolError
 from tools_app.custom import custom_tool, worker_definition
 from tools_app.registry import registry_for_agent
@@ -42,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 DEMO_RECORDING = Path(__file__).resolve().parent.parent / "llm" / "demo_recording.json"
+# Tools that touch nothing but the run's files, which are written through the session's store.
+WORKSPACE_TOOLS = frozenset({"vfs_read", "vfs_write", "vfs_edit", "vfs_list", "vfs_delete", "vfs_search"})
 NO_PROVIDER_NOTICE = (
     "No model provider is configured for this team (or its API key is not set): "
     "this run replays the bundled demo recording with the scripted provider."
@@ -72,15 +73,15 @@ class ModelHandle:
 
 def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor) -> tuple[Resolved, str]:
     """The provider a session calls, and a notice when the demo recording stands in."""
-    providers = list(ModelProvider.objects.filter(team_id=run.team_id).prefetch_related("models"))
     if run.script is not None:
         # A run's own script plays through the scripted provider, billed at the
         # team's scripted model of the session's tier when there is one.
-        row = next((m for p in providers if p.provider_type == "scripted" for m in p.models.all() if m.tier == tier),
-                   None)
-        prices = Prices.of(row.input_price, row.output_price) if row else Prices()
-        name = row.name if row else "scripted"
+        row = (ProviderModel.objects.filter(provider__team_id=run.team_id, provider__provider_type="scripted", tier=tier)
+               .order_by("provider__slug", "name").values_list("name", "input_price", "output_price").first())
+        prices = Prices.of(row[1], row[2]) if row else Prices()
+        name = row[0] if row else "scripted"
         return Resolved(ScriptedProvider(run.script, cursor), "scripted", name, tier, prices), ""
+    providers = list(ModelProvider.objects.filter(team_id=run.team_id).prefetch_related("models"))
     if run.provider:
         providers = [p for p in providers if p.slug == run.provider]
     usable = [p for p in providers if p.provider_type != "scripted" and (p.base_url or os.environ.get(p.api_key_env))]
@@ -88,178 +89,6 @@ def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor) -> tup
         script = json.loads(DEMO_RECORDING.read_text())
         return Resolved(ScriptedProvider(script, cursor), "scripted", "demo-recording", tier), NO_PROVIDER_NOTICE
     return provider_for(ref, providers=usable, cursor=cursor), ""
-
-
-# -- the store --------------------------------------------------------------------------
-
-
-class DatabaseStore:
-    """:class:`agents_app.kernel.loop.SessionStore` on Postgres and the Channels layer.
-
-    Events are buffered and written with the next checkpoint, in one
-    transaction and one INSERT; the ones a watcher needs at once (a model call
-    starting, streamed text, a tool starting) are written immediately. The
-    cancel flag is set by the process's :class:`SessionMonitor`, not polled.
-    """
-
-    LIVE = frozenset({"llm_request", "stream_chunk", "tool_call"})
-
-    def __init__(self, *, run_id, session_id, agent: str, tier: str, cursor: MemoryCursor | None,
-                 budget: dict[str, Any]) -> None:
-        self.run_id, self.session_id, self.agent, self.tier, self.cursor = run_id, session_id, agent, tier, cursor
-        self.budget = budget
-        self.pending: list[tuple[str, dict[str, Any]]] = []
-        self.usage = [0, 0, Decimal(0), 0]
-        self.cancel_requested = False
-        self.saved_position: int | None = cursor.get(agent) if cursor is not None else None
-
-    async def checkpoint(self, state: SessionState) -> None:
-        position = self.cursor.get(self.agent) if self.cursor is not None else None
-        state.cursor = {self.agent: position} if position is not None else {}
-        await self.flush(state=state.to_dict(), position=position)
-
-    async def emit(self, type: str, data: dict[str, Any]) -> None:
-        self.pending.append((type, data))
-        if type == "llm_response":
-            usage = data["usage"]
-            self.usage[0] += usage["prompt_tokens"]
-            self.usage[1] += usage["completion_tokens"]
-            self.usage[2] += Decimal(data["cost_usd"])
-            self.usage[3] += 1 if self.tier == "large" else 0
-        if type in self.LIVE:
-            await self.flush()
-
-    async def flush(self, *, state: dict[str, Any] | None = None, position: int | None = None) -> None:
-        if not self.pending and state is None:
-            return
-        events, self.pending = self.pending, []
-        usage, self.usage = self.usage, [0, 0, Decimal(0), 0]
-        if position == self.saved_position:
-            position = None
-        payloads = await db(_flush)(
-            run_id=self.run_id, session_id=self.session_id, agent=self.agent, events=events, state=state,
-            usage=(usage[0], usage[1], str(usage[2]), usage[3]), position=position,
-        )
-        if position is not None:
-            self.saved_position = position
-        await events_push_async(payloads)
-
-    async def cancelled(self) -> bool:
-        return self.cancel_requested
-
-    async def before_model_call(self, state: SessionState) -> None:
-        if not self.budget:
-            return
-        await self.flush()  # the budget reads the run's totals
-        reason = await db(services.budget_check)(
-            run_id=self.run_id, tier=self.tier, agent=self.agent, session_id=self.session_id
-        )
-        if reason:
-            raise PolicyDenied(reason)
-
-
-def _flush(*, run_id, session_id, agent: str, events, state, usage, position) -> list[dict[str, Any]]:
-    """One transaction: the session's events, its usage on the run and session, its checkpoint."""
-    with transaction.atomic():
-        payloads = events_insert(run_id=run_id, session_id=session_id, agent=agent, events=events,
-                                 usage=usage if usage[0] or usage[1] or usage[3] or usage[2] != "0" else None)
-        with connection.cursor() as cursor:
-            if state is not None or usage[0] or usage[1]:
-                cursor.execute(
-                    "UPDATE agents_app_session SET prompt_tokens = prompt_tokens + %s, "
-                    "completion_tokens = completion_tokens + %s, cost_usd = cost_usd + %s::numeric, "
-                    "state = COALESCE(%s::jsonb, state), heartbeat_at = CASE WHEN %s THEN now() ELSE heartbeat_at END "
-                    "WHERE id = %s",
-                    [usage[0], usage[1], usage[2], json.dumps(state) if state is not None else None,
-                     state is not None, session_id],
-                )
-            if position is not None:
-                # The scripted position moves with the checkpoint: a resumed session replays the same turn.
-                cursor.execute(
-                    "UPDATE agents_app_run SET script_cursor = script_cursor || jsonb_build_object(%s::text, %s) "
-                    "WHERE id = %s", [agent, position, run_id],
-                )
-    return payloads
-
-
-class SessionMonitor:
-    """Per worker process: heartbeats every running session and notices cancelled runs, in bulk."""
-
-    def __init__(self) -> None:
-        self.sessions: dict[Any, tuple[Any, DatabaseStore, asyncio.Task]] = {}
-        self.task: asyncio.Task | None = None
-
-    def watch(self, session_id, run_id, store: DatabaseStore, task: asyncio.Task) -> None:
-        self.sessions[session_id] = (run_id, store, task)
-        if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._run())
-
-    def forget(self, session_id) -> None:
-        self.sessions.pop(session_id, None)
-
-    async def _run(self) -> None:
-        beat_every = min(10.0, settings.MAS_SESSION_STALE_S / 3)
-        since_beat = 0.0
-        while self.sessions:
-            await asyncio.sleep(1.0)
-            since_beat += 1.0
-            beat = since_beat >= beat_every
-            if beat:
-                since_beat = 0.0
-            watched = dict(self.sessions)
-            try:
-                cancelled = await db(_monitor_tick)(
-                    session_ids=list(watched) if beat else [], run_ids={run for run, _, _ in watched.values()}
-                )
-            except Exception:
-                logger.warning("session monitor tick failed", exc_info=True)
-                continue
-            for session_id, (run_id, store, task) in watched.items():
-                if run_id in cancelled and not store.cancel_requested:
-                    store.cancel_requested = True
-                    task.cancel()
-
-
-def _monitor_tick(*, session_ids: list, run_ids: set) -> set:
-    if session_ids:
-        Session.objects.filter(pk__in=session_ids).update(heartbeat_at=timezone.now())
-    return set(Run.objects.filter(pk__in=run_ids, status="cancelled").values_list("pk", flat=True))
-
-
-monitor = SessionMonitor()
-
-
-# -- the workspace ------------------------------------------------------------------------
-
-
-class DatabaseWorkspace:
-    """:class:`tools_app.plugin.Workspace` on the run's WorkspaceFile rows."""
-
-    def __init__(self, *, run_id, agent: str, session_id) -> None:
-        self.run_id, self.agent, self.session_id = run_id, agent, session_id
-
-    async def read(self, path: str) -> str | None:
-        def read() -> str | None:
-            return WorkspaceFile.objects.filter(run_id=self.run_id, path=path).values_list("content", flat=True).first()
-
-        return await db(read)()
-
-    async def write(self, path: str, content: str) -> int:
-        file = await db(services.workspace_write)(
-            run_id=self.run_id, path=path, content=content, agent=self.agent, session_id=self.session_id
-        )
-        return file.version
-
-    async def delete(self, path: str) -> bool:
-        return await db(services.workspace_delete)(
-            run_id=self.run_id, path=path, agent=self.agent, session_id=self.session_id
-        )
-
-    async def paths(self) -> list[str]:
-        def paths() -> list[str]:
-            return list(WorkspaceFile.objects.filter(run_id=self.run_id).order_by("path").values_list("path", flat=True))
-
-        return await db(paths)()
 
 
 def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str]) -> dict[str, Any]:
@@ -331,11 +160,18 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str]) -
 # -- the session ---------------------------------------------------------------------------
 
 
-def _team_custom_tools(*, team_id, names: list[str]) -> list[CustomToolSpec]:
+def session_prepare(*, run: Run, session_id, agent: services.AgentDefinition, tier: str,
+                    cursor: MemoryCursor) -> tuple[Resolved, list[CustomToolSpec]]:
+    """The session's model (recorded on its row) and the team's custom tools it may call."""
     from tools_app.models import CustomTool
 
-    rows = CustomTool.objects.filter(team_id=team_id, name__in=names)
-    return [CustomToolSpec.model_validate(row.spec) for row in rows]
+    resolved, notice = model_resolve(run=run, ref=agent.spec.model or tier, tier=tier, cursor=cursor)
+    if notice:
+        Run.objects.filter(pk=run.id, notice="").update(notice=notice)
+    Session.objects.filter(pk=session_id).update(provider=resolved.provider_slug, model=resolved.model)
+    names = [name for name in agent.spec.tools or [] if name not in BUILTIN_TOOLS]
+    rows = CustomTool.objects.filter(team_id=run.team_id, name__in=names).values_list("spec", flat=True) if names else []
+    return resolved, [CustomToolSpec.model_validate(spec) for spec in rows]
 
 
 def _initial_state(start: services.SessionStart) -> SessionState:
@@ -358,35 +194,34 @@ async def execute_activation(activation_id: str) -> None:
     cursor = MemoryCursor(dict(run.script_cursor))
     store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier=session.tier, cursor=cursor,
                           budget=run.budget)
+    ladder = list(agent.spec.escalation)
     try:
-        resolved, notice = await db(model_resolve)(run=run, ref=agent.spec.model or session.tier,
-                                                   tier=session.tier, cursor=cursor)
+        resolved, team_tools = await db(session_prepare)(run=run, session_id=session.id, agent=agent,
+                                                         tier=session.tier, cursor=cursor)
     except ProviderError as error:
         await store.emit("error", {"where": "provider", "kind": error.kind, "message": str(error)})
+        await store.close()
         failure = {"kind": "provider_error", "message": str(error), "last_tool_calls": [], "suggested_retry": False}
-        await db(services.session_finish)(session_id=session.id, status="failed", result="", meta={},
-                                          failure=failure, ladder=list(agent.spec.escalation))
-        await db(services.run_dispatch)(run_id=run.id)
+        await db(services.session_settle)(run_id=run.id, session_id=session.id, status="failed", result="", meta={},
+                                          failure=failure, ladder=ladder)
         return
-    if notice:
-        await db(lambda: Run.objects.filter(pk=run.id, notice="").update(notice=notice))()
     model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor)
-    await db(lambda: Session.objects.filter(pk=session.id).update(
-        provider=resolved.provider_slug, model=resolved.model))()
-
-    team_tools = await db(_team_custom_tools)(team_id=run.team_id, names=agent.spec.tools or [])
     registry = registry_for_agent(
         agent.spec.tools, extra_tools=[custom_tool(spec) for spec in [*agent.spec.custom_tools, *team_tools]]
     )
     tool_call_ids: dict[str, str] = {}
     context = ToolContext(
         run_id=str(run.id), agent=agent.slug, session_id=str(session.id),
-        workspace=DatabaseWorkspace(run_id=run.id, agent=agent.slug, session_id=session.id),
+        workspace=DatabaseWorkspace(store=store),
         services=kernel_services(run=run, activation_id=activation.id, tool_call_ids=tool_call_ids),
     )
 
     async def call_tool(call: ToolCall) -> ToolResult:
         tool_call_ids["current"] = f"{session.id}:{call.id}"
+        if call.name not in WORKSPACE_TOOLS:
+            # The tool may record events of its own (spawn, delegate, memory, ...):
+            # this session's tool_call must be numbered before them.
+            await store.flush()
         outcome = await registry.call(call.name, call.arguments, context)
         return ToolResult(ok=outcome.ok, content=outcome.content, error_kind=outcome.error_kind)
 
@@ -401,28 +236,23 @@ async def execute_activation(activation_id: str) -> None:
     monitor.watch(session.id, run.id, store, loop_task)
     try:
         outcome = await loop_task
+        ending = {"status": outcome.status, "result": outcome.result, "meta": outcome.meta.to_dict(),
+                  "failure": outcome.failure.to_dict() if outcome.failure else None}
     except asyncio.CancelledError:
         # The run was cancelled while the session waited (for a model, a tool):
         # it stops now, keeping its last checkpoint and partial result.
-        outcome = SessionOutcome(status="cancelled", result=state.partial_result(), meta=Meta(
-            prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
-            tool_calls=state.tool_calls, steps=state.steps, model=model.model, tier=model.tier,
-            cost_usd=state.cost_usd))
+        meta = Meta(prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
+                    tool_calls=state.tool_calls, steps=state.steps, model=model.model, tier=model.tier,
+                    cost_usd=state.cost_usd)
+        ending = {"status": "cancelled", "result": state.partial_result(), "meta": meta.to_dict(), "failure": None}
     except Exception as error:  # a kernel bug must not leave the session running forever
         logger.exception("session crashed", extra={"run": str(run.id), "session": str(session.id)})
-        await store.emit("error", {"where": "session", "kind": "unknown", "message": f"{type(error).__name__}: {error}"})
-        await store.flush()
-        outcome = None
-        failure = {"kind": "unknown", "message": f"{type(error).__name__}: {error}", "last_tool_calls":
-                   state.last_tool_calls(), "suggested_retry": True}
-        await db(services.session_finish)(session_id=session.id, status="failed", result="", meta={},
-                                          failure=failure, ladder=list(agent.spec.escalation))
+        message = f"{type(error).__name__}: {error}"
+        await store.emit("error", {"where": "session", "kind": "unknown", "message": message})
+        ending = {"status": "failed", "result": "", "meta": {}, "failure": {
+            "kind": "unknown", "message": message, "last_tool_calls": state.last_tool_calls(),
+            "suggested_retry": True}}
     finally:
         monitor.forget(session.id)
-        await store.flush()
-    if outcome is not None:
-        await db(services.session_finish)(
-            session_id=session.id, status=outcome.status, result=outcome.result, meta=outcome.meta.to_dict(),
-            failure=outcome.failure.to_dict() if outcome.failure else None, ladder=list(agent.spec.escalation),
-        )
-    await db(services.run_dispatch)(run_id=run.id)
+        await store.close()
+    await db(services.session_settle)(run_id=run.id, session_id=session.id, ladder=ladder, **ending)

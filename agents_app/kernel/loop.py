@@ -76,7 +76,11 @@ class SessionState:
 
 
 class SessionStore(Protocol):
-    async def checkpoint(self, state: SessionState) -> None: ...
+    async def checkpoint(self, state: SessionState, *, before_tools: bool = False) -> None:
+        """Persist ``state``. ``before_tools``: the model asked for tools; the store may write this
+        checkpoint together with the first thing a tool writes, as long as it is written before any
+        effect outside the store (a store keeps it then, not lost, until that write)."""
+        ...
     async def emit(self, type: str, data: dict[str, Any]) -> None: ...
     async def cancelled(self) -> bool: ...
     async def before_model_call(self, state: SessionState) -> None:
@@ -235,7 +239,7 @@ async def run_session(
                           "completion_tokens": response.usage.completion_tokens},
                 "cost_usd": str(cost),
             })
-            await store.checkpoint(state)
+            await store.checkpoint(state, before_tools=bool(response.tool_calls))
             if not response.tool_calls:
                 if await store.cancelled():  # cancelled while the last answer was on its way
                     return SessionOutcome(status="cancelled", result=response.text, meta=meta())

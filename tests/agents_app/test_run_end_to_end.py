@@ -84,6 +84,16 @@ def test_root_spawns_children_one_delegates_one_signals_and_the_root_finishes(te
         "tool_call", "file_change", "tool_result",
         "llm_request", "stream_chunk", "llm_response", "session_end",
     ]
+    # A tool's own events are numbered after its tool_call and before its tool_result.
+    assert [(e.type, e.data.get("to") or e.data.get("name")) for e in events
+            if e.type in {"tool_call", "spawn", "tool_result"} and e.agent == "lead"] == [
+        ("tool_call", "vfs_write"), ("tool_result", "vfs_write"),
+        ("tool_call", "spawn_agent"), ("spawn", "scout"), ("tool_result", "spawn_agent"),
+        ("tool_call", "spawn_agent"), ("spawn", "scout2"), ("tool_result", "spawn_agent"),
+    ]
+    assert [(e.type, e.data.get("to") or e.data.get("name")) for e in events
+            if e.type in {"tool_call", "delegate", "tool_result"} and e.agent == "scout"] == [
+        ("tool_call", "delegate"), ("delegate", "helper"), ("tool_result", "delegate")]
     files = dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content"))
     assert files == {"notes.md": "plan: send two scouts", "agents/scout.md": SCOUT, "agents/scout2.md": SCOUT,
                      "out/south.md": "water"}

@@ -123,6 +123,40 @@ def test_cancel_stops_a_session_waiting_for_its_model_within_seconds(team_a, cel
     assert events(run, "llm_response") == []
 
 
+def test_cancel_marks_waiting_children_cancelled_at_once_and_stops_the_running_one(team_a, celery_worker_process):
+    from agents_app.models import Activation
+
+    agent(team_a, "Lead")
+    kid = "---\nname: Kid\n---\n\nYou help.\n"
+    script = {
+        "lead": [{"tool_calls": [
+            {"name": "spawn_agent", "arguments": {"filename": f"kid{i}.md", "content": kid, "task": f"job {i}"}}
+            for i in (1, 2, 3)]}, {"text": "spawned"}],
+        **{f"kid{i}": [{"text": "slow", "latency_ms": 30000}] for i in (1, 2, 3)},
+    }
+    run = run_start(team=team_a, agent="lead", input="x", script=script, limits={"max_concurrency": 1})
+    deadline = time.monotonic() + 20
+    while not Event.objects.filter(run=run, type="llm_request", agent__startswith="kid").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    [running] = Activation.objects.filter(run=run, kind="spawn", status="running")
+    waiting = list(Activation.objects.filter(run=run, kind="spawn", status="queued"))
+    assert len(waiting) == 2
+    # As if its task were still in the broker, behind a busy worker.
+    Activation.objects.filter(pk=waiting[0].pk).update(status="dispatched")
+
+    run_cancel(run=run)
+    statuses = dict(Activation.objects.filter(run=run, kind="spawn").values_list("agent", "status"))
+    assert sorted(status for agent, status in statuses.items() if agent != running.agent) == ["cancelled", "cancelled"]
+    cancelled_at = time.monotonic()
+    while Activation.objects.filter(pk=running.pk, status="running").exists():
+        assert time.monotonic() - cancelled_at < 5, "the running child did not stop within 5 s"
+        time.sleep(0.1)
+    assert Activation.objects.get(pk=running.pk).status == "cancelled"
+    assert list(Session.objects.filter(run=run, agent__startswith="kid").values_list("agent", "status")) == [
+        (running.agent, "cancelled")]
+
+
 def test_depth_and_fanout_limits_refuse_with_a_clear_tool_error(team_a, celery_worker_process):
     agent(team_a, "Lead")
     child = "---\nname: Kid\n---\n\nYou help.\n"

@@ -45,11 +45,12 @@ def calls(*pairs, tokens=(10, 5)):
 
 class Store:
     def __init__(self, *, cancel_after=None, deny=None):
-        self.events, self.checkpoints = [], []
+        self.events, self.checkpoints, self.before_tools = [], [], []
         self.cancel_after, self.deny, self.polls = cancel_after, deny, 0
 
-    async def checkpoint(self, state):
+    async def checkpoint(self, state, *, before_tools=False):
         self.checkpoints.append(state.to_dict())
+        self.before_tools.append(before_tools)
 
     async def emit(self, type, data):
         self.events.append((type, data))
@@ -115,8 +116,9 @@ def test_tool_calls_run_in_order_and_their_results_go_back_to_the_model():
     assert store.types() == ["llm_request", "llm_response", "tool_call", "tool_result", "tool_call", "tool_result",
                              "llm_request", "stream_chunk", "llm_response"]
     assert outcome.meta.tool_calls == 2 and outcome.meta.steps == 2
-    # A checkpoint after the model turn and after every tool result, then the final turn.
-    assert len(store.checkpoints) == 4
+    # A checkpoint after the model turn (which may ride with the tools' first write) and after
+    # every tool result (each written before the loop goes on), then the final turn.
+    assert store.before_tools == [True, False, False, False]
 
 
 def test_resuming_never_reruns_a_recorded_tool_call():

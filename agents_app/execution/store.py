@@ -1,0 +1,391 @@
+"""A session's storage on the worker's hot path: checkpoints, events and files.
+
+Everything a step writes goes through an async PostgreSQL connection owned
+by the worker's session loop — no ORM, no thread hop — in one transaction
+per write: the events buffered since the last write, the session's usage
+added to the run and the session, its checkpoint, and (for a file write)
+the file and its ``file_change`` event. Events are pushed to websockets
+after commit, in order, without the session waiting for Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, AsyncIterator
+
+import psycopg
+from django.conf import settings
+from django.db import connections
+from django.utils import timezone
+
+from agents_app.execution.eventlog import INSERT_NUMBERED, Entry, entry, events_param, payloads, push_bounded
+from agents_app.kernel.loop import PolicyDenied, SessionState
+from agents_app.llm.scripted import MemoryCursor
+from agents_app.models import Run, Session
+from agents_app.runner import db
+
+logger = logging.getLogger(__name__)
+
+
+# -- connections ------------------------------------------------------------------------
+
+
+class ConnectionPool:
+    """A few autocommit connections for one event loop; a broken one is dropped, not reused."""
+
+    def __init__(self, *, size: int) -> None:
+        self.size = size
+        self.idle: list[psycopg.AsyncConnection] = []
+        self.slots = asyncio.Semaphore(size)
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        """An autocommit connection: one statement is one transaction."""
+        async with self.slots:
+            conn = self.idle.pop() if self.idle else await psycopg.AsyncConnection.connect(**_conn_params())
+            try:
+                yield conn
+            except BaseException:
+                if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    await conn.close()
+                    raise
+                self.idle.append(conn)
+                raise
+            self.idle.append(conn)
+
+
+def _conn_params() -> dict[str, Any]:
+    params = {**connections["default"].get_connection_params(), "autocommit": True}
+    for django_only in ("cursor_factory", "context", "server_side_binding"):
+        params.pop(django_only, None)
+    return params
+
+
+_pools: dict[tuple[int, int, str], ConnectionPool] = {}
+
+
+def pool() -> ConnectionPool:
+    """This process's pool for the running loop (and the current database)."""
+    key = (os.getpid(), id(asyncio.get_running_loop()), connections["default"].settings_dict["NAME"])
+    found = _pools.get(key)
+    if found is None:
+        found = _pools[key] = ConnectionPool(size=int(os.environ.get("MAS_DB_ASYNC_CONNECTIONS", "8")))
+    return found
+
+
+# -- the store --------------------------------------------------------------------------
+
+
+# One statement per write, so a write is one round trip and one commit. ``r`` numbers the
+# events from the run's counter (the row stays locked until commit, so numbers are gap-free
+# and in commit order) and adds the session's usage; ``e`` inserts the events; ``s`` adds the
+# usage to the session and stores its checkpoint. A file change adds ``f`` and its event.
+_WRITE = """
+WITH {file}r AS (
+  UPDATE agents_app_run SET next_seq = next_seq + %(n)s{file_count}, prompt_tokens = prompt_tokens + %(pt)s,
+    completion_tokens = completion_tokens + %(ct)s, cost_usd = cost_usd + %(cost)s::numeric,
+    large_tier_uses = large_tier_uses + %(large)s,
+    script_cursor = CASE WHEN %(pos)s::bigint IS NULL THEN script_cursor
+                    ELSE script_cursor || jsonb_build_object(%(agent)s::text, %(pos)s::bigint) END
+  WHERE id = %(run)s::uuid RETURNING next_seq - (%(n)s{file_count}) AS base
+), e AS (
+  {insert}{file_event}
+), s AS (
+  UPDATE agents_app_session SET prompt_tokens = prompt_tokens + %(pt)s,
+    completion_tokens = completion_tokens + %(ct)s, cost_usd = cost_usd + %(cost)s::numeric,
+    state = COALESCE(%(state)s::jsonb, state), heartbeat_at = CASE WHEN %(beat)s THEN now() ELSE heartbeat_at END
+  WHERE id = %(session)s::uuid AND %(touch)s
+)
+SELECT r.base{file_columns} FROM r{file_from}
+"""
+_FILE_EVENT = """
+  UNION ALL
+  SELECT %(run)s::uuid, r.base + %(n)s + 1, 'file_change', %(agent)s::text, %(session)s::uuid, {data}, %(at)s
+  FROM r, f"""
+_WRITE = _WRITE.replace("{insert}", INSERT_NUMBERED)
+WRITE_SQL = _WRITE.format(file="", file_count="", file_event="", file_columns="", file_from="")
+FILE_WRITE_SQL = _WRITE.format(
+    file="""f AS (
+  INSERT INTO agents_app_workspacefile (run_id, path, content, version, author, session_id, updated_at)
+  VALUES (%(run)s::uuid, %(path)s, %(content)s, 1, %(agent)s::text, %(session)s::uuid, now())
+  ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.content,
+    version = agents_app_workspacefile.version + 1, author = EXCLUDED.author,
+    session_id = EXCLUDED.session_id, updated_at = EXCLUDED.updated_at
+  RETURNING version, xmax = 0 AS created
+), """,
+    file_count=" + 1",
+    file_event=_FILE_EVENT.format(data="jsonb_build_object('path', %(path)s::text, 'version', f.version, "
+                                       "'action', CASE WHEN f.created THEN 'created' ELSE 'updated' END, "
+                                       "'bytes', %(bytes)s::bigint)"),
+    file_columns=", f.version, f.created", file_from=", f",
+)
+FILE_DELETE_SQL = _WRITE.format(
+    file="""f AS (
+  DELETE FROM agents_app_workspacefile WHERE run_id = %(run)s::uuid AND path = %(path)s RETURNING 1 AS deleted
+), """,
+    file_count=" + (SELECT count(*) FROM f)",
+    file_event=_FILE_EVENT.format(data="jsonb_build_object('path', %(path)s::text, 'action', 'deleted')"),
+    file_columns=", (SELECT count(*) FROM f)", file_from="",
+)
+
+
+def live_delay_s() -> float:
+    return float(getattr(settings, "MAS_LIVE_EVENT_DELAY_MS", 20)) / 1000
+
+
+class DatabaseStore:
+    """:class:`agents_app.kernel.loop.SessionStore` on Postgres and the Channels layer.
+
+    Events are buffered and written with the next checkpoint or file write.
+    The ones a watcher wants at once (a model call starting, streamed text, a
+    tool starting) are written within ``MAS_LIVE_EVENT_DELAY_MS`` even when
+    nothing else is — a fast model's answer or a file write usually takes
+    them along sooner. Writes of one session never overlap, so its events
+    are numbered in the order they happened. The cancel flag is set by the
+    process's :class:`SessionMonitor`, not polled.
+    """
+
+    LIVE = frozenset({"llm_request", "stream_chunk", "tool_call"})
+
+    def __init__(self, *, run_id, session_id, agent: str, tier: str, cursor: MemoryCursor | None,
+                 budget: dict[str, Any]) -> None:
+        self.run_id, self.session_id, self.agent, self.tier, self.cursor = run_id, session_id, agent, tier, cursor
+        self.budget = budget
+        self.pending: list[Entry] = []
+        self.usage = [0, 0, Decimal(0), 0]
+        self.cancel_requested = False
+        self.saved_position: int | None = cursor.get(agent) if cursor is not None else None
+        self.pushing: asyncio.Future | None = None
+        self.waiting_push: list[dict[str, Any]] | None = None
+        self.writing = asyncio.Lock()
+        self.live_timer: asyncio.TimerHandle | None = None
+        self.pending_state: tuple[dict[str, Any], int | None] | None = None
+        self.live_write: asyncio.Task | None = None
+
+    # SessionStore
+
+    async def checkpoint(self, state: SessionState, *, before_tools: bool = False) -> None:
+        position = self.cursor.get(self.agent) if self.cursor is not None else None
+        state.cursor = {self.agent: position} if position is not None else {}
+        if before_tools:
+            # Written with the tool's own write (a file), or before a tool that writes elsewhere
+            # (see session.call_tool), or within the live delay — whichever comes first.
+            self.pending_state = (state.to_dict(), position)
+            self._schedule_live_write()
+            return
+        await self._write(state=state.to_dict(), position=position)
+
+    async def emit(self, type: str, data: dict[str, Any]) -> None:
+        self.pending.append(entry(type, agent=self.agent, session_id=self.session_id, data=data))
+        if type == "llm_response":
+            usage = data["usage"]
+            self.usage[0] += usage["prompt_tokens"]
+            self.usage[1] += usage["completion_tokens"]
+            self.usage[2] += Decimal(data["cost_usd"])
+            self.usage[3] += 1 if self.tier == "large" else 0
+        if type in self.LIVE:
+            if live_delay_s() <= 0:
+                await self.flush()
+            else:
+                self._schedule_live_write()
+
+    async def cancelled(self) -> bool:
+        return self.cancel_requested
+
+    async def before_model_call(self, state: SessionState) -> None:
+        if not self.budget:
+            return
+        from agents_app.execution.services import budget_check
+
+        await self.flush()  # the budget reads the run's totals
+        reason = await db(budget_check)(run_id=self.run_id, tier=self.tier, agent=self.agent,
+                                        session_id=self.session_id)
+        if reason:
+            raise PolicyDenied(reason)
+
+    # writing
+
+    async def flush(self) -> None:
+        """Write the pending events and checkpoint now (before anything else writes for this run)."""
+        if self.pending or self.pending_state is not None:
+            await self._write()
+
+    def _schedule_live_write(self) -> None:
+        if self.live_timer is None:
+            self.live_timer = asyncio.get_running_loop().call_later(live_delay_s(), self._write_live)
+
+    def _write_live(self) -> None:
+        self.live_timer = None
+
+        async def write() -> None:
+            try:
+                await self.flush()
+            except Exception:  # kept pending: the session's next write retries them
+                logger.warning("writing live events failed", extra={"session": str(self.session_id)}, exc_info=True)
+
+        self.live_write = asyncio.ensure_future(write())
+
+    async def file_write(self, path: str, content: str) -> int:
+        """Write a workspace file, its ``file_change`` event and the events before it, in one statement."""
+        row = await self._write(sql=FILE_WRITE_SQL, file={
+            "path": path, "content": content, "bytes": len(content.encode("utf-8"))})
+        return row[1]
+
+    async def file_delete(self, path: str) -> bool:
+        row = await self._write(sql=FILE_DELETE_SQL, file={"path": path, "content": None, "bytes": None})
+        return bool(row[1])
+
+    async def _write(self, *, state: dict[str, Any] | None = None, position: int | None = None,
+                     sql: str = WRITE_SQL, file: dict[str, Any] | None = None) -> tuple:
+        async with self.writing:
+            if self.live_timer is not None:
+                self.live_timer.cancel()
+                self.live_timer = None
+            held = self.pending_state
+            if state is None and held is not None:
+                state, position = held
+            self.pending_state = None  # a newer checkpoint replaces a held one
+            if position == self.saved_position:
+                position = None
+            events, usage = self.pending, self.usage
+            self.pending, self.usage = [], [0, 0, Decimal(0), 0]
+            params = {
+                "run": str(self.run_id), "session": str(self.session_id), "agent": self.agent,
+                "n": len(events), "pt": usage[0], "ct": usage[1], "cost": str(usage[2]), "large": usage[3],
+                "pos": position, "state": json.dumps(state) if state is not None else None,
+                "beat": state is not None, "touch": bool(state is not None or usage[0] or usage[1] or usage[2]),
+                "events": events_param(events),
+            }
+            if file is not None:
+                params |= {**file, "at": datetime.now(UTC)}
+            try:
+                async with pool().connection() as conn:
+                    row = await (await conn.execute(sql, params)).fetchone()
+            except BaseException:
+                # Not written: keep the events for the next write (the rows are the truth).
+                self.pending = events + self.pending
+                self.usage = [a + b for a, b in zip(usage, self.usage)]
+                self.pending_state = self.pending_state or held
+                raise
+            if position is not None:
+                self.saved_position = position
+            if file is not None and (sql is not FILE_DELETE_SQL or row[1]):
+                data = ({"path": file["path"], "version": row[1], "action": "created" if row[2] else "updated",
+                         "bytes": file["bytes"]} if sql is FILE_WRITE_SQL
+                        else {"path": file["path"], "action": "deleted"})
+                events = [*events, ("file_change", self.agent, self.session_id, data, params["at"])]
+            self._push(payloads(self.run_id, row[0], events))
+            return row
+
+    def _push(self, payloads: list[dict[str, Any]]) -> None:
+        # In commit order, without holding up the session: each push waits for the one before,
+        # and what is committed meanwhile rides along with the waiting push (one group_send).
+        if not payloads:
+            return
+        if self.waiting_push is not None:
+            self.waiting_push.extend(payloads)
+            return
+        batch = self.waiting_push = list(payloads)
+        previous = self.pushing
+
+        async def push() -> None:
+            if previous is not None:
+                await previous
+            self.waiting_push = None
+            await push_bounded(batch)
+
+        self.pushing = asyncio.ensure_future(push())
+
+    async def close(self) -> None:
+        """Write what is left and wait for the last push."""
+        if self.live_timer is not None:
+            self.live_timer.cancel()
+            self.live_timer = None
+        await self.flush()
+        if self.pushing is not None:
+            await self.pushing
+
+
+# -- the workspace ------------------------------------------------------------------------
+
+
+class DatabaseWorkspace:
+    """:class:`tools_app.plugin.Workspace` on the run's WorkspaceFile rows, written through the session's store."""
+
+    def __init__(self, *, store: DatabaseStore) -> None:
+        self.store = store
+
+    async def read(self, path: str) -> str | None:
+        async with pool().connection() as conn:
+            cursor = await conn.execute("SELECT content FROM agents_app_workspacefile WHERE run_id = %s AND path = %s",
+                                        [self.store.run_id, path])
+            row = await cursor.fetchone()
+        return row[0] if row else None
+
+    async def write(self, path: str, content: str) -> int:
+        return await self.store.file_write(path, content)
+
+    async def delete(self, path: str) -> bool:
+        return await self.store.file_delete(path)
+
+    async def paths(self) -> list[str]:
+        async with pool().connection() as conn:
+            cursor = await conn.execute("SELECT path FROM agents_app_workspacefile WHERE run_id = %s ORDER BY path",
+                                        [self.store.run_id])
+            return [row[0] for row in await cursor.fetchall()]
+
+
+# -- heartbeats and cancels ------------------------------------------------------------------
+
+
+class SessionMonitor:
+    """Per worker process: heartbeats every running session and notices cancelled runs, in bulk."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[Any, tuple[Any, DatabaseStore, asyncio.Task]] = {}
+        self.task: asyncio.Task | None = None
+
+    def watch(self, session_id, run_id, store: DatabaseStore, task: asyncio.Task) -> None:
+        self.sessions[session_id] = (run_id, store, task)
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def forget(self, session_id) -> None:
+        self.sessions.pop(session_id, None)
+
+    async def _run(self) -> None:
+        beat_every = min(10.0, settings.MAS_SESSION_STALE_S / 3)
+        since_beat = 0.0
+        while self.sessions:
+            await asyncio.sleep(1.0)
+            since_beat += 1.0
+            beat = since_beat >= beat_every
+            if beat:
+                since_beat = 0.0
+            watched = dict(self.sessions)
+            try:
+                cancelled = await db(_monitor_tick)(
+                    session_ids=list(watched) if beat else [], run_ids={run for run, _, _ in watched.values()}
+                )
+            except Exception:
+                logger.warning("session monitor tick failed", exc_info=True)
+                continue
+            for session_id, (run_id, store, task) in watched.items():
+                if run_id in cancelled and not store.cancel_requested:
+                    store.cancel_requested = True
+                    task.cancel()
+
+
+def _monitor_tick(*, session_ids: list, run_ids: set) -> set:
+    if session_ids:
+        Session.objects.filter(pk__in=session_ids).update(heartbeat_at=timezone.now())
+    return set(Run.objects.filter(pk__in=run_ids, status="cancelled").values_list("pk", flat=True))
+
+
+monitor = SessionMonitor()
