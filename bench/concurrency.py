@@ -147,7 +147,7 @@ def level(team, sessions: int, *, concurrency: int, db_threads: int, workers: in
     steady_steps = sum(1 for _, kind, at in rows if kind == "llm_response" and all_in <= at <= first_out)
     return {
         "turns": turns, "steady_window": steady_window,
-        "steady": steady_steps / steady_window if steady_window > 0.5 else None,
+        "steady": steady_steps / steady_window if steady_window >= 3 else None,  # whole turns: too coarse below
         "sessions": sessions, "steps": steps, "window": window, "achieved": steps / window, "ideal": sessions / 1.0,
         "start_spread": (max(starts) - min(starts)).total_seconds(), "step_times": step_times,
         "peak_rss": sum(w.peak_rss for w in pool), "backends": backends.peak, "events": len(rows),

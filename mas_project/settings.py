@@ -113,6 +113,9 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 # Sessions heartbeat every 10 s; one silent this long lost its worker and is resumed elsewhere.
 MAS_SESSION_STALE_S = float(os.environ.get("MAS_SESSION_STALE_S", 30))
+# Events a watcher wants at once (llm_request, stream_chunk, tool_call) wait at most this long
+# to be written with the session's next write.
+MAS_LIVE_EVENT_DELAY_MS = float(os.environ.get("MAS_LIVE_EVENT_DELAY_MS", 20))
 # Model calls that fail with a retryable error are retried this often, backing off
 # MAS_PROVIDER_BACKOFF_S × 2^(n−1); a failed session is retried after MAS_RETRY_BACKOFF_S × 2^(attempt−1).
 MAS_PROVIDER_RETRIES = int(os.environ.get("MAS_PROVIDER_RETRIES", 3))
