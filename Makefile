@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test stop status setup install services migrate clean-var
+.PHONY: demo test stop status setup install services migrate clean-var browser
 
 demo: setup
 	$(BIN)/python manage.py setup_demo
@@ -24,8 +24,15 @@ demo: setup
 	@echo "  logs        var/log/web.log, var/log/worker.log"
 	@echo "  stop with   make stop"
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The monitor's browser test drives Debian's Chromium (Playwright's own download is not used).
+browser:
+	@test -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get install -y -q chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
+	  else echo "tests/e2e needs Debian's chromium: sudo apt-get install chromium"; exit 1; fi; }
 
 setup: install services migrate
 

@@ -5,7 +5,21 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mas_project.settings")
 django_asgi_app = get_asgi_application()
 
+from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.urls import path  # noqa: E402
 
-# Websocket routes arrive with the live monitor; HTTP is plain Django.
-application = ProtocolTypeRouter({"http": django_asgi_app, "websocket": URLRouter([])})
+from agents_app.consumers import RunEventsConsumer, TeamRunsConsumer  # noqa: E402
+
+# The live monitor (agents_app/consumers.py). Browsers authenticate with their
+# session cookie (checked against the Origin header there), scripts with
+# ``Authorization: Bearer <token>``.
+websocket_urlpatterns = [
+    path("ws/runs/", TeamRunsConsumer.as_asgi()),
+    path("ws/runs/<str:run_id>/", RunEventsConsumer.as_asgi()),
+]
+
+application = ProtocolTypeRouter({
+    "http": django_asgi_app,
+    "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
+})

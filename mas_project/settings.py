@@ -154,7 +154,10 @@ STORAGES = {
 }
 # Locally (no collectstatic) files are found in the apps, as runserver would.
 WHITENOISE_USE_FINDERS = DEBUG
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/runs/"
+# Seconds between a monitor socket's pings (each also catches up from the database).
+MAS_WS_PING_S = float(os.environ.get("MAS_WS_PING_S", 15))
 
 # Payload sizes are bounded (SPEC §7).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("MAS_MAX_REQUEST_BYTES", 2 * 1024 * 1024))

@@ -1,11 +1,18 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import TemplateView
 
+from agents_app import views as monitor
 from mas_project.api import api
 
 urlpatterns = [
     path("", TemplateView.as_view(template_name="home.html"), name="home"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(next_page="/accounts/login/"), name="logout"),
+    path("runs/", monitor.runs_page, name="monitor-runs"),
+    path("runs/<str:run_id>/", monitor.run_page, name="monitor-run"),
+    path("runs/<str:run_id>/cancel", monitor.run_cancel_view, name="monitor-run-cancel"),
 ]

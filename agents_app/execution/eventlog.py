@@ -16,7 +16,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 
-from agents_app.events import _bounded, events_push_async
+from agents_app.events import RUN_CHANGES, _bounded, events_push_async
 
 # Inserts the events of ``%(events)s`` (a JSON array of {i, type, agent, session, data, at}) numbered
 # after ``r.base``; a statement using it defines ``r`` as the run's counter UPDATE ... RETURNING base.
@@ -64,8 +64,27 @@ def events_append(*, run_id, entries: list[Entry]) -> list[dict[str, Any]]:
         cursor.execute(APPEND_SQL, {"run": str(run_id), "n": len(entries), "events": events_param(entries)})
         base = cursor.fetchone()[0]
     pushed = payloads(run_id, base, entries)
-    transaction.on_commit(lambda: _push(pushed))
+    team_id = _team_of(run_id) if any(entry[0] in RUN_CHANGES for entry in entries) else None
+    transaction.on_commit(lambda: _push(pushed, team_id))
     return pushed
+
+
+_teams: dict[str, int] = {}
+
+
+def _team_of(run_id) -> int | None:
+    # A run never changes team: remembered per process (bounded).
+    key = str(run_id)
+    if key not in _teams:
+        from agents_app.models import Run
+
+        if len(_teams) > 10_000:
+            _teams.clear()
+        team_id = Run.objects.filter(pk=run_id).values_list("team_id", flat=True).first()
+        if team_id is None:
+            return None
+        _teams[key] = team_id
+    return _teams[key]
 
 
 def event_append(*, run_id, type: str, agent: str = "", session_id=None,
@@ -74,22 +93,22 @@ def event_append(*, run_id, type: str, agent: str = "", session_id=None,
     return events_append(run_id=run_id, entries=[entry(type, agent=agent, session_id=session_id, data=data)])[0]
 
 
-def _push(pushed: list[dict[str, Any]]) -> None:
+def _push(pushed: list[dict[str, Any]], team_id: int | None) -> None:
     # In a worker the push goes to the session loop and is not waited for; elsewhere it is sent now.
     from agents_app.runner import runner
 
     loop = runner.running_loop()
     if loop is not None:
-        asyncio.run_coroutine_threadsafe(push_bounded(pushed), loop)
+        asyncio.run_coroutine_threadsafe(push_bounded(pushed, team_id=team_id), loop)
     else:
-        async_to_sync(events_push_async)(pushed)
+        async_to_sync(events_push_async)(pushed, team_id=team_id)
 
 
 _push_slots: dict[int, asyncio.Semaphore] = {}
 MAX_CONCURRENT_PUSHES = 16
 
 
-async def push_bounded(pushed: list[dict[str, Any]]) -> None:
+async def push_bounded(pushed: list[dict[str, Any]], *, team_id: int | None = None) -> None:
     """Push committed events from a worker's loop, at most 16 at a time.
 
     Hundreds of sessions push at once; unbounded, every push would open a new
@@ -101,4 +120,4 @@ async def push_bounded(pushed: list[dict[str, Any]]) -> None:
     if slots is None:
         slots = _push_slots[id(loop)] = asyncio.Semaphore(MAX_CONCURRENT_PUSHES)
     async with slots:
-        await events_push_async(pushed)
+        await events_push_async(pushed, team_id=team_id)

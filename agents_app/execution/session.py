@@ -193,7 +193,7 @@ async def execute_activation(activation_id: str) -> None:
     state = SessionState.from_dict(resumed_state) if resumed_state else _initial_state(start)
     cursor = MemoryCursor(dict(run.script_cursor))
     store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier=session.tier, cursor=cursor,
-                          budget=run.budget)
+                          budget=run.budget, team_id=run.team_id)
     ladder = list(agent.spec.escalation)
     try:
         resolved, team_tools = await db(session_prepare)(run=run, session_id=session.id, agent=agent,

@@ -154,8 +154,9 @@ class DatabaseStore:
     LIVE = frozenset({"llm_request", "stream_chunk", "tool_call"})
 
     def __init__(self, *, run_id, session_id, agent: str, tier: str, cursor: MemoryCursor | None,
-                 budget: dict[str, Any]) -> None:
+                 budget: dict[str, Any], team_id: int | None = None) -> None:
         self.run_id, self.session_id, self.agent, self.tier, self.cursor = run_id, session_id, agent, tier, cursor
+        self.team_id = team_id
         self.budget = budget
         self.pending: list[Entry] = []
         self.usage = [0, 0, Decimal(0), 0]
@@ -298,7 +299,7 @@ class DatabaseStore:
             if previous is not None:
                 await previous
             self.waiting_push = None
-            await push_bounded(batch)
+            await push_bounded(batch, team_id=self.team_id)
 
         self.pushing = asyncio.ensure_future(push())
 

@@ -1,0 +1,202 @@
+// One run, live: the event log, the agent tree, the workflow DAG, streamed text and totals,
+// all rebuilt from the run's events as /ws/runs/<id>/ delivers them (replay, then live).
+"use strict";
+(function () {
+  const runId = JSON.parse(document.getElementById("run-id").textContent);
+  const workflow = JSON.parse(document.getElementById("workflow").textContent);
+  const $ = (id) => document.getElementById(id);
+  const SVG = "http://www.w3.org/2000/svg";
+  const state = {
+    lastSeq: null, count: 0, tokensIn: 0, tokensOut: 0, cost: 0, types: new Set(), agents: new Set(),
+    nodes: new Map(),   // activation id -> {id, agent, kind, parent, depth, status, tier, tokens}
+    sessions: new Map(), // session id -> activation id
+    steps: new Map(),   // workflow step id -> status
+    streams: new Map(),  // session id -> element
+  };
+
+  // -- the event log ------------------------------------------------------------------------
+  function addOption(select, value) {
+    if ([...select.options].some((o) => o.value === value)) return;
+    const option = document.createElement("option"); option.value = option.textContent = value; select.appendChild(option);
+  }
+  function visible(tr) {
+    const type = $("f-type").value, agent = $("f-agent").value;
+    return (!type || tr.dataset.type === type) && (!agent || tr.dataset.agent === agent);
+  }
+  function logEvent(e) {
+    const tr = document.createElement("tr");
+    tr.dataset.type = e.type; tr.dataset.agent = e.agent; tr.dataset.seq = e.seq;
+    const cells = [e.seq, e.created_at.slice(11, 23), e.type, e.agent];
+    for (const text of cells) { const td = document.createElement("td"); td.textContent = text; tr.appendChild(td); }
+    const td = document.createElement("td"), details = document.createElement("details"), summary = document.createElement("summary");
+    const json = JSON.stringify(e.data);
+    summary.textContent = json.length > 140 ? json.slice(0, 139) + "…" : json;
+    details.appendChild(summary);
+    details.addEventListener("toggle", () => {
+      if (details.open && !details.querySelector("pre")) {
+        const pre = document.createElement("pre"); pre.textContent = JSON.stringify(e.data, null, 2); details.appendChild(pre);
+      }
+    });
+    td.appendChild(details); tr.appendChild(td);
+    tr.hidden = !visible(tr);
+    $("events").appendChild(tr);
+    addOption($("f-type"), e.type); addOption($("f-agent"), e.agent || "");
+  }
+  for (const id of ["f-type", "f-agent"]) {
+    $(id).addEventListener("change", () => { for (const tr of $("events").rows) tr.hidden = !visible(tr); });
+  }
+
+  // -- what the events mean ---------------------------------------------------------------
+  function apply(e) {
+    const d = e.data || {};
+    switch (e.type) {
+      case "activation_queued":
+        if (!state.nodes.has(d.activation)) {
+          state.nodes.set(d.activation, { id: d.activation, agent: e.agent, kind: d.kind, parent: d.parent,
+                                          depth: d.depth, status: "queued", tier: "", tokens: 0 });
+        }
+        break;
+      case "session_start": {
+        const node = state.nodes.get(d.activation) || { id: d.activation, agent: e.agent, kind: d.kind,
+                                                         parent: d.parent, depth: d.depth, tokens: 0 };
+        Object.assign(node, { status: "running", tier: d.tier });
+        state.nodes.set(d.activation, node); state.sessions.set(e.session, d.activation);
+        break;
+      }
+      case "session_end": {
+        const node = state.nodes.get(state.sessions.get(e.session));
+        if (node) node.status = d.status === "ok" ? "done" : d.status;
+        break;
+      }
+      case "llm_response": {
+        const usage = d.usage || {};
+        state.tokensIn += usage.prompt_tokens || 0; state.tokensOut += usage.completion_tokens || 0;
+        state.cost += Number(d.cost_usd || 0);
+        const node = state.nodes.get(state.sessions.get(e.session));
+        if (node) node.tokens += (usage.prompt_tokens || 0) + (usage.completion_tokens || 0);
+        break;
+      }
+      case "stream_chunk": stream(e); break;
+      case "step_start": case "step_complete": case "step_failed": case "step_retry":
+        state.steps.set(d.step, { step_start: "running", step_complete: "done", step_failed: "failed",
+                                  step_retry: "running" }[e.type]);
+        break;
+      case "run_complete":
+        $("status").className = `status ${d.status}`; $("status").textContent = d.status;
+        if (d.duration_s !== undefined) $("t-duration").textContent = `${Number(d.duration_s).toFixed(1)} s`;
+        if (d.result || d.error) { $("result").hidden = false; $("result").textContent = d.result || d.error; }
+        document.getElementById("cancel-form")?.remove();
+        break;
+    }
+  }
+  function stream(e) {
+    let el = state.streams.get(e.session);
+    if (!el) {
+      el = document.createElement("div"); el.className = "stream";
+      const who = document.createElement("b"); who.textContent = e.agent; el.appendChild(who);
+      el.appendChild(document.createElement("span"));
+      $("streams").appendChild(el); state.streams.set(e.session, el);
+    }
+    el.lastChild.textContent += e.data.text || "";
+  }
+
+  // -- drawing ------------------------------------------------------------------------------
+  function el(name, attrs, parent, text) {
+    const node = document.createElementNS(SVG, name);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    parent.appendChild(node); return node;
+  }
+  function layout(items, parentOf) {
+    // A tidy-enough tree: depth-first order gives x, depth gives y.
+    const children = new Map(), roots = [];
+    for (const item of items) {
+      const p = parentOf(item);
+      if (p && items.some((i) => i.id === p)) (children.get(p) || children.set(p, []).get(p)).push(item);
+      else roots.push(item);
+    }
+    const pos = new Map(); let x = 0;
+    (function walk(list, depth) {
+      for (const item of list) {
+        const kids = children.get(item.id) || [];
+        const start = x; walk(kids, depth + 1);
+        const cx = kids.length ? (start + x - 1) / 2 : x++;
+        pos.set(item.id, { x: cx, y: depth });
+      }
+    })(roots, 0);
+    return pos;
+  }
+  function drawTree() {
+    const svg = $("tree"); svg.replaceChildren();
+    const nodes = [...state.nodes.values()];
+    // signal activations hang off the agent they wake; draw them as edges back to that agent's node
+    const pos = layout(nodes, (n) => n.parent);
+    const W = 170, H = 62, GX = 20, GY = 40;
+    let maxX = 0, maxY = 0;
+    for (const n of nodes) {
+      const p = pos.get(n.id), parent = n.parent && pos.get(n.parent);
+      if (parent) {
+        const x1 = parent.x * (W + GX) + W / 2, y1 = parent.y * (H + GY) + H, x2 = p.x * (W + GX) + W / 2, y2 = p.y * (H + GY);
+        el("path", { class: `edge ${n.kind}`, d: `M${x1},${y1} C${x1},${y1 + 20} ${x2},${y2 - 20} ${x2},${y2}` }, svg);
+        el("text", { class: "edge-label", x: (x1 + x2) / 2 + 4, y: (y1 + y2) / 2 }, svg, n.kind);
+      }
+    }
+    for (const n of nodes) {
+      const p = pos.get(n.id), x = p.x * (W + GX), y = p.y * (H + GY);
+      maxX = Math.max(maxX, x + W); maxY = Math.max(maxY, y + H);
+      const g = el("g", { class: `node ${n.status}`, "data-agent": n.agent, "data-status": n.status }, svg);
+      el("rect", { x, y, width: W, height: H }, g);
+      el("text", { x: x + 8, y: y + 18 }, g, `${n.agent} · ${n.kind}`);
+      el("text", { class: "sub", x: x + 8, y: y + 35 }, g, `${n.status}${n.tier ? " · " + n.tier : ""}`);
+      el("text", { class: "sub", x: x + 8, y: y + 51 }, g, `${n.tokens.toLocaleString()} tokens`);
+    }
+    svg.setAttribute("viewBox", `-4 -4 ${Math.max(maxX, W) + 8} ${Math.max(maxY, H) + 8}`);
+    svg.style.height = `${Math.max(maxY, H) + 8}px`;
+  }
+  function drawDag() {
+    if (!workflow) return;
+    const svg = $("dag"); svg.replaceChildren();
+    const level = new Map();
+    const byId = new Map(workflow.steps.map((s) => [s.id, s]));
+    const depth = (s) => level.get(s.id) ?? (level.set(s.id, 0), level.set(s.id, Math.max(0, ...s.depends_on.map((d) => depth(byId.get(d)) + 1))).get(s.id));
+    workflow.steps.forEach(depth);
+    const rows = new Map();
+    for (const s of workflow.steps) (rows.get(level.get(s.id)) || rows.set(level.get(s.id), []).get(level.get(s.id))).push(s);
+    const W = 150, H = 44, GX = 24, GY = 40, pos = new Map();
+    let maxX = 0, maxY = 0;
+    for (const [l, list] of rows) list.forEach((s, i) => pos.set(s.id, { x: i * (W + GX), y: l * (H + GY) }));
+    for (const s of workflow.steps) for (const d of s.depends_on) {
+      const a = pos.get(d), b = pos.get(s.id);
+      el("path", { class: "edge", d: `M${a.x + W / 2},${a.y + H} L${b.x + W / 2},${b.y}` }, svg);
+    }
+    for (const s of workflow.steps) {
+      const p = pos.get(s.id), status = state.steps.get(s.id) || "queued";
+      maxX = Math.max(maxX, p.x + W); maxY = Math.max(maxY, p.y + H);
+      const g = el("g", { class: `node ${status}`, "data-step": s.id }, svg);
+      el("rect", { x: p.x, y: p.y, width: W, height: H }, g);
+      el("text", { x: p.x + 8, y: p.y + 18 }, g, s.id);
+      el("text", { class: "sub", x: p.x + 8, y: p.y + 34 }, g, `${s.agent} · ${status}`);
+    }
+    svg.setAttribute("viewBox", `-4 -4 ${maxX + 8} ${maxY + 8}`); svg.style.height = `${maxY + 8}px`;
+  }
+  let drawing = false;
+  function redraw() {
+    if (drawing) return; drawing = true;
+    requestAnimationFrame(() => {
+      drawing = false; drawTree(); drawDag();
+      $("t-in").textContent = state.tokensIn.toLocaleString(); $("t-out").textContent = state.tokensOut.toLocaleString();
+      $("t-cost").textContent = `$${state.cost.toFixed(6)}`; $("t-events").textContent = state.count.toLocaleString();
+    });
+  }
+
+  monitorSocket(`/ws/runs/${runId}/`, {
+    lastSeq: () => state.lastSeq,
+    onState: setLive,
+    onMessage(m) {
+      if (m.message !== "event" || (state.lastSeq !== null && m.event.seq <= state.lastSeq)) return;
+      state.lastSeq = m.event.seq; state.count += 1;
+      logEvent(m.event); apply(m.event); redraw();
+    },
+  });
+  drawDag();
+})();

@@ -1,0 +1,83 @@
+"""The monitor's pages: sign-in, team scoping, starting and cancelling runs."""
+
+import pytest
+from django.test import Client
+
+from agents_app.definitions.kinds import AGENT
+from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+def agent(team, name):
+    definition_save(kind=AGENT, team=team, parsed=definition_parse(kind=AGENT, team=team,
+                                                                  text=f"---\nname: {name}\n---\n\nYou work.\n"))
+
+
+def browser(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_pages_ask_for_a_sign_in_and_the_login_page_signs_in(team_a, make_member):
+    assert Client().get("/runs/").headers["Location"] == "/accounts/login/?next=/runs/"
+    user = make_member(team_a, role="viewer", username="vera")
+    response = Client().post("/accounts/login/", {"username": "vera", "password": "pw-for-tests-1", "next": "/runs/"})
+    assert (response.status_code, response.headers["Location"]) == (302, "/runs/")
+
+
+def test_a_viewer_sees_only_their_teams_runs_and_no_start_form(team_a, team_b, make_member):
+    ours = Run.objects.create(team=team_a, agent="lead", input="our task")
+    theirs = Run.objects.create(team=team_b, agent="lead", input="their task")
+    client = browser(make_member(team_a, role="viewer"))
+    page = client.get("/runs/").content.decode()
+    assert f'data-run="{ours.id}"' in page and "our task" in page
+    assert str(theirs.id) not in page and "their task" not in page
+    assert 'id="start-run"' not in page
+    assert client.get(f"/runs/{ours.id}/").status_code == 200
+    assert client.get(f"/runs/{theirs.id}/").status_code == 404
+    assert client.get("/runs/not-a-run/").status_code == 404
+    # Viewers cannot start or cancel, whatever they post.
+    assert client.post("/runs/", {"agent": "lead", "input": "x"}).status_code == 404
+    assert client.post(f"/runs/{ours.id}/cancel").status_code == 404
+    assert Run.objects.count() == 2 and Run.objects.get(pk=ours.pk).status == "queued"
+
+
+def test_an_operator_starts_a_run_from_the_page_and_cancels_it(team_a, make_member):
+    agent(team_a, "Lead")
+    client = browser(make_member(team_a, role="operator"))
+    page = client.get("/runs/").content.decode()
+    assert 'id="start-run"' in page and '<option value="lead">Lead (lead)</option>' in page
+    response = client.post("/runs/", {"agent": "lead", "input": "Find three facts"})
+    run = Run.objects.get()
+    assert response.headers["Location"] == f"/runs/{run.id}/"
+    assert (run.agent, run.input, run.team_id) == ("lead", "Find three facts", team_a.id)
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert 'id="cancel-form"' in page and "Find three facts" in page
+    assert client.post(f"/runs/{run.id}/cancel").headers["Location"] == f"/runs/{run.id}/"
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    assert 'id="cancel-form"' not in client.get(f"/runs/{run.id}/").content.decode()
+
+
+def test_starting_an_unknown_agent_says_so_and_starts_nothing(team_a, make_member):
+    client = browser(make_member(team_a, role="operator"))
+    page = client.post("/runs/", {"agent": "ghost", "input": "boo"}, follow=True).content.decode()
+    assert "agent &#x27;ghost&#x27; does not exist in this team or run" in page
+    assert client.post("/runs/", {"agent": "", "input": ""}, follow=True).status_code == 200
+    assert Run.objects.count() == 0
+
+
+def test_a_user_in_two_teams_picks_one_with_team(team_a, team_b, make_member):
+    from agents_app.services import membership_set
+
+    user = make_member(team_a, role="viewer")
+    membership_set(team=team_b, user=user, role="viewer")
+    theirs = Run.objects.create(team=team_b, agent="lead", input="b task")
+    client = browser(user)
+    assert "b task" not in client.get("/runs/").content.decode()  # the first team by slug
+    assert "b task" in client.get(f"/runs/?team={team_b.slug}").content.decode()
+    assert client.get("/runs/?team=nobody").status_code == 404
+    assert client.get(f"/runs/{theirs.id}/").status_code == 200
