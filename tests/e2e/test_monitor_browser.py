@@ -35,32 +35,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class Server:
+    """daphne serving the project (HTTP + websockets) against the test database; restartable."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(settings.VAR_DIR) / "log" / "test-daphne.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "mas_project.asgi:application"],
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "mas_project.settings_test", "DJANGO_DEBUG": "1",
+                 "DJANGO_ALLOW_ASYNC_UNSAFE": "", "MAS_DATABASE_NAME": settings.DATABASES["default"]["NAME"],
+                 "MAS_CELERY_QUEUE": settings.CELERY_TASK_DEFAULT_QUEUE},
+            stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.process.kill()
+                    raise RuntimeError(f"daphne did not start; see {self.log_path}")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
 @pytest.fixture(scope="module")
 def asgi_server(django_db_setup, django_db_blocker):
-    """daphne serving the project (HTTP + websockets) against the test database."""
-    port = _free_port()
-    log_path = Path(settings.VAR_DIR) / "log" / "test-daphne.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "mas_project.asgi:application"],
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "mas_project.settings_test", "DJANGO_DEBUG": "1",
-             "MAS_DATABASE_NAME": settings.DATABASES["default"]["NAME"],
-             "MAS_CELERY_QUEUE": settings.CELERY_TASK_DEFAULT_QUEUE},
-        stdout=open(log_path, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"daphne did not start; see {log_path}")
-            time.sleep(0.2)
-    yield f"http://127.0.0.1:{port}"
-    process.terminate()
-    process.wait(10)
+    server = Server()
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -109,26 +123,33 @@ def test_a_member_watches_a_run_happen_live(team_a, make_member, make_token, cel
         definition_save(kind=AGENT, team=team_a, parsed=definition_parse(
             kind=AGENT, team=team_a, text=f"---\nname: {name}\n---\n\nYou work.\n"))
     olga = make_member(team_a, role="operator", username="olga")
-    run_id = start_run(asgi_server, make_token(team_a, olga))
+    server = asgi_server.url
+    run_id = start_run(server, make_token(team_a, olga))
 
     page = chromium.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        page.goto(f"{asgi_server}/runs/{run_id}/")
-        assert page.url.startswith(f"{asgi_server}/accounts/login/")
+        page.goto(f"{server}/runs/{run_id}/")
+        assert page.url.startswith(f"{server}/accounts/login/")
         page.fill("input[name=username]", "olga")
         page.fill("input[name=password]", "pw-for-tests-1")
         page.click("button[type=submit]")
-        page.wait_for_url(f"{asgi_server}/runs/{run_id}/")
+        page.wait_for_url(f"{server}/runs/{run_id}/")
         # Still working when the page opens: the run is seen live, not read afterwards.
         assert page.text_content("#status") in {"queued", "running"}
         page.wait_for_selector("#live:not(.off)", timeout=10_000)
+        page.wait_for_selector("#events tr[data-type=llm_request]", timeout=10_000)
+        # The server goes away mid-run and comes back: the page reconnects and resumes after its last event.
+        asgi_server.stop()
+        page.wait_for_selector("#live.off", timeout=10_000)
+        asgi_server.start()
+        page.wait_for_selector("#live:not(.off)", timeout=15_000)
         page.wait_for_selector("#status.succeeded", timeout=30_000)
 
         types = page.eval_on_selector_all("#events tr", "rows => rows.map(r => r.dataset.type)")
         assert types[0] == "run_start" and types[-1] == "run_complete"
         assert {"session_start", "llm_request", "tool_call", "file_change", "delegate", "session_end"} <= set(types)
         seqs = page.eval_on_selector_all("#events tr", "rows => rows.map(r => Number(r.dataset.seq))")
-        assert seqs == list(range(1, len(seqs) + 1))
+        assert seqs == list(range(1, len(seqs) + 1))  # nothing lost or repeated across the reconnect
         nodes = page.eval_on_selector_all(
             "#tree g.node", "gs => gs.map(g => [g.dataset.agent, g.dataset.status])")
         assert sorted(nodes) == [["helper", "done"], ["lead", "done"]]
