@@ -132,6 +132,7 @@ DEFINITION_MODELS = (
     "tools_app.customtool",
     "tools_app.mcpserver",
     "workflows_app.workflow",
+    "memory_app.memory",
 )
 READ_ONLY_MODELS = (
     "agents_app.providermodel",

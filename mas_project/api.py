@@ -14,6 +14,7 @@ from agents_app.api_runs import router as runs_router
 from mas_project.api_auth import api_auth
 from mas_project.api_errors import UnsupportedMediaType, load_json, register_error_handlers
 from mas_project.health import router as health_router
+from memory_app.api import router as memory_router
 from tools_app.api import router as tools_router
 from workflows_app.api import router as workflows_router
 
@@ -42,3 +43,4 @@ api.add_router("/", agents_router)
 api.add_router("/", runs_router)
 api.add_router("/", tools_router)
 api.add_router("/", workflows_router)
+api.add_router("/", memory_router)

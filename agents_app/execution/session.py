@@ -91,7 +91,8 @@ def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor) -> tup
     return provider_for(ref, providers=usable, cursor=cursor), ""
 
 
-def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str]) -> dict[str, Any]:
+def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], session_id=None,
+                    agent: str = "") -> dict[str, Any]:
     """What the built-in tools may ask of the kernel, as async callables.
 
     ``tool_call_ids["current"]`` is the id of the tool call being run, so a
@@ -152,9 +153,12 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str]) -
     async def unregister_agent(path: str) -> None:
         return None  # the file is gone: agent_resolve no longer finds it
 
+    from memory_app.services import memory_tool_services
+
     return {"spawn": spawn, "delegate": delegate, "signal_parent": signal_parent, "set_output": set_output,
             "register_agent": register_agent, "unregister_agent": unregister_agent,
-            "run_custom_tool": run_custom_tool}
+            "run_custom_tool": run_custom_tool,
+            **memory_tool_services(team_id=run.team_id, run_id=run.id, session_id=session_id, agent=agent)}
 
 
 # -- the session ---------------------------------------------------------------------------
@@ -174,11 +178,20 @@ def session_prepare(*, run: Run, session_id, agent: services.AgentDefinition, ti
     return resolved, [CustomToolSpec.model_validate(spec) for spec in rows]
 
 
-def _initial_state(start: services.SessionStart) -> SessionState:
+def _remembered(start: services.SessionStart) -> str:
+    """The memories most relevant to the task (the agent's own and the team's shared), for its prompt."""
+    from memory_app.selectors import memory_prompt_section, memory_search
+
+    hits = memory_search(team_id=start.run.team_id, agent=start.agent.slug, query=start.activation.input,
+                         k=start.agent.spec.memory.k)
+    return memory_prompt_section(hits)
+
+
+def _initial_state(start: services.SessionStart, *, remembered: str = "") -> SessionState:
     spec = start.agent.spec
     system = build_system_prompt(
         body=start.agent.body, context=spec.context, examples=[e.model_dump() for e in spec.examples],
-        tier=start.session.tier,
+        tier=start.session.tier, sections=[("What you remember", remembered)] if remembered else None,
     )
     execution = ExecutionContext(task=start.activation.input, output_dir=f"out/{start.activation.agent}/")
     return SessionState(messages=build_messages(system=system, execution=execution))
@@ -190,7 +203,11 @@ async def execute_activation(activation_id: str) -> None:
         return
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
     resumed_state = session.state if start.resumed and session.state else None
-    state = SessionState.from_dict(resumed_state) if resumed_state else _initial_state(start)
+    if resumed_state:
+        state = SessionState.from_dict(resumed_state)
+    else:
+        remembered = await db(_remembered)(start) if agent.spec.memory.enabled else ""
+        state = _initial_state(start, remembered=remembered)
     cursor = MemoryCursor(dict(run.script_cursor))
     store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier=session.tier, cursor=cursor,
                           budget=run.budget, team_id=run.team_id)
@@ -213,7 +230,8 @@ async def execute_activation(activation_id: str) -> None:
     context = ToolContext(
         run_id=str(run.id), agent=agent.slug, session_id=str(session.id),
         workspace=DatabaseWorkspace(store=store),
-        services=kernel_services(run=run, activation_id=activation.id, tool_call_ids=tool_call_ids),
+        services=kernel_services(run=run, activation_id=activation.id, tool_call_ids=tool_call_ids,
+                                 session_id=session.id, agent=agent.slug),
     )
 
     async def call_tool(call: ToolCall) -> ToolResult:

@@ -338,17 +338,18 @@ def test_default_tools_are_the_safe_implemented_ones():
     assert registry.names == [name for name in SAFE_DEFAULT_TOOLS if name in BUILTIN_TOOL_CLASSES]
     assert registry.names == [
         "vfs_read", "vfs_write", "vfs_edit", "vfs_list", "vfs_delete", "vfs_search",
-        "spawn_agent", "signal_parent", "delegate", "set_output",
+        "spawn_agent", "signal_parent", "delegate", "knowledge_query", "knowledge_contribute", "memory_store",
+        "memory_recall", "set_output",
     ]
     assert registry.warnings == []
 
 
 def test_allowed_list_with_unimplemented_and_unknown_names():
-    registry = registry_for_agent(["vfs_read", "web_fetch", "memory_store", "vfs_read", "mystery"], extra_tools=[Echo()])
+    registry = registry_for_agent(["vfs_read", "web_fetch", "publish", "vfs_read", "mystery"], extra_tools=[Echo()])
     assert registry.names == ["vfs_read", "echo"]
     assert registry.warnings == [
         "tool web_fetch is not available yet; skipped",
-        "tool memory_store is not available yet; skipped",
+        "tool publish is not available yet; skipped",
         "tool mystery is unknown; skipped",
     ]
 

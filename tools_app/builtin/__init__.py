@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from tools_app.builtin.delegate import Delegate
+from tools_app.builtin.knowledge_contribute import KnowledgeContribute
+from tools_app.builtin.knowledge_query import KnowledgeQuery
+from tools_app.builtin.memory_recall import MemoryRecall
+from tools_app.builtin.memory_store import MemoryStore
 from tools_app.builtin.set_output import SetOutput
 from tools_app.builtin.signal_parent import SignalParent
 from tools_app.builtin.spawn_agent import SpawnAgent
@@ -20,6 +24,7 @@ BUILTIN_TOOL_CLASSES: dict[str, type[Tool]] = {
     for tool in (
         VfsRead, VfsWrite, VfsEdit, VfsList, VfsDelete, VfsSearch,
         SpawnAgent, SignalParent, Delegate, SetOutput,
+        MemoryStore, MemoryRecall, KnowledgeQuery, KnowledgeContribute,
     )
 }
 

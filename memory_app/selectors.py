@@ -1,0 +1,122 @@
+"""Finding memories: hybrid search (vector + full text, reciprocal rank fusion), always k rows when k exist.
+
+The vector leg uses the HNSW index with pgvector 0.8's iterative scan, so a
+filter (the agent's own memories plus the team's shared ones, a type, tags)
+does not starve the result; when the index still returns fewer rows than
+asked — the visible set is small and scattered — the same query runs as an
+exact search over just the visible rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from memory_app.embeddings import embed
+from memory_app.models import Memory
+
+RRF_K = 60
+FTS = "to_tsvector('english'::regconfig, COALESCE(content, ''))"
+
+
+@dataclass(frozen=True)
+class Hit:
+    memory: Memory
+    score: float  # reciprocal rank fusion of the two legs
+    similarity: float | None  # cosine similarity to the query, when the vector leg found it
+
+
+def _visible(*, team_id: int, agent: str | None, types: list[str] | None, tags: list[str] | None,
+             shared_only: bool) -> tuple[str, list[Any]]:
+    where, params = ["team_id = %s", "superseded_by_id IS NULL"], [team_id]
+    if shared_only:
+        where.append("shared")
+    elif agent:
+        where.append("(agent = %s OR shared)")
+        params.append(agent)
+    # else: every memory of the team (its members' view, in the API and admin)
+    if types:
+        where.append("type = ANY(%s)")
+        params.append(list(types))
+    if tags:
+        where.append("tags ?| %s")
+        params.append(list(tags))
+    return " AND ".join(where), params
+
+
+def _vector_leg(vector: list[float], where: str, params: list[Any], n: int) -> list[tuple[int, float]]:
+    literal = "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        cursor.execute("SET LOCAL hnsw.ef_search = %s", [max(40, 2 * n)])
+        # relaxed_order may return near-ties out of order: sort the candidates again.
+        cursor.execute(
+            f"SELECT id, distance FROM (SELECT id, embedding <=> %s::vector AS distance FROM memory_app_memory "
+            f"WHERE {where} ORDER BY embedding <=> %s::vector LIMIT %s) found ORDER BY distance",
+            [literal, *params, literal, n],
+        )
+        rows = cursor.fetchall()
+        if len(rows) < n:
+            # Fewer than asked from the index: read the visible rows exactly (they are few).
+            cursor.execute(
+                f"WITH visible AS MATERIALIZED (SELECT id, embedding FROM memory_app_memory WHERE {where}) "
+                "SELECT id, embedding <=> %s::vector AS distance FROM visible ORDER BY distance LIMIT %s",
+                [*params, literal, n],
+            )
+            rows = cursor.fetchall()
+    return [(row[0], 1 - row[1]) for row in rows]
+
+
+def _text_leg(query: str, where: str, params: list[Any], n: int) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM memory_app_memory WHERE {where} AND {FTS} @@ plainto_tsquery('english', %s) "
+            f"ORDER BY ts_rank({FTS}, plainto_tsquery('english', %s)) DESC, id LIMIT %s",
+            [*params, query, query, n],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def memory_search(*, team_id: int, query: str, k: int = 5, agent: str | None = None,
+                  types: list[str] | None = None, tags: list[str] | None = None, shared_only: bool = False,
+                  track: bool = True, vector: list[float] | None = None) -> list[Hit]:
+    """The ``k`` memories most relevant to ``query`` that ``agent`` may see (its own and the team's shared).
+
+    Without ``agent``, every memory of the team is searched (for people, not agents).
+    """
+    where, params = _visible(team_id=team_id, agent=agent, types=types, tags=tags, shared_only=shared_only)
+    candidates = max(k * 4, 20)
+    by_vector = _vector_leg(vector if vector is not None else embed([query])[0], where, params, candidates)
+    by_text = _text_leg(query, where, params, candidates)
+    scores: dict[int, float] = {}
+    for rank, (memory_id, _) in enumerate(by_vector, start=1):
+        scores[memory_id] = scores.get(memory_id, 0.0) + 1 / (RRF_K + rank)
+    for rank, memory_id in enumerate(by_text, start=1):
+        scores[memory_id] = scores.get(memory_id, 0.0) + 1 / (RRF_K + rank)
+    top = sorted(scores, key=lambda memory_id: (-scores[memory_id], memory_id))[:k]
+    similarity = dict(by_vector)
+    rows = Memory.objects.in_bulk(top)
+    if track and top:
+        Memory.objects.filter(pk__in=top).update(access_count=F("access_count") + 1,
+                                                 last_accessed_at=timezone.now())
+    return [Hit(rows[memory_id], scores[memory_id], similarity.get(memory_id)) for memory_id in top]
+
+
+def memory_nearest(*, team_id: int, vector: list[float], shared_only: bool = True,
+                   agent: str | None = None) -> tuple[Memory, float] | None:
+    """The visible memory closest to ``vector`` and its cosine similarity (for de-duplication)."""
+    where, params = _visible(team_id=team_id, agent=agent, types=None, tags=None, shared_only=shared_only)
+    found = _vector_leg(vector, where, params, 1)
+    if not found:
+        return None
+    memory_id, similarity = found[0]
+    return Memory.objects.get(pk=memory_id), similarity
+
+
+def memory_prompt_section(hits: list[Hit]) -> str:
+    """What an agent remembers, as a section of its system prompt."""
+    return "\n".join(f"- ({hit.memory.type}) {hit.memory.content}" for hit in hits)

@@ -1,0 +1,46 @@
+"""The memory admin: team-scoped, semantic search box, shared-knowledge filter, edits re-embed."""
+
+import pytest
+from django.test import Client
+
+from memory_app.models import Memory
+from memory_app.services import memory_store
+
+pytestmark = pytest.mark.django_db
+
+
+def staff(make_member, team, role):
+    user = make_member(team, role=role)
+    user.is_staff = True
+    user.save()
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_search_box_finds_by_meaning_within_the_team(team_a, team_b, make_member):
+    memory_store(team_id=team_a.id, agent="a", content="Our cat is called Whiskers.")
+    memory_store(team_id=team_a.id, content="The server room is on the third floor.", shared=True)
+    memory_store(team_id=team_b.id, content="Team B keeps a parrot.", shared=True)
+    client = staff(make_member, team_a, "viewer")
+    page = client.get("/admin/memory_app/memory/", {"q": "which pet do we have"}).content.decode()
+    assert page.index("Our cat is called Whiskers.") < page.index("The server room is on the third floor.")
+    assert "parrot" not in page
+    shared = client.get("/admin/memory_app/memory/", {"shared__exact": "1"}).content.decode()
+    assert "The server room is on the third floor." in shared and "Whiskers" not in shared
+
+
+def test_an_editor_corrects_a_memory_and_it_is_embedded_again(team_a, team_b, make_member):
+    memory = memory_store(team_id=team_a.id, agent="a", content="The meeting is on Monday.")
+    theirs = memory_store(team_id=team_b.id, content="B's note.", shared=True)
+    before = list(memory.embedding)
+    client = staff(make_member, team_a, "editor")
+    response = client.post(f"/admin/memory_app/memory/{memory.pk}/change/", {
+        "type": "fact", "content": "The meeting is on Tuesday.", "tags": '["calendar"]', "shared": "on"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    memory.refresh_from_db()
+    assert (memory.content, memory.shared, memory.tags) == ("The meeting is on Tuesday.", True, ["calendar"])
+    assert list(memory.embedding) != before
+    assert client.get(f"/admin/memory_app/memory/{theirs.pk}/change/").status_code == 404
+    assert client.get("/admin/memory_app/memory/add/").status_code == 403
+    assert Memory.objects.count() == 2
