@@ -142,6 +142,9 @@ READ_ONLY_MODELS = (
     "agents_app.session",
     "agents_app.event",
     "agents_app.workspacefile",
+    "memory_app.channel",
+    "memory_app.channelmessage",
+    "memory_app.blackboardentry",
 )
 
 

@@ -6,8 +6,9 @@ from django.contrib import admin
 from pgvector.django import CosineDistance
 
 from agents_app.admin_base import TeamScopedAdmin
+from agents_app.admin_runs import RunChildAdmin
 from memory_app.embeddings import embed
-from memory_app.models import Memory
+from memory_app.models import BlackboardEntry, Channel, ChannelMessage, Memory
 
 
 @admin.register(Memory)
@@ -59,3 +60,36 @@ class MemoryAdmin(TeamScopedAdmin):
         if "content" in form.changed_data:
             obj.embedding = embed([obj.content])[0]
         super().save_model(request, obj, form, change)
+
+
+# -- a run's channels and blackboard (read-only: agents write them) ------------------------------
+
+
+class ChannelMessageInline(admin.TabularInline):
+    model = ChannelMessage
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = ["seq", "sender", "content", "created_at"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Channel)
+class ChannelAdmin(RunChildAdmin):
+    list_display = ["name", "run_link", "next_seq", "subscribers", "created_at"]
+    list_select_related = ["run"]
+    fields = readonly_fields = ["run_link", "name", "next_seq", "subscribers", "created_at"]
+    inlines = [ChannelMessageInline]
+
+    @admin.display(description="subscribers (last acked)")
+    def subscribers(self, obj: Channel) -> str:
+        return ", ".join(f"{s.agent}: {s.last_acked}" for s in obj.subscriptions.order_by("agent")) or "—"
+
+
+@admin.register(BlackboardEntry)
+class BlackboardEntryAdmin(RunChildAdmin):
+    list_display = ["key", "run_link", "version", "author", "updated_at"]
+    list_select_related = ["run"]
+    search_fields = ["key", "value"]
+    fields = readonly_fields = ["run_link", "key", "value", "version", "author", "updated_at"]

@@ -132,3 +132,51 @@ def delete(request: HttpRequest, memory_id: int):
     actor: Actor = request.auth
     memory_delete(memory=_get(actor, memory_id))
     return Status(204, None)
+
+
+# -- a run's blackboard and channels ---------------------------------------------------------
+
+
+class BlackboardEntryOut(BaseModel):
+    key: str
+    value: str
+    version: int
+    author: str
+    updated_at: datetime
+
+
+class ChannelMessageOut(BaseModel):
+    seq: int
+    sender: str
+    content: str
+    created_at: datetime
+
+
+class ChannelOut(BaseModel):
+    name: str
+    messages: list[ChannelMessageOut]
+    subscribers: dict[str, int] = Field(description="Agent → the last message sequence it has acked")
+
+
+@router.get("/runs/{run_id}/blackboard", auth=read, response={200: list[BlackboardEntryOut],
+                                                              **error_responses(401, 403, 404)},
+            operation_id="run_blackboard", summary="The run's blackboard: every key with its value, version, author")
+def run_blackboard(request: HttpRequest, run_id: str):
+    from agents_app.selectors_runs import run_get
+
+    run = run_get(team=request.auth.team, run_id=run_id)
+    return [{"key": e.key, "value": e.value, "version": e.version, "author": e.author, "updated_at": e.updated_at}
+            for e in run.blackboard.order_by("key")]
+
+
+@router.get("/runs/{run_id}/channels", auth=read, response={200: list[ChannelOut], **error_responses(401, 403, 404)},
+            operation_id="run_channels", summary="The run's pub/sub channels with their messages and subscribers")
+def run_channels(request: HttpRequest, run_id: str):
+    from agents_app.selectors_runs import run_get
+
+    run = run_get(team=request.auth.team, run_id=run_id)
+    return [{"name": channel.name,
+             "messages": [{"seq": m.seq, "sender": m.sender, "content": m.content, "created_at": m.created_at}
+                          for m in channel.messages.order_by("seq")],
+             "subscribers": {s.agent: s.last_acked for s in channel.subscriptions.order_by("agent")}}
+            for channel in run.channels.order_by("name").prefetch_related("messages", "subscriptions")]

@@ -54,3 +54,55 @@ class Memory(models.Model):
 
     def __str__(self) -> str:
         return self.content[:80]
+
+
+class Channel(models.Model):
+    """A run's pub/sub channel: messages numbered per channel; each subscriber acks what it has read."""
+
+    run = models.ForeignKey("agents_app.Run", on_delete=models.CASCADE, related_name="channels")
+    name = models.CharField(max_length=100)
+    next_seq = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run_id", "name"]
+        constraints = [models.UniqueConstraint(fields=["run", "name"], name="channel_unique_run_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ChannelMessage(models.Model):
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="messages")
+    seq = models.PositiveBigIntegerField()
+    sender = models.CharField(max_length=100)
+    content = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["channel_id", "seq"]
+        constraints = [models.UniqueConstraint(fields=["channel", "seq"], name="channel_message_unique_seq")]
+
+
+class Subscription(models.Model):
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="subscriptions")
+    agent = models.CharField(max_length=100)
+    last_acked = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["channel", "agent"], name="subscription_unique_agent")]
+
+
+class BlackboardEntry(models.Model):
+    """A run's shared key/value: each write bumps the key's version and names its author."""
+
+    run = models.ForeignKey("agents_app.Run", on_delete=models.CASCADE, related_name="blackboard")
+    key = models.CharField(max_length=200)
+    value = models.TextField()
+    version = models.PositiveIntegerField(default=1)
+    author = models.CharField(max_length=100)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["run_id", "key"]
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="blackboard_unique_key")]

@@ -153,12 +153,14 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
     async def unregister_agent(path: str) -> None:
         return None  # the file is gone: agent_resolve no longer finds it
 
+    from memory_app.board import board_tool_services
     from memory_app.services import memory_tool_services
 
     return {"spawn": spawn, "delegate": delegate, "signal_parent": signal_parent, "set_output": set_output,
             "register_agent": register_agent, "unregister_agent": unregister_agent,
             "run_custom_tool": run_custom_tool,
-            **memory_tool_services(team_id=run.team_id, run_id=run.id, session_id=session_id, agent=agent)}
+            **memory_tool_services(team_id=run.team_id, run_id=run.id, session_id=session_id, agent=agent),
+            **board_tool_services(run_id=run.id, session_id=session_id, agent=agent)}
 
 
 # -- the session ---------------------------------------------------------------------------

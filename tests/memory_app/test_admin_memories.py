@@ -44,3 +44,21 @@ def test_an_editor_corrects_a_memory_and_it_is_embedded_again(team_a, team_b, ma
     assert client.get(f"/admin/memory_app/memory/{theirs.pk}/change/").status_code == 404
     assert client.get("/admin/memory_app/memory/add/").status_code == 403
     assert Memory.objects.count() == 2
+
+
+def test_a_runs_channels_and_blackboard_show_read_only_in_its_teams_admin(team_a, team_b, make_member):
+    from agents_app.models import Run
+    from memory_app.board import blackboard_write, channel_publish
+
+    ours, theirs = Run.objects.create(team=team_a, agent="lead"), Run.objects.create(team=team_b, agent="lead")
+    channel_publish(run_id=ours.id, channel="news", sender="writer", content="hello team")
+    blackboard_write(run_id=ours.id, key="plan", value="north first", author="lead")
+    blackboard_write(run_id=theirs.id, key="secret", value="b only", author="lead")
+    client = staff(make_member, team_a, "viewer")
+    boards = client.get("/admin/memory_app/blackboardentry/").content.decode()
+    assert "plan" in boards and "secret" not in boards
+    from memory_app.models import Channel
+
+    page = client.get(f"/admin/memory_app/channel/{Channel.objects.get().pk}/change/").content.decode()
+    assert "hello team" in page and "writer" in page
+    assert client.post("/admin/memory_app/blackboardentry/add/").status_code == 403

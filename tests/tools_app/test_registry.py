@@ -339,17 +339,17 @@ def test_default_tools_are_the_safe_implemented_ones():
     assert registry.names == [
         "vfs_read", "vfs_write", "vfs_edit", "vfs_list", "vfs_delete", "vfs_search",
         "spawn_agent", "signal_parent", "delegate", "knowledge_query", "knowledge_contribute", "memory_store",
-        "memory_recall", "set_output",
+        "memory_recall", "publish", "subscribe", "blackboard_write", "blackboard_read", "set_output",
     ]
     assert registry.warnings == []
 
 
 def test_allowed_list_with_unimplemented_and_unknown_names():
-    registry = registry_for_agent(["vfs_read", "web_fetch", "publish", "vfs_read", "mystery"], extra_tools=[Echo()])
+    registry = registry_for_agent(["vfs_read", "web_fetch", "code_exec", "vfs_read", "mystery"], extra_tools=[Echo()])
     assert registry.names == ["vfs_read", "echo"]
     assert registry.warnings == [
         "tool web_fetch is not available yet; skipped",
-        "tool publish is not available yet; skipped",
+        "tool code_exec is not available yet; skipped",
         "tool mystery is unknown; skipped",
     ]
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from tools_app.builtin.blackboard_read import BlackboardRead
+from tools_app.builtin.blackboard_write import BlackboardWrite
 from tools_app.builtin.delegate import Delegate
 from tools_app.builtin.knowledge_contribute import KnowledgeContribute
 from tools_app.builtin.knowledge_query import KnowledgeQuery
 from tools_app.builtin.memory_recall import MemoryRecall
 from tools_app.builtin.memory_store import MemoryStore
+from tools_app.builtin.publish import Publish
 from tools_app.builtin.set_output import SetOutput
 from tools_app.builtin.signal_parent import SignalParent
 from tools_app.builtin.spawn_agent import SpawnAgent
+from tools_app.builtin.subscribe import Subscribe
 from tools_app.builtin.vfs_delete import VfsDelete
 from tools_app.builtin.vfs_edit import VfsEdit
 from tools_app.builtin.vfs_list import VfsList
@@ -25,6 +29,7 @@ BUILTIN_TOOL_CLASSES: dict[str, type[Tool]] = {
         VfsRead, VfsWrite, VfsEdit, VfsList, VfsDelete, VfsSearch,
         SpawnAgent, SignalParent, Delegate, SetOutput,
         MemoryStore, MemoryRecall, KnowledgeQuery, KnowledgeContribute,
+        Publish, Subscribe, BlackboardWrite, BlackboardRead,
     )
 }
 
