@@ -53,6 +53,7 @@ class AgentLimits(Strict):
 class AgentMemory(Strict):
     enabled: bool = False
     k: int = Field(default=5, ge=1, le=100)
+    consolidate: bool = False  # after a successful session, the model picks what to remember
 
 
 class AgentExample(Strict):

@@ -106,3 +106,32 @@ class BlackboardEntry(models.Model):
     class Meta:
         ordering = ["run_id", "key"]
         constraints = [models.UniqueConstraint(fields=["run", "key"], name="blackboard_unique_key")]
+
+
+class CachedResponse(models.Model):
+    """A model's answer kept for the semantic cache (opt-in per agent, temperature 0; see memory_app.cache).
+
+    A later request hits it when it goes to the same model with the same tools
+    and the same conversation up to its last message, and that last message
+    means nearly the same (``embedding`` is the last message's).
+    """
+
+    team = models.ForeignKey("agents_app.Team", on_delete=models.CASCADE, related_name="cached_responses")
+    agent = models.CharField(max_length=100, help_text="The agent whose request it answered first")
+    model = models.CharField(max_length=300, help_text="provider:model")
+    context_digest = models.CharField(max_length=64, help_text="Model, tools, limits and every message but the last")
+    prompt = models.TextField(help_text="The request's last message, compared by meaning")
+    embedding = VectorField(dimensions=DIMENSIONS)
+    response = models.JSONField(help_text="text, tool_calls, usage, model, finish_reason")
+    hits = models.PositiveIntegerField(default=0)
+    last_hit_at = models.DateTimeField(null=True, blank=True)
+    run = models.ForeignKey("agents_app.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        # Candidates share an exact digest, so they are few: they are compared exactly, no vector index.
+        indexes = [models.Index(fields=["team", "model", "context_digest", "created_at"], name="cache_lookup")]
+
+    def __str__(self) -> str:
+        return self.prompt[:80]

@@ -114,3 +114,37 @@ def memory_tool_services(*, team_id: int, run_id, session_id, agent: str) -> dic
                              shared_only=shared_only)
 
     return {"memory_store": db(store), "knowledge_contribute": db(contribute), "memory_search": db(search)}
+
+
+# -- consolidation (see memory_app.consolidation) ------------------------------------------------
+
+
+def consolidation_nearest(*, team_id: int, agent: str, content: str) -> tuple[Memory, float] | None:
+    return memory_nearest(team_id=team_id, vector=embed([content])[0], shared_only=False, agent=agent)
+
+
+def consolidation_apply(*, team_id: int, run_id, session_id, agent: str, decision: str, candidate: dict,
+                        existing: Memory | None, merged: str | None) -> Memory | None:
+    """Write one consolidation decision and its event (with provenance)."""
+    from agents_app.execution.eventlog import event_append
+
+    provenance = {"run": str(run_id), "session": str(session_id), "agent": agent, "via": "consolidation"}
+    with transaction.atomic():
+        if decision == "SKIP":
+            event_append(run_id=run_id, type="memory_skipped", agent=agent, session_id=session_id, data={
+                "candidate": candidate["content"][:500], "matched": existing.id, **provenance})
+            return None
+        if decision == "ADD":
+            memory = memory_store(team_id=team_id, content=candidate["content"], type=candidate["type"], agent=agent,
+                                  run_id=run_id, session_id=session_id, source_agent=agent)
+            event_append(run_id=run_id, type="memory_stored", agent=agent, session_id=session_id, data={
+                "memory": memory.id, "type": memory.type, "content": memory.content[:500], **provenance})
+            return memory
+        memory = memory_store(team_id=team_id, content=merged, type=existing.type, agent=existing.agent,
+                              shared=existing.shared, tags=existing.tags, run_id=run_id, session_id=session_id,
+                              source_agent=agent)
+        Memory.objects.filter(pk=existing.pk).update(superseded_by=memory)
+        event_append(run_id=run_id, type="memory_updated", agent=agent, session_id=session_id, data={
+            "memory": memory.id, "supersedes": existing.id, "content": memory.content[:500],
+            "previous": existing.content[:500], **provenance})
+        return memory

@@ -180,6 +180,40 @@ def session_prepare(*, run: Run, session_id, agent: services.AgentDefinition, ti
     return resolved, [CustomToolSpec.model_validate(spec) for spec in rows]
 
 
+async def _consolidate(*, state: SessionState, model: ModelHandle, store: DatabaseStore, run: Run, session_id,
+                       agent: str) -> None:
+    """Let the model pick what this session taught it (see memory_app.consolidation); failures are events."""
+    from memory_app.consolidation import ConsolidationError, consolidate
+    from memory_app.services import consolidation_apply, consolidation_nearest
+
+    async def ask(request: ModelRequest) -> str:
+        await store.emit("llm_request", {"model": model.model, "tier": model.tier, "purpose": "consolidation",
+                                         "messages": len(request.messages), "tools": 0})
+        response = await model.complete(request)
+        await store.emit("llm_response", {
+            "model": response.model or model.model, "finish_reason": response.finish_reason, "text": response.text,
+            "tool_calls": [], "purpose": "consolidation",
+            "usage": {"prompt_tokens": response.usage.prompt_tokens,
+                      "completion_tokens": response.usage.completion_tokens},
+            "cost_usd": str(model.cost(response)),
+        })
+        return response.text
+
+    async def nearest(content: str):
+        return await db(consolidation_nearest)(team_id=run.team_id, agent=agent, content=content)
+
+    async def apply(decision: str, candidate: dict, existing, merged) -> None:
+        await store.flush()  # the model call's events come before the decision's
+        await db(consolidation_apply)(team_id=run.team_id, run_id=run.id, session_id=session_id, agent=agent,
+                                      decision=decision, candidate=candidate, existing=existing, merged=merged)
+
+    try:
+        await consolidate(messages=state.messages, model=model, agent=agent, ask=ask, nearest=nearest, apply=apply)
+    except (ConsolidationError, ProviderError) as error:
+        await store.emit("error", {"where": "consolidation", "kind": getattr(error, "kind", "invalid"),
+                                   "message": str(error)})
+
+
 def _remembered(start: services.SessionStart) -> str:
     """The memories most relevant to the task (the agent's own and the team's shared), for its prompt."""
     from memory_app.selectors import memory_prompt_section, memory_search
@@ -258,6 +292,9 @@ async def execute_activation(activation_id: str) -> None:
         outcome = await loop_task
         ending = {"status": outcome.status, "result": outcome.result, "meta": outcome.meta.to_dict(),
                   "failure": outcome.failure.to_dict() if outcome.failure else None}
+        if outcome.status == "ok" and agent.spec.memory.consolidate:
+            await _consolidate(state=state, model=model, store=store, run=run, session_id=session.id,
+                               agent=agent.slug)
     except asyncio.CancelledError:
         # The run was cancelled while the session waited (for a model, a tool):
         # it stops now, keeping its last checkpoint and partial result.

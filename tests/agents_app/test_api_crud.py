@@ -55,7 +55,7 @@ CASES = [
             "tier": "medium",
             "tools": ["vfs_read", "web_fetch"],
             "limits": {"max_steps": 7, "max_tool_calls": 50, "timeout_s": 600},
-            "memory": {"enabled": False, "k": 5},
+            "memory": {"enabled": False, "k": 5, "consolidate": False},
             "body": "You research.",
             "extra": {},
         },
@@ -71,7 +71,7 @@ CASES = [
         patched={
             "description": "Finds and checks facts",
             "tier": "large",
-            "memory": {"enabled": True, "k": 3},
+            "memory": {"enabled": True, "k": 3, "consolidate": False},
             "body": "You research carefully.",
         },
     ),

@@ -75,3 +75,54 @@ def test_knowledge_contributed_in_one_run_is_found_by_another_agent_later(team_a
     assert "tunnel" not in system
     assert Memory.objects.get(pk=shared.pk).access_count == 3  # prompt retrieval, query, recall
     assert Memory.objects.get(pk=private.pk).access_count == 0
+
+
+def test_consolidation_adds_updates_and_skips_with_provenance(team_a, celery_worker_process):
+    import json
+
+    from memory_app.services import memory_store
+
+    agent(team_a, "Learner", "memory:\n  consolidate: true\n")
+    old_password = memory_store(team_id=team_a.id, agent="learner", content="The database password rotates every 90 days.")
+    old_freeze = memory_store(team_id=team_a.id, content="Deploys are frozen on Fridays.", shared=True)
+    candidates = [
+        {"content": "The ferry to the island leaves at 7 am.", "type": "fact"},
+        {"content": "Database passwords rotate every 90 days, automatically.", "type": "fact"},
+        {"content": "No deploys on Fridays.", "type": "procedure"},
+    ]
+    script = {"learner": [
+        {"text": "Checked the schedules."},
+        {"text": json.dumps(candidates)},  # what to remember
+        {"text": json.dumps({"decision": "UPDATE", "content": "Database passwords rotate automatically every 90 days."})},
+        {"text": json.dumps({"decision": "SKIP"})},
+    ]}
+    run = finished(run_start(team=team_a, agent="learner", input="Check the schedules", script=script))
+    assert run.status == "succeeded", run.error
+    decisions = [(e.type, e.data) for e in Event.objects.filter(run=run, type__startswith="memory_").order_by("seq")]
+    assert [t for t, _ in decisions] == ["memory_stored", "memory_updated", "memory_skipped"]
+    added = Memory.objects.get(content="The ferry to the island leaves at 7 am.")
+    merged = Memory.objects.get(content="Database passwords rotate automatically every 90 days.")
+    provenance = {"run": str(run.id), "agent": "learner", "via": "consolidation"}
+    assert decisions[0][1]["memory"] == added.id and decisions[0][1].items() >= provenance.items()
+    assert decisions[1][1]["supersedes"] == old_password.id and decisions[1][1]["memory"] == merged.id
+    assert decisions[2][1]["matched"] == old_freeze.id and decisions[2][1]["candidate"] == "No deploys on Fridays."
+    old_password.refresh_from_db()
+    assert old_password.superseded_by_id == merged.id
+    assert old_password.content == "The database password rotates every 90 days."  # kept, not deleted
+    assert (added.agent, added.run_id, added.session_id is not None) == ("learner", run.id, True)
+    assert Memory.objects.count() == 4  # nothing silently deleted, the skipped candidate not stored
+    purposes = [e.data.get("purpose") for e in Event.objects.filter(run=run, type="llm_request").order_by("seq")]
+    assert purposes == [None, "consolidation", "consolidation", "consolidation"]
+    assert run.completion_tokens == sum(e.data["usage"]["completion_tokens"]
+                                        for e in Event.objects.filter(run=run, type="llm_response"))
+
+
+def test_a_consolidation_reply_that_is_not_json_is_an_error_event_and_stores_nothing(team_a, celery_worker_process):
+    agent(team_a, "Learner", "memory:\n  consolidate: true\n")
+    run = finished(run_start(team=team_a, agent="learner", input="x", script={"learner": [
+        {"text": "done"}, {"text": "I learned many things!"}]}))
+    assert run.status == "succeeded"
+    [error] = Event.objects.filter(run=run, type="error")
+    assert error.data["where"] == "consolidation"
+    assert error.data["message"].startswith("the model's reply is not JSON")
+    assert Memory.objects.count() == 0
