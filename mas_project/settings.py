@@ -182,3 +182,11 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("MAS_LOG_LEVEL", "INFO")},
     "loggers": {"pgserver": {"level": "WARNING"}},
 }
+
+# web_fetch may reach these hosts/CIDRs even when they are private or loopback (comma-separated).
+MAS_WEB_FETCH_ALLOW = [h.strip() for h in os.environ.get("MAS_WEB_FETCH_ALLOW", "").split(",") if h.strip()]
+# web_search backend: "searxng" (MAS_SEARXNG_URL) or "brave" (MAS_BRAVE_API_KEY); empty = not configured.
+MAS_WEB_SEARCH_BACKEND = os.environ.get("MAS_WEB_SEARCH_BACKEND", "")
+MAS_SEARXNG_URL = os.environ.get("MAS_SEARXNG_URL", "")
+MAS_BRAVE_API_KEY = os.environ.get("MAS_BRAVE_API_KEY", "")
+MAS_BRAVE_URL = os.environ.get("MAS_BRAVE_URL", "")

@@ -19,8 +19,6 @@ class WorkflowStep(Strict):
     depends_on: list[str] = Field(default_factory=list)
     outputs: list[str] = Field(default_factory=list)
     max_retries: int = Field(default=0, ge=0, le=10)
-    # seconds before the first retry, doubled on each further one
-    backoff: float | None = Field(default=None, ge=0, le=3600)
     on_failure: Literal["stop", "continue"] | None = None
 
 

@@ -20,6 +20,8 @@ from tools_app.builtin.vfs_list import VfsList
 from tools_app.builtin.vfs_read import VfsRead
 from tools_app.builtin.vfs_search import VfsSearch
 from tools_app.builtin.vfs_write import VfsWrite
+from tools_app.builtin.web_fetch import WebFetch
+from tools_app.builtin.web_search import WebSearch
 from tools_app.catalog import BUILTIN_TOOLS
 from tools_app.plugin import Tool
 
@@ -30,6 +32,7 @@ BUILTIN_TOOL_CLASSES: dict[str, type[Tool]] = {
         SpawnAgent, SignalParent, Delegate, SetOutput,
         MemoryStore, MemoryRecall, KnowledgeQuery, KnowledgeContribute,
         Publish, Subscribe, BlackboardWrite, BlackboardRead,
+        WebFetch, WebSearch,
     )
 }
 

@@ -9,8 +9,9 @@ mid-workflow therefore never re-runs a step already recorded as succeeded.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Literal, Mapping, Protocol, Sequence
+from typing import Literal, Protocol
 
 from workflows_app.engine.dag import PLACEHOLDER_RE, find_cycle
 
@@ -125,7 +126,7 @@ class Engine:
         }
 
     @classmethod
-    def from_dict(cls, steps: Sequence[StepDef], data: Mapping, *, on_failure: str = "stop", backoff: float = 0.0) -> "Engine":
+    def from_dict(cls, steps: Sequence[StepDef], data: Mapping, *, on_failure: str = "stop", backoff: float = 0.0) -> Engine:
         states = {sid: StepState(**raw) for sid, raw in data.get("steps", {}).items()}
         return cls(
             steps,
@@ -319,4 +320,4 @@ class Engine:
         return state
 
 
-__all__ = ["Engine", "Failure", "MissingOutput", "Stats", "StepState", "WorkflowError", "PARTIAL_MARK"]
+__all__ = ["PARTIAL_MARK", "Engine", "Failure", "MissingOutput", "Stats", "StepState", "WorkflowError"]

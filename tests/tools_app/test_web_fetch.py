@@ -1,0 +1,135 @@
+"""web_fetch against a real local HTTP server (a socket in a thread), and its SSRF guard."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import threading
+
+import pytest
+
+from tools_app.plugin import ToolContext
+from tools_app.registry import ToolOutcome, registry_for_agent
+from tools_app.workspace_memory import InMemoryWorkspace
+
+PAGE = b"<html><head><title>T</title><script>var x=1;</script></head><body><h1>Hello</h1><p>World <b>bold</b></p></body></html>"
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    hits: list[str] = []
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def _send(self, status: int, ctype: str, body: bytes, headers: dict | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        Handler.hits.append(f"{self.path} host={self.headers['Host']}")
+        if self.path == "/page":
+            self._send(200, "text/html; charset=utf-8", PAGE)
+        elif self.path == "/json":
+            self._send(200, "application/json", b'{"a": [1, 2]}')
+        elif self.path == "/long":
+            self._send(200, "text/plain", b"x" * 500)
+        elif self.path == "/hop":
+            self._send(302, "text/plain", b"", {"Location": "/page"})
+        elif self.path == "/to-private":
+            self._send(302, "text/plain", b"", {"Location": "http://10.0.0.1/secret"})
+        elif self.path == "/to-metadata":
+            self._send(302, "text/plain", b"", {"Location": "http://169.254.169.254/latest/meta-data/"})
+        elif self.path == "/binary":
+            self._send(200, "image/png", b"\x89PNG....")
+        else:
+            self._send(404, "text/plain", b"no")
+
+
+@pytest.fixture
+def server():
+    Handler.hits = []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def fetch(**arguments) -> ToolOutcome:
+    ctx = ToolContext(run_id="r", agent="a", session_id="s", workspace=InMemoryWorkspace({}))
+    return asyncio.run(registry_for_agent(["web_fetch"]).call("web_fetch", arguments, ctx))
+
+
+@pytest.fixture
+def allow_local(settings):
+    settings.MAS_WEB_FETCH_ALLOW = ["127.0.0.1"]
+
+
+def test_html_becomes_readable_text(server, allow_local):
+    outcome = fetch(url=f"{server}/page")
+    assert outcome.ok is True
+    assert outcome.content == "# Hello\n\nWorld **bold**"
+    assert Handler.hits == [f"/page host={server.removeprefix('http://')}"]
+
+
+def test_json_passes_through_and_truncation_is_marked(server, allow_local):
+    assert json.loads(fetch(url=f"{server}/json").content) == {"a": [1, 2]}
+    outcome = fetch(url=f"{server}/long", max_length=100)
+    assert outcome.content == "x" * 100 + "\n[truncated: content longer than 100 characters]"
+
+
+def test_redirect_is_followed_and_errors_are_text(server, allow_local):
+    assert fetch(url=f"{server}/hop").content == "# Hello\n\nWorld **bold**"
+    assert [h.split(" ")[0] for h in Handler.hits] == ["/hop", "/page"]
+    missing = fetch(url=f"{server}/nothing")
+    assert (missing.ok, missing.content) == (False, f"web_fetch error: HTTP 404 from {server}/nothing")
+    binary = fetch(url=f"{server}/binary")
+    assert (binary.ok, binary.content) == (False, f"web_fetch error: {server}/binary returned image/png, which is not text")
+    scheme = fetch(url="file:///etc/passwd")
+    assert (scheme.ok, scheme.content) == (False, "web_fetch error: only http and https URLs are fetched, not 'file'")
+
+
+@pytest.mark.parametrize("url, address", [
+    ("http://127.0.0.1:9/", "127.0.0.1"),
+    ("http://10.1.2.3/", "10.1.2.3"),
+    ("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),
+    ("http://[::1]:9/", "::1"),
+    ("http://localhost:9/", None),
+])
+def test_private_addresses_are_refused_without_allow_list(settings, url, address):
+    settings.MAS_WEB_FETCH_ALLOW = []
+    outcome = fetch(url=url)
+    assert outcome.ok is False
+    assert outcome.content.startswith(f"web_fetch refused {url}: host ")
+    assert "private/loopback/link-local address; refused" in outcome.content
+    if address:
+        assert f"resolves to {address}," in outcome.content
+
+
+def test_refused_without_allow_list_never_reaches_the_server(server, settings):
+    settings.MAS_WEB_FETCH_ALLOW = []
+    assert fetch(url=f"{server}/page").ok is False
+    assert Handler.hits == []
+
+
+@pytest.mark.parametrize("path, target", [
+    ("/to-private", "http://10.0.0.1/secret"),
+    ("/to-metadata", "http://169.254.169.254/latest/meta-data/"),
+])
+def test_redirect_to_private_address_is_refused(server, allow_local, path, target):
+    outcome = fetch(url=f"{server}{path}")
+    assert outcome.ok is False
+    assert outcome.content.startswith(f"web_fetch refused {target}: host ")
+    assert [h.split(" ")[0] for h in Handler.hits] == [path]
+
+
+def test_allow_list_accepts_cidrs(server, settings):
+    settings.MAS_WEB_FETCH_ALLOW = ["127.0.0.0/8"]
+    assert fetch(url=f"{server}/page").ok is True

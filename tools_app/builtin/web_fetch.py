@@ -1,0 +1,100 @@
+"""web_fetch: fetch a URL through the SSRF guard; HTML becomes readable text."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urljoin, urlsplit
+
+import html2text
+import httpx
+from pydantic import Field
+
+from tools_app.plugin import Params, Tool, ToolContext, ToolError
+from tools_app.web.guard import BlockedAddress, resolve_checked
+
+MAX_BYTES = 5 * 1024 * 1024
+MAX_REDIRECTS = 5
+TIMEOUT = httpx.Timeout(15.0, connect=5.0)
+DEFAULT_LENGTH = 20_000
+
+
+def _html_to_text(html: str) -> str:
+    converter = html2text.HTML2Text()
+    converter.ignore_images = True
+    converter.body_width = 0
+    return converter.handle(html).strip()
+
+
+async def _get(client: httpx.AsyncClient, url: str) -> httpx.Response:
+    """One request pinned to the address the guard checked (Host header and SNI keep the name)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ToolError(f"web_fetch error: only http and https URLs are fetched, not {parts.scheme or 'none'!r}")
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        address = await resolve_checked(host, port)
+    except BlockedAddress as exc:
+        raise ToolError(f"web_fetch refused {url}: {exc}") from None
+    literal = f"[{address}]" if ":" in address else address
+    netloc = f"{literal}:{parts.port}" if parts.port else literal
+    pinned = parts._replace(netloc=netloc).geturl()
+    host_header = parts.netloc.rsplit("@", 1)[-1]
+    request = client.build_request("GET", pinned, headers={"Host": host_header},
+                                   extensions={"sni_hostname": host})
+    response = await client.send(request, stream=True)
+    return response
+
+
+class WebFetch(Tool):
+    name = "web_fetch"
+    description = ("Fetch a web page or file by URL and return its text (HTML converted to readable text; "
+                   "JSON and plain text as is). Long content is cut at max_length characters.")
+
+    class Parameters(Params):
+        url: str = Field(min_length=1, max_length=2000)
+        max_length: int = Field(default=DEFAULT_LENGTH, ge=100, le=200_000)
+
+    async def run(self, args: Parameters, ctx: ToolContext) -> str:
+        url = args.url.strip()
+        try:
+            async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False, trust_env=False) as client:
+                for _ in range(MAX_REDIRECTS + 1):
+                    response = await _get(client, url)
+                    try:
+                        if response.is_redirect and "location" in response.headers:
+                            url = urljoin(url, response.headers["location"])
+                            continue  # the next hop goes through the guard again
+                        body = bytearray()
+                        cut = False
+                        async for chunk in response.aiter_bytes():
+                            body.extend(chunk)
+                            if len(body) > MAX_BYTES:
+                                del body[MAX_BYTES:]
+                                cut = True
+                                break
+                    finally:
+                        await response.aclose()
+                    break
+                else:
+                    raise ToolError(f"web_fetch error: more than {MAX_REDIRECTS} redirects")
+        except httpx.TimeoutException:
+            raise ToolError(f"web_fetch error: {url} timed out") from None
+        except httpx.HTTPError as exc:
+            raise ToolError(f"web_fetch error: {type(exc).__name__}: {exc}") from None
+        if response.status_code >= 400:
+            raise ToolError(f"web_fetch error: HTTP {response.status_code} from {url}")
+        ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        text = bytes(body).decode(response.encoding or "utf-8", errors="replace")
+        if ctype in ("text/html", "application/xhtml+xml"):
+            text = _html_to_text(text)
+        elif ctype == "application/json" or ctype.endswith("+json"):
+            try:
+                text = json.dumps(json.loads(text), ensure_ascii=False, indent=1)
+            except ValueError:
+                pass
+        elif not (ctype.startswith("text/") or ctype in ("application/xml", "")):
+            raise ToolError(f"web_fetch error: {url} returned {ctype}, which is not text")
+        if len(text) > args.max_length or cut:
+            text = text[: args.max_length] + f"\n[truncated: content longer than {args.max_length} characters]"
+        return text

@@ -1,0 +1,1 @@
+"""Outbound web access for tools: the SSRF guard and the fetcher."""
