@@ -79,6 +79,9 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "finished_at": run.finished_at,
     }
     if detail:
+        from memory_app.cache import run_cache_counts
+
+        data["totals"] |= run_cache_counts(run_id=run.id)
         data |= {
             "result": run.result,
             "provider": run.provider,

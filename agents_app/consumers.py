@@ -12,7 +12,10 @@ even a lost last push reaches the client. The kernel never waits for a
 client: pushes go to the channel layer, and a slow socket only loses live
 copies it then reads back.
 
-``/ws/runs/`` sends the team's runs as they change (started, status, totals).
+``/ws/runs/?team=<slug>&since=<unix seconds>`` sends the team's runs as they
+change (started, status, totals); with ``since``, first every run that is
+still going or was created or finished since then, so a page rendered at
+``since`` misses no change made before its socket joined.
 
 Messages are JSON objects with a ``message`` key:
 ``{"message": "event", "event": <the REST events endpoint's JSON>}``,
@@ -29,6 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -39,6 +44,9 @@ from django.conf import settings
 from agents_app.events import run_group, team_runs_group
 
 REPLAY_PAGE = 500
+SINCE_LIMIT = 100  # runs sent on connect to /ws/runs/?since=
+
+logger = logging.getLogger(__name__)
 
 
 def _ping_s() -> float:
@@ -135,16 +143,30 @@ class Room:
         self.channel: str | None = None
         self.reader: asyncio.Task | None = None
         self.ready = asyncio.Event()
+        self.failed = False
 
     async def open(self) -> None:
-        self.channel = await self.layer.new_channel()
-        await self.layer.group_add(run_group(self.run_id), self.channel)
+        try:
+            self.channel = await self.layer.new_channel()
+            await self.layer.group_add(run_group(self.run_id), self.channel)
+        except Exception:
+            self.failed = True
+            raise
+        finally:
+            self.ready.set()  # sockets waiting to join learn the outcome either way
         self.reader = asyncio.ensure_future(self.read())
-        self.ready.set()
 
     async def read(self) -> None:
         while True:
-            message = await self.layer.receive(self.channel)
+            try:
+                message = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # Redis went away: keep trying; meanwhile the sockets' pings catch up from the database.
+                logger.warning("monitor room receive failed", extra={"run": self.run_id}, exc_info=True)
+                await asyncio.sleep(1)
+                continue
             if message.get("type") != "run.events":
                 continue
             frames = [(event["seq"], json.dumps({"message": "event", "event": event}, default=str))
@@ -162,16 +184,27 @@ class Room:
 _rooms: dict[tuple[int, str], Room] = {}
 
 
+class RoomUnavailable(Exception):
+    """The channel layer refused the run's subscription (Redis down)."""
+
+
 async def room_join(run_id: str, socket: "RunEventsConsumer") -> None:
     key = (id(asyncio.get_running_loop()), run_id)
     room = _rooms.get(key)
     if room is None:
         room = _rooms[key] = Room(run_id, socket.channel_layer)
         room.sockets.add(socket)
-        await room.open()
+        try:
+            await room.open()
+        except Exception as error:
+            _rooms.pop(key, None)
+            logger.warning("monitor room open failed", extra={"run": run_id}, exc_info=True)
+            raise RoomUnavailable(str(error)) from error
     else:
         room.sockets.add(socket)
         await room.ready.wait()
+        if room.failed:
+            raise RoomUnavailable("the channel layer is unavailable")
 
 
 async def room_leave(run_id: str, socket: "RunEventsConsumer") -> None:
@@ -198,6 +231,8 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
         self.tasks: list[asyncio.Task] = []
         self.lock = asyncio.Lock()  # live batches and the pinger's catch-up take turns
         self.inbox: asyncio.Queue = asyncio.Queue(self.QUEUE)
+        self.dropped = 0  # live batches dropped because the inbox was full (read back from the database)
+        self.behind = False  # batches were dropped since the last read from the database
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         await self.accept()
         team_ids = await database_sync_to_async(_team_ids)(self.scope)
@@ -213,7 +248,11 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
             await self.close(code=4404)
             return
         # Join first, replay second: what is committed meanwhile waits in the inbox.
-        await room_join(self.run_id, self)
+        try:
+            await room_join(self.run_id, self)
+        except RoomUnavailable:
+            await self.close(code=1011)  # the client retries; nothing was promised yet
+            return
         self.joined = True
         await self.catch_up()
         await self.send_json({"message": "replayed", "last_seq": self.last_seq})
@@ -233,7 +272,8 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
         try:
             self.inbox.put_nowait(frames)
         except asyncio.QueueFull:
-            pass
+            self.dropped += 1
+            self.behind = True
 
     async def deliver_forever(self) -> None:
         while True:
@@ -245,6 +285,10 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
                     if seq == self.last_seq + 1:
                         await self.send(text_data=frame)
                         self.last_seq = seq
+                if self.behind and self.inbox.empty():
+                    # What was dropped may have been the run's last events: read them now, not at the next ping.
+                    self.behind = False
+                    await self._read_database()
 
     async def catch_up(self) -> None:
         async with self.lock:
@@ -280,6 +324,8 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
 class TeamRunsConsumer(AsyncWebsocketConsumer):
     """The team's runs as they change; the team is the token's, or ``?team=<slug>`` among the user's."""
 
+    FLUSH_S = 0.25
+
     async def connect(self) -> None:
         self.group = None
         self.pending: set[str] = set()
@@ -289,14 +335,25 @@ class TeamRunsConsumer(AsyncWebsocketConsumer):
         if team_ids is None:
             await self.close(code=4401)
             return
-        slug = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("team", [""])[0]
-        self.team_id = await database_sync_to_async(_pick_team)(team_ids, slug)
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        since = None
+        if query.get("since", [""])[0]:
+            try:
+                since = datetime.fromtimestamp(float(query["since"][0]), tz=UTC)
+            except (ValueError, OverflowError, OSError):
+                await self.close(code=4400)
+                return
+        self.team_id = await database_sync_to_async(_pick_team)(team_ids, query.get("team", [""])[0])
         if self.team_id is None:
             await self.close(code=4404)
             return
+        # Subscribe first, then read what changed since the page was drawn: nothing falls in between.
         self.group = team_runs_group(self.team_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.send(text_data=json.dumps({"message": "subscribed", "team": self.team_id}))
+        if since is not None:
+            for summary in await database_sync_to_async(_runs_since)(self.team_id, since):
+                await self.send(text_data=json.dumps({"message": "run", "run": summary}, default=str))
 
     async def disconnect(self, code) -> None:
         if self.flusher is not None:
@@ -305,18 +362,34 @@ class TeamRunsConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def runs_changed(self, message: dict[str, Any]) -> None:
-        # Totals change with every model call: send each run at most every 250 ms.
+        # Totals change with every model call: send each run at most every FLUSH_S.
         self.pending.add(message["run"])
         if self.flusher is None or self.flusher.done():
             self.flusher = asyncio.ensure_future(self.flush_soon())
 
     async def flush_soon(self) -> None:
-        await asyncio.sleep(0.25)
-        runs, self.pending = self.pending, set()
-        for run_id in sorted(runs):
-            summary = await database_sync_to_async(_run_summary)(run_id, self.team_id)
-            if summary is not None:
-                await self.send(text_data=json.dumps({"message": "run", "run": summary}, default=str))
+        # Loops until nothing is pending: a change heard while a batch is being sent goes in the next one.
+        while self.pending:
+            await asyncio.sleep(self.FLUSH_S)
+            runs, self.pending = self.pending, set()
+            for run_id in sorted(runs):
+                summary = await database_sync_to_async(_run_summary)(run_id, self.team_id)
+                if summary is not None:
+                    await self.send(text_data=json.dumps({"message": "run", "run": summary}, default=str))
+
+
+def _runs_since(team_id: int, since: datetime) -> list[dict[str, Any]]:
+    """The team's runs still going, or created or finished since ``since`` (oldest first, at most SINCE_LIMIT)."""
+    from django.db.models import Q
+
+    from agents_app.api_runs import run_out
+    from agents_app.models import Run
+    from agents_app.schemas_runs import RunOut
+
+    runs = (Run.objects.filter(team_id=team_id)
+            .filter(Q(status__in=["queued", "running"]) | Q(created_at__gte=since) | Q(finished_at__gte=since))
+            .select_related("created_by").order_by("-created_at", "-pk")[:SINCE_LIMIT])
+    return [RunOut.model_validate(run_out(run)).model_dump(mode="json") for run in reversed(list(runs))]
 
 
 def _pick_team(team_ids: list[int], slug: str) -> int | None:

@@ -81,6 +81,11 @@ class RunTotals(BaseModel):
     duration_s: float | None = Field(description="From start to finish (or to now while running); null while queued.")
 
 
+class RunDetailTotals(RunTotals):
+    cache_hits: int = Field(description="Model requests the semantic cache answered (cache_hit events).")
+    cache_misses: int = Field(description="Model requests it could not answer (cache_miss events).")
+
+
 class RunOut(BaseModel):
     """A run in a list."""
 
@@ -135,6 +140,7 @@ class RunDetailOut(RunOut):
     """A run with everything it did: outcome, settings and the activation/session tree."""
 
     input: str = Field(description="The task.")
+    totals: RunDetailTotals
     result: str
     provider: str
     limits: dict[str, Any]

@@ -133,6 +133,7 @@ DEFINITION_MODELS = (
     "tools_app.mcpserver",
     "workflows_app.workflow",
     "memory_app.memory",
+    "memory_app.cachedresponse",  # editors clear entries; nothing in them is editable
 )
 READ_ONLY_MODELS = (
     "agents_app.providermodel",

@@ -50,10 +50,19 @@ class AgentLimits(Strict):
     timeout_s: int = Field(default=600, ge=1, le=86400)
 
 
+class AgentCache(Strict):
+    """The semantic cache of model responses (memory_app.cache); temperature 0 only."""
+
+    enabled: bool = False
+    similarity: float = Field(default=0.96, ge=0.8, le=1.0)  # of the request's last message to a cached one
+    ttl_s: int = Field(default=86400, ge=1, le=30 * 86400)
+
+
 class AgentMemory(Strict):
     enabled: bool = False
     k: int = Field(default=5, ge=1, le=100)
     consolidate: bool = False  # after a successful session, the model picks what to remember
+    cache: AgentCache = Field(default_factory=AgentCache)
 
 
 class AgentExample(Strict):
@@ -131,6 +140,13 @@ class AgentSpec(Strict):
         dupes = sorted({name for name in names if names.count(name) > 1})
         if dupes:
             raise ValueError(f"custom_tools: duplicate name(s) {', '.join(dupes)}")
+        return self
+
+    @model_validator(mode="after")
+    def _cache_needs_temperature_zero(self) -> "AgentSpec":
+        if self.memory.cache.enabled and self.temperature != 0:
+            raise ValueError("memory.cache needs temperature: 0 (a cached answer may only stand in for a "
+                             "deterministic one)")
         return self
 
 

@@ -11,6 +11,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from agents_app.api_runs import run_out
@@ -62,9 +63,11 @@ def runs_page(request: HttpRequest) -> HttpResponse:
                 messages.error(request, str(error))
             else:
                 return redirect("monitor-run", run_id=run.id)
+    # Taken before the list is read: the page's socket asks for every change since (see consumers).
+    since = timezone.now().timestamp()
     runs = [run_out(run) for run in run_list(team=actor.team, limit=100)]
     return render(request, "monitor/runs.html", {
-        "actor": actor, "teams": [a.team for a in _actors(request.user)], "runs": runs,
+        "actor": actor, "teams": [a.team for a in _actors(request.user)], "runs": runs, "since": since,
         "agents": list(Agent.objects.filter(team=actor.team).order_by("slug").values_list("slug", "name")),
         "can_run": actor.can("run"),
     })

@@ -10,7 +10,10 @@
    agent filter (its own + the team's shared): the vector leg as the server
    runs it (HNSW, iterative scan, exact fallback) p50/p95, recall@10 against
    exact search over the same visible rows, and rows returned (always 10);
-   the full hybrid ``memory_search`` (embedding the query included) p50/p95.
+   the full hybrid ``memory_search`` (embedding the query included) p50/p95;
+4. the semantic cache: ``cache_lookup`` (embedding the request's last
+   message included) over 10,000 cached answers in 200 conversations, for
+   repeated requests (hits) and new ones (misses), p50/p95.
 
 100k memories are not all embedded (~270 sentences/s here): 2,000 real
 sentences are embedded and the rest are random unit vectors, which the
@@ -78,10 +81,57 @@ def exact_ids(team_id: int, agent: str, vector: list[float], k: int) -> list[int
         return [row[0] for row in cursor.fetchall()]
 
 
+def cache_section(texts: list[str], vectors: list[list[float]], queries: int,
+                  conversations: int = 200, per_conversation: int = 50) -> None:
+    """4. Semantic cache lookups: repeated requests hit, new ones miss; embedding the last message included."""
+    from agents_app.llm.types import Message, ModelRequest
+    from memory_app.cache import CachedResponse, cache_lookup, request_key
+    from memory_app.embeddings import embed
+
+    team = c.team_with_agent(slug="bench-cache", agent="agent-0")
+
+    def request(conversation: int, text: str) -> ModelRequest:
+        return ModelRequest(model="m", temperature=0, messages=[
+            Message(role="system", content=f"You are agent {conversation}."), Message(role="user", content=text)])
+
+    rows = []
+    for conversation in range(conversations):
+        digest = request_key(request(conversation, ""))[0]
+        for j in range(per_conversation):
+            index = (conversation * per_conversation + j) % len(texts)
+            rows.append(CachedResponse(team_id=team.id, agent="agent-0", model="bench:m", context_digest=digest,
+                                       prompt=texts[index], embedding=vectors[index], response={"text": "ok"}))
+    CachedResponse.objects.bulk_create(rows, batch_size=2000)
+    rng = random.Random(5)
+    fresh = sentences(queries, 1234)
+    times = {"hit": [], "miss": []}
+    embed_times, outcomes = [], {"hit": 0, "miss": 0}
+    for i in range(queries):
+        conversation = rng.randrange(conversations)
+        repeat = i % 2 == 0
+        text = texts[(conversation * per_conversation + rng.randrange(per_conversation)) % len(texts)] if repeat \
+            else fresh[i]
+        started = time.perf_counter()
+        embed([text])
+        embed_times.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        found = cache_lookup(team_id=team.id, model="bench:m", request=request(conversation, text), similarity=0.96,
+                             ttl_s=86400)
+        kind = "hit" if repeat else "miss"
+        times[kind].append(time.perf_counter() - started)
+        outcomes[kind] += (found.entry is not None) == repeat
+    c.say(f"[4] semantic cache, {len(rows):,} cached answers in {conversations} conversations: "
+          f"lookup (embedding the last message + query) hits {c.summary_ms(times['hit'])}; "
+          f"misses {c.summary_ms(times['miss'])}; of which embedding alone {c.summary_ms(embed_times)}; "
+          f"expected outcome {outcomes['hit']}/{len(times['hit'])} repeats hit, "
+          f"{outcomes['miss']}/{len(times['miss'])} new requests missed")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--cache-only", action="store_true", help="only section 4, the semantic cache")
     args = parser.parse_args()
     c.say("memory: embeddings, inserts, filtered search in pgvector")
     c.say(f"machine {c.machine()}, {c.now_utc()}, load average {c.os.getloadavg()[0]:.2f}")
@@ -92,8 +142,13 @@ def main() -> None:
         from memory_app.selectors import _visible, _vector_leg, memory_search
         from memory_app.services import memory_store
 
-        # 1. embeddings
         texts = sentences(REAL, 1)
+        if args.cache_only:
+            embeddings.embed(texts[:64])  # load and warm
+            cache_section(texts, embeddings.embed(texts), args.queries)
+            return
+
+        # 1. embeddings
         embeddings.embed(texts[:64])  # load and warm
         model = embeddings.get_model()
         batch = texts[:1000]
@@ -153,6 +208,7 @@ def main() -> None:
                   f"rows returned: min {min(rows)}, max {max(rows)} (k={K})")
             c.say(f"    hybrid memory_search (query embedding + vector + full text + RRF): "
                   f"{c.summary_ms(hybrid_times)}")
+        cache_section(texts, vectors, args.queries)
     finally:
         c.database_drop()
 

@@ -8,7 +8,7 @@ from pgvector.django import CosineDistance
 from agents_app.admin_base import TeamScopedAdmin
 from agents_app.admin_runs import RunChildAdmin
 from memory_app.embeddings import embed
-from memory_app.models import BlackboardEntry, Channel, ChannelMessage, Memory
+from memory_app.models import BlackboardEntry, CachedResponse, Channel, ChannelMessage, Memory
 
 
 @admin.register(Memory)
@@ -93,3 +93,21 @@ class BlackboardEntryAdmin(RunChildAdmin):
     list_select_related = ["run"]
     search_fields = ["key", "value"]
     fields = readonly_fields = ["run_link", "key", "value", "version", "author", "updated_at"]
+
+
+@admin.register(CachedResponse)
+class CachedResponseAdmin(TeamScopedAdmin):
+    """The semantic cache: what each entry answered and how often it was reused; editors may clear entries."""
+
+    list_display = ["summary", "agent", "model", "hits", "last_hit_at", "created_at"]
+    list_filter = ["model", "agent"]
+    search_fields = ["prompt"]
+    fields = readonly_fields = ["team", "agent", "model", "prompt", "response", "hits", "last_hit_at", "run",
+                                "context_digest", "created_at"]
+
+    @admin.display(description="request (last message)")
+    def summary(self, obj: CachedResponse) -> str:
+        return obj.prompt if len(obj.prompt) <= 100 else obj.prompt[:99] + "…"
+
+    def has_add_permission(self, request):
+        return False

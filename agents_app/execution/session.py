@@ -32,6 +32,7 @@ from agents_app.llm.types import ModelRequest, ModelResponse, ProviderError, Too
 from agents_app.models import Activation, ModelProvider, ProviderModel, Run, Session
 from agents_app.specs import CustomToolSpec
 from agents_app.runner import db
+from memory_app.cache import cached_model
 from tools_app.catalog import BUILTIN_TOOLS
 from tools_app.plugin import ToolContext, ToolError
 from tools_app.custom import custom_tool, worker_definition
@@ -285,7 +286,11 @@ async def execute_activation(activation_id: str) -> None:
         limits=Limits(max_steps=limits.max_steps, max_tool_calls=limits.max_tool_calls, timeout_s=limits.timeout_s),
         provider_retries=settings.MAS_PROVIDER_RETRIES, backoff_s=settings.MAS_PROVIDER_BACKOFF_S,
     )
-    loop_task = asyncio.create_task(run_session(state=state, model=model, tools=registry.schemas(),
+    cache = agent.spec.memory.cache
+    loop_model = cached_model(model, enabled=cache.enabled, similarity=cache.similarity, ttl_s=cache.ttl_s,
+                              model_key=f"{resolved.provider_slug}:{resolved.model}", team_id=run.team_id,
+                              run_id=run.id, agent=agent.slug, emit=store.emit)
+    loop_task = asyncio.create_task(run_session(state=state, model=loop_model, tools=registry.schemas(),
                                                 call_tool=call_tool, store=store, config=config))
     monitor.watch(session.id, run.id, store, loop_task)
     try:

@@ -62,3 +62,25 @@ def test_a_runs_channels_and_blackboard_show_read_only_in_its_teams_admin(team_a
     page = client.get(f"/admin/memory_app/channel/{Channel.objects.get().pk}/change/").content.decode()
     assert "hello team" in page and "writer" in page
     assert client.post("/admin/memory_app/blackboardentry/add/").status_code == 403
+
+
+def test_the_semantic_cache_shows_per_team_and_editors_clear_entries(team_a, team_b, make_member):
+    from memory_app.models import CachedResponse
+
+    def entry(team, prompt, model="scripted:m"):
+        return CachedResponse.objects.create(team=team, agent="geo", model=model, context_digest="d",
+                                             prompt=prompt, embedding=[0.0] * 383 + [1.0],
+                                             response={"text": "Paris."}, hits=2)
+
+    ours, theirs = entry(team_a, "What is the capital of France?"), entry(team_b, "B's question", "secret-b:model")
+    viewer = staff(make_member, team_a, "viewer")
+    page = viewer.get("/admin/memory_app/cachedresponse/").content.decode()
+    assert "What is the capital of France?" in page and "B&#x27;s question" not in page
+    assert "secret-b:model" not in page  # nor in the filters
+    assert viewer.get(f"/admin/memory_app/cachedresponse/{theirs.pk}/change/").status_code == 404
+    assert viewer.post(f"/admin/memory_app/cachedresponse/{ours.pk}/delete/", {"post": "yes"}).status_code == 403
+    editor = staff(make_member, team_a, "editor")
+    assert editor.get("/admin/memory_app/cachedresponse/add/").status_code == 403
+    assert editor.post(f"/admin/memory_app/cachedresponse/{theirs.pk}/delete/", {"post": "yes"}).status_code == 404
+    assert editor.post(f"/admin/memory_app/cachedresponse/{ours.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert list(CachedResponse.objects.values_list("prompt", flat=True)) == ["B's question"]

@@ -8,7 +8,9 @@
   const SVG = "http://www.w3.org/2000/svg";
   const state = {
     lastSeq: null, count: 0, tokensIn: 0, tokensOut: 0, cost: 0, types: new Set(), agents: new Set(),
-    nodes: new Map(),   // activation id -> {id, agent, kind, parent, depth, status, tier, tokens}
+    // activation id -> {id, agent, kind, parent, from, depth, status, tier, tokens}; a signal's
+    // activation re-runs the parent's agent and is drawn below the child that sent it (``from``)
+    nodes: new Map(),
     sessions: new Map(), // session id -> activation id
     steps: new Map(),   // workflow step id -> status
     streams: new Map(),  // session id -> element
@@ -76,10 +78,17 @@
         if (node) node.tokens += (usage.prompt_tokens || 0) + (usage.completion_tokens || 0);
         break;
       }
+      case "signal": {
+        const node = state.nodes.get(d.activation);
+        if (node) node.from = state.sessions.get(e.session);
+        break;
+      }
       case "stream_chunk": stream(e); break;
-      case "step_start": case "step_complete": case "step_failed": case "step_retry":
-        state.steps.set(d.step, { step_start: "running", step_complete: "done", step_failed: "failed",
-                                  step_retry: "running" }[e.type]);
+      case "step_start": case "step_complete": case "step_failed": case "step_skipped": case "step_retry":
+        // The engine's step states: pending, running, succeeded, failed, skipped.
+        state.steps.set(d.step, d.status || { step_start: "running", step_complete: "succeeded",
+                                              step_failed: "failed", step_skipped: "skipped",
+                                              step_retry: "running" }[e.type]);
         break;
       case "run_complete":
         $("status").className = `status ${d.status}`; $("status").textContent = d.status;
@@ -129,22 +138,26 @@
   function drawTree() {
     const svg = $("tree"); svg.replaceChildren();
     const nodes = [...state.nodes.values()];
-    // signal activations hang off the agent they wake; draw them as edges back to that agent's node
-    const pos = layout(nodes, (n) => n.parent);
+    // spawn and delegate edges go from the parent to the child; a signal edge from the child
+    // that signalled to its parent's agent, woken again
+    const above = (n) => (n.kind === "signal" && n.from && state.nodes.has(n.from)) ? n.from : n.parent;
+    const pos = layout(nodes, above);
     const W = 170, H = 62, GX = 20, GY = 40;
     let maxX = 0, maxY = 0;
     for (const n of nodes) {
-      const p = pos.get(n.id), parent = n.parent && pos.get(n.parent);
+      const p = pos.get(n.id), parent = above(n) && pos.get(above(n));
       if (parent) {
         const x1 = parent.x * (W + GX) + W / 2, y1 = parent.y * (H + GY) + H, x2 = p.x * (W + GX) + W / 2, y2 = p.y * (H + GY);
-        el("path", { class: `edge ${n.kind}`, d: `M${x1},${y1} C${x1},${y1 + 20} ${x2},${y2 - 20} ${x2},${y2}` }, svg);
+        el("path", { class: `edge ${n.kind}`, "data-from": above(n), "data-to": n.id,
+                     d: `M${x1},${y1} C${x1},${y1 + 20} ${x2},${y2 - 20} ${x2},${y2}` }, svg);
         el("text", { class: "edge-label", x: (x1 + x2) / 2 + 4, y: (y1 + y2) / 2 }, svg, n.kind);
       }
     }
     for (const n of nodes) {
       const p = pos.get(n.id), x = p.x * (W + GX), y = p.y * (H + GY);
       maxX = Math.max(maxX, x + W); maxY = Math.max(maxY, y + H);
-      const g = el("g", { class: `node ${n.status}`, "data-agent": n.agent, "data-status": n.status }, svg);
+      const g = el("g", { class: `node ${n.status}`, "data-activation": n.id, "data-agent": n.agent,
+                          "data-kind": n.kind, "data-status": n.status }, svg);
       el("rect", { x, y, width: W, height: H }, g);
       el("text", { x: x + 8, y: y + 18 }, g, `${n.agent} · ${n.kind}`);
       el("text", { class: "sub", x: x + 8, y: y + 35 }, g, `${n.status}${n.tier ? " · " + n.tier : ""}`);
@@ -167,12 +180,13 @@
     for (const [l, list] of rows) list.forEach((s, i) => pos.set(s.id, { x: i * (W + GX), y: l * (H + GY) }));
     for (const s of workflow.steps) for (const d of s.depends_on) {
       const a = pos.get(d), b = pos.get(s.id);
-      el("path", { class: "edge", d: `M${a.x + W / 2},${a.y + H} L${b.x + W / 2},${b.y}` }, svg);
+      el("path", { class: "edge", "data-from": d, "data-to": s.id,
+                   d: `M${a.x + W / 2},${a.y + H} L${b.x + W / 2},${b.y}` }, svg);
     }
     for (const s of workflow.steps) {
-      const p = pos.get(s.id), status = state.steps.get(s.id) || "queued";
+      const p = pos.get(s.id), status = state.steps.get(s.id) || "pending";
       maxX = Math.max(maxX, p.x + W); maxY = Math.max(maxY, p.y + H);
-      const g = el("g", { class: `node ${status}`, "data-step": s.id }, svg);
+      const g = el("g", { class: `node ${status}`, "data-step": s.id, "data-status": status }, svg);
       el("rect", { x: p.x, y: p.y, width: W, height: H }, g);
       el("text", { x: p.x + 8, y: p.y + 18 }, g, s.id);
       el("text", { class: "sub", x: p.x + 8, y: p.y + 34 }, g, `${s.agent} · ${status}`);

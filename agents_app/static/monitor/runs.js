@@ -1,6 +1,8 @@
 "use strict";
 (function () {
   const team = JSON.parse(document.getElementById("team-slug").textContent);
+  // When the server drew the table: every (re)connection asks for the changes made since.
+  const since = JSON.parse(document.getElementById("since").textContent);
   const body = document.getElementById("runs");
   const fmt = (n) => Number(n).toLocaleString();
   function cell(text, cls) { const td = document.createElement("td"); if (cls) td.className = cls; td.textContent = text; return td; }
@@ -20,7 +22,7 @@
     tr.appendChild(cell(run.input.length > 80 ? run.input.slice(0, 79) + "…" : run.input, "task"));
     return tr;
   }
-  monitorSocket(`/ws/runs/?team=${encodeURIComponent(team)}`, {
+  monitorSocket(`/ws/runs/?team=${encodeURIComponent(team)}&since=${since}`, {
     onState: setLive,
     onMessage(m) {
       if (m.message !== "run") return;
