@@ -19,7 +19,7 @@
 sentences are embedded and the rest are random unit vectors, which the
 output says. Runs in its own database (``mas_bench``).
 
-    .venv/bin/python bench/memory.py [--sizes 10000,100000] [--queries 200]
+    .venv/bin/python bench/memory.py [--sizes 10000,100000] [--queries 200] [--cache-only]
 """
 
 from __future__ import annotations
