@@ -220,7 +220,11 @@ def _dispatch(run: Run) -> list[str]:
 
 
 def _run_finish(run: Run) -> None:
-    """All work is done: the run's outcome is its root agent's last result."""
+    """All work is done: the run's outcome is its root agent's last result (or its workflow's)."""
+    if run.workflow:
+        from workflows_app.services import workflow_finish
+
+        return workflow_finish(run)
     root = run.activations.filter(parent__isnull=True).order_by("created_at").first()
     last = run.activations.filter(agent=run.agent, kind__in=["root", "signal"]).order_by("-created_at").first()
     failed = root is None or (last or root).status != ActivationStatus.DONE
@@ -250,6 +254,10 @@ def run_cancel(*, run: Run, user=None) -> Run:
     # Waiting work is cancelled now; running sessions stop within a second (their worker's monitor).
     run.activations.filter(status__in=[ActivationStatus.QUEUED, ActivationStatus.DISPATCHED]).update(
         status=ActivationStatus.CANCELLED)
+    if run.workflow:
+        from workflows_app.services import workflow_cancelled
+
+        workflow_cancelled(run)
     event_emit(run_id=run.id, type="run_complete", agent=run.agent,
                data={"status": "cancelled", "error": run.error})
     return run
@@ -393,6 +401,8 @@ def budget_check(*, run_id, tier: str, agent: str, session_id) -> str | None:
 class SessionEnd:
     retry_in_s: float | None = None  # the activation was re-queued after this delay
     escalated_to: str | None = None
+    activation: Activation | None = None
+    tier: str = ""
 
 
 def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dict[str, Any],
@@ -401,10 +411,10 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
 
     ``run``'s row is locked by the caller's transaction.
     """
-    end = SessionEnd()
     session = Session.objects.raw("SELECT * FROM agents_app_session WHERE id = %s FOR UPDATE", [session_id])[0]
     activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
                                         [session.activation_id])[0]
+    end = SessionEnd(activation=activation, tier=session.tier)
     session.status, session.result, session.meta = status, result, meta
     session.failure, session.finished_at = failure, timezone.now()
     session.save(update_fields=["status", "result", "meta", "failure", "finished_at"])
@@ -417,7 +427,7 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
     elif status == SessionStatus.CANCELLED or run.status == RunStatus.CANCELLED:
         activation.status = ActivationStatus.CANCELLED
     elif (failure and failure.get("suggested_retry") and activation.attempts <= max_retries
-          and activation.kind != "tool"):  # a tool's caller decides what a failed tool means
+          and activation.kind not in {"tool", "step"}):  # a tool's caller (a step's workflow) decides
         end.retry_in_s = settings.MAS_RETRY_BACKOFF_S * 2 ** (activation.attempts - 1)
         next_tier = _next_tier(session.tier, ladder)
         if next_tier:
@@ -433,7 +443,7 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
         })
     else:
         activation.status, activation.result = ActivationStatus.FAILED, result
-        if activation.parent_id is None and not run.error:
+        if activation.parent_id is None and activation.kind != "step" and not run.error:
             run.error = f"{failure.get('kind') if failure else 'failed'}: {failure.get('message') if failure else ''}"
             run.save(update_fields=["error"])
     activation.save(update_fields=["status", "result", "context", "not_before"])
@@ -447,6 +457,11 @@ def session_settle(*, run_id, session_id, status: str, result: str, meta: dict[s
         run = _run_locked(run_id)
         end = _session_finish(run=run, session_id=session_id, status=status, result=result, meta=meta,
                               failure=failure, ladder=ladder)
+        if run.workflow and end.activation.kind == "step":
+            from workflows_app.services import workflow_activation_settled
+
+            workflow_activation_settled(run=run, activation=end.activation, tier=end.tier, meta=meta,
+                                        failure=failure, ladder=ladder)
         _dispatch(run)
     return end
 

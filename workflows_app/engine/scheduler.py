@@ -231,19 +231,21 @@ class Engine:
         return None
 
     def fail(
-        self, step_id: str, *, error: str, tokens: int = 0, cost: float = 0.0, now: float | None = None, escalation_tiers: int = 0
+        self, step_id: str, *, error: str, tokens: int = 0, cost: float = 0.0, now: float | None = None,
+        escalation_tiers: int = 0, retry: bool = True,
     ) -> Failure:
         """Record a failed attempt; retry (with backoff, one tier up the
-        agent's escalation ladder) while ``max_retries`` allows."""
+        agent's escalation ladder) while ``max_retries`` allows, unless ``retry`` is False."""
         state = self._state(step_id, expect=("running",))
         state.tokens += tokens
         state.cost += cost
-        return self._failed(state, error, now=now, escalation_tiers=escalation_tiers)
+        return self._failed(state, error, now=now, escalation_tiers=escalation_tiers, retry=retry)
 
-    def _failed(self, state: StepState, error: str, *, now: float | None, escalation_tiers: int) -> Failure:
+    def _failed(self, state: StepState, error: str, *, now: float | None, escalation_tiers: int,
+                retry: bool = True) -> Failure:
         attempt = state.attempts
         state.error = error
-        if attempt <= self.steps[state.id].max_retries and not self.stopped:
+        if retry and attempt <= self.steps[state.id].max_retries and not self.stopped:
             base = getattr(self.steps[state.id], "backoff", None)
             delay = (self.backoff if base is None else base) * (2 ** (attempt - 1))
             state.status = "pending"

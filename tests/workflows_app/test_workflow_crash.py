@@ -1,0 +1,111 @@
+"""A worker SIGKILLed in the middle of a workflow: finished steps are not run again, the workflow completes."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from agents_app.definitions.kinds import AGENT, WORKFLOW
+from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.models import Event, Run, Session, WorkspaceFile
+from tests.workers import start_worker, stop_worker
+from workflows_app.services import workflow_run_start, workflow_steps
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+STALE_S = 3
+
+FLOW = """---
+name: Crashy
+inputs: [topic]
+steps:
+- id: first
+  agent: first
+  prompt: "Start {topic}"
+  outputs: [notes]
+- id: left
+  agent: left
+  depends_on: [first]
+  prompt: "Left of {first.notes}"
+  outputs: [text]
+- id: right
+  agent: right
+  depends_on: [first]
+  prompt: "Right of {first.notes}"
+  outputs: [text]
+- id: last
+  agent: last
+  depends_on: [left, right]
+  prompt: "Join {left.text} and {right.text}"
+  outputs: [text]
+---
+"""
+
+SCRIPT = {
+    "first": [{"tool_calls": [{"name": "vfs_write", "arguments": {"path": "first.md", "content": "one"}}]},
+              {"text": "first notes"}],
+    "left": [{"text": "left done"}],
+    # The worker dies while this model call is in flight.
+    "right": [{"latency_ms": 5000, "text": "right done"}],
+    "last": [{"text": "joined"}],
+}
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_sigkill_mid_workflow_keeps_finished_steps_and_completes(team_a, monkeypatch):
+    from mas_project.celery import app
+
+    queue = f"wf-crash-{os.getpid()}"
+    monkeypatch.setitem(app.conf, "task_default_queue", queue)
+    for name in ("First", "Left", "Right", "Last"):
+        parsed = definition_parse(kind=AGENT, team=team_a, text=f"---\nname: {name}\n---\n\nYou work.\n")
+        definition_save(kind=AGENT, team=team_a, parsed=parsed)
+    definition_save(kind=WORKFLOW, team=team_a, parsed=definition_parse(kind=WORKFLOW, team=team_a, text=FLOW))
+
+    env = {"MAS_SESSION_STALE_S": str(STALE_S)}
+    first = start_worker(f"wf-crash-a-{os.getpid()}", queue=queue, env=env)
+    try:
+        run = workflow_run_start(team=team_a, workflow="crashy", inputs={"topic": "x"}, script=SCRIPT)
+        wait_until(lambda: Event.objects.filter(run=run, type="step_complete", data__step="left").exists()
+                   and Event.objects.filter(run=run, type="llm_request", agent="right").exists(), 30,
+                   "left done and right's model call in flight")
+        os.killpg(first.process.pid, signal.SIGKILL)
+        first.process.wait(10)
+    finally:
+        stop_worker(first)
+    assert Run.objects.get(pk=run.pk).status == "running"
+    time.sleep(STALE_S + 0.5)
+
+    second = start_worker(f"wf-crash-b-{os.getpid()}", queue=queue, env=env)
+    try:
+        run = wait_until(lambda: Run.objects.filter(pk=run.pk, status__in=["succeeded", "failed"]).first(), 60,
+                         "the workflow to finish")
+    finally:
+        stop_worker(second)
+
+    assert (run.status, run.result) == ("succeeded", "joined")
+    events = list(Event.objects.filter(run=run).order_by("seq"))
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    # Every step ran once; only the interrupted one was resumed, from its checkpoint.
+    starts = [e.data["step"] for e in events if e.type == "step_start"]
+    assert sorted(starts) == ["first", "last", "left", "right"]
+    assert sorted(e.data["step"] for e in events if e.type == "step_complete") == ["first", "last", "left", "right"]
+    sessions = {s.agent: s for s in Session.objects.filter(run=run)}
+    assert {agent: (s.attempt, s.status) for agent, s in sessions.items()} == {
+        "first": (1, "ok"), "left": (1, "ok"), "right": (1, "ok"), "last": (1, "ok")}
+    assert [e.data["resumed"] for e in events if e.type == "session_start" and e.agent == "right"] == [False, True]
+    assert [e.data["path"] for e in events if e.type == "file_change"] == ["first.md"]
+    assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "version")) == {"first.md": 1}
+    assert {s["id"]: (s["status"], s["attempts"]) for s in workflow_steps(run)} == {
+        "first": ("succeeded", 1), "left": ("succeeded", 1), "right": ("succeeded", 1), "last": ("succeeded", 1)}
+    assert [e.data["status"] for e in events if e.type == "workflow_complete"] == ["succeeded"]

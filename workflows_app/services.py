@@ -1,0 +1,363 @@
+"""Workflows on the kernel: each step a session of its agent inside one run.
+
+``workflow_run_start`` creates the run, its :class:`WorkflowRun` and the
+activations of the first ready steps. From then on the kernel calls
+:func:`workflow_activation_settled` in the transaction that settles a step's
+session (``execution.services.session_settle``, the run's row locked): the
+scheduler (``engine.scheduler.Engine``) records the outcome, decides on a
+retry, and the steps that became ready are queued as activations, which the
+kernel's dispatcher sends to workers in parallel (up to ``max_concurrency``).
+When nothing is left to run the kernel calls :func:`workflow_finish`.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from agents_app.execution import services as kernel
+from agents_app.execution.eventlog import event_append as event_emit
+from agents_app.models import Activation, Agent, Run, Team
+from agents_app.models.runs import ActivationStatus, RunStatus
+from workflows_app.engine.scheduler import Engine, Failure
+from workflows_app.models import Workflow, WorkflowMode, WorkflowRun
+from workflows_app.specs import WorkflowSpec, WorkflowStep
+
+STEP = "step"
+
+
+class WorkflowInputError(kernel.RunError):
+    pass
+
+
+# -- starting ---------------------------------------------------------------------------
+
+
+def workflow_resolve(*, team: Team, workflow: Workflow | str) -> Workflow:
+    if isinstance(workflow, Workflow):
+        if workflow.team_id != team.id:
+            raise kernel.RunError(f"workflow {workflow.slug!r} does not exist in this team")
+        return workflow
+    row = Workflow.objects.filter(team=team, slug=workflow).first()
+    if row is None:
+        raise kernel.RunError(f"workflow {workflow!r} does not exist in this team")
+    return row
+
+
+def workflow_spec(*, team: Team, row: Workflow) -> WorkflowSpec:
+    """The workflow's steps, checked again against the agents the team has now."""
+    agents = set(Agent.objects.filter(team=team).values_list("slug", flat=True))
+    try:
+        return WorkflowSpec.model_validate(row.spec, context={"known_agents": agents})
+    except ValueError as error:
+        raise kernel.RunError(f"workflow {row.slug!r} cannot run: {_first_line(error)}") from None
+
+
+def _first_line(error: Exception) -> str:
+    errors = getattr(error, "errors", None)
+    if callable(errors):
+        return "; ".join(str(item.get("msg", "")).removeprefix("Value error, ") for item in errors())
+    return str(error)
+
+
+def inputs_check(spec: WorkflowSpec, inputs: dict[str, Any]) -> dict[str, str]:
+    declared = list(spec.inputs)
+    missing = [name for name in declared if name not in inputs]
+    unknown = sorted(set(inputs) - set(declared))
+    problems = []
+    if missing:
+        problems.append(f"missing input(s): {', '.join(missing)}")
+    if unknown:
+        problems.append(f"unknown input(s): {', '.join(unknown)} (the workflow declares: {', '.join(declared) or 'none'})")
+    if problems:
+        raise WorkflowInputError("; ".join(problems))
+    return {name: str(inputs[name]) for name in declared}
+
+
+@transaction.atomic
+def workflow_run_start(
+    *, team: Team, workflow: Workflow | str, inputs: dict[str, Any], user=None, trigger: str = "manual",
+    limits: dict[str, Any] | None = None, budget: dict[str, Any] | None = None, provider: str = "",
+    script: dict[str, Any] | None = None,
+) -> Run:
+    """Start a run of the team's workflow: its first ready steps are sent to workers after commit."""
+    row = workflow_resolve(team=team, workflow=workflow)
+    spec = workflow_spec(team=team, row=row)
+    values = inputs_check(spec, inputs or {})
+    run = Run.objects.create(
+        team=team, workflow=row.slug, input="\n".join(f"{name}: {value}" for name, value in values.items()),
+        created_by=user if getattr(user, "pk", None) else None,
+        limits={**kernel.DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
+        versions={f"workflow:{row.slug}": row.version},
+    )
+    steps = [step.model_dump() for step in spec.steps]
+    engine = Engine(spec.steps, inputs=values, on_failure=spec.on_failure, backoff=_backoff(),
+                    started_at=time.time())
+    flow = WorkflowRun.objects.create(run=run, workflow=row, mode=WorkflowMode.WORKFLOW, trigger=trigger,
+                                      spec={"on_failure": spec.on_failure, "steps": steps}, state=engine.to_dict())
+    event_emit(run_id=run.id, type="run_start", agent="", data={
+        "workflow": row.slug, "input": run.input, "limits": run.limits, "budget": run.budget})
+    event_emit(run_id=run.id, type="workflow_start", agent="", data={
+        "workflow": row.slug, "version": row.version, "trigger": trigger, "inputs": values,
+        "on_failure": spec.on_failure,
+        "steps": [{"id": s["id"], "agent": s["agent"], "depends_on": s["depends_on"], "outputs": s["outputs"]}
+                  for s in steps],
+        "levels": spec.levels(),
+    })
+    _advance(run, flow, engine)
+    kernel._dispatch(run)
+    return run
+
+
+def _backoff() -> float:
+    return float(settings.MAS_RETRY_BACKOFF_S)
+
+
+def _steps(flow: WorkflowRun) -> list[WorkflowStep]:
+    return [WorkflowStep.model_validate(step) for step in flow.spec["steps"]]
+
+
+def _engine(flow: WorkflowRun) -> Engine:
+    return Engine.from_dict(_steps(flow), flow.state, on_failure=flow.spec.get("on_failure", "stop"),
+                            backoff=_backoff())
+
+
+# -- advancing ----------------------------------------------------------------------------
+
+
+def _advance(run: Run, flow: WorkflowRun, engine: Engine) -> None:
+    """Queue every ready step (the budget permitting) and save the scheduler's state."""
+    reason = _over_budget(run)
+    if reason and not engine.stopped and engine.ready():
+        skipped = engine.stop(reason)
+        event_emit(run_id=run.id, type="workflow_stopped", agent="", data={"reason": reason, "skipped": skipped})
+    for step_id in engine.ready(now=time.time()):
+        _step_queue(run, flow, engine, step_id)
+    flow.state = engine.to_dict()
+    flow.save(update_fields=["state", "steps_meta", "spec", "adaptations"])
+
+
+def _over_budget(run: Run) -> str:
+    limit = (run.budget or {}).get("max_cost_usd")
+    cost = Run.objects.filter(pk=run.pk).values_list("cost_usd", flat=True).first() or Decimal(0)
+    if limit is not None and cost >= Decimal(str(limit)):
+        return f"the run's budget of ${limit} is spent (${cost})"
+    return ""
+
+
+def _step_queue(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, *, tier: str | None = None,
+                delay_s: float = 0.0) -> Activation:
+    step = engine.steps[step_id]
+    prompt = engine.start(step_id)
+    if len(step.outputs) > 1:
+        prompt += ("\n\nWhen you are done, call set_output once for each of these outputs: "
+                   + ", ".join(step.outputs) + ".")
+    state = engine.states[step_id]
+    context: dict[str, Any] = {"step": step_id, "attempt": state.attempts}
+    if tier:
+        context["tier"] = tier
+    activation = kernel.activation_create(run=run, agent=step.agent, input=prompt, kind=STEP, parent=None,
+                                          context=context)
+    if delay_s:
+        activation.not_before = timezone.now() + timedelta(seconds=delay_s)
+        activation.save(update_fields=["not_before"])
+    meta = flow.steps_meta.get(step_id, {})
+    flow.steps_meta = {**flow.steps_meta, step_id: {
+        **meta, "agent": step.agent, "activation": str(activation.id), "tier": tier or meta.get("tier", ""),
+        "started_at": timezone.now().isoformat(), "finished_at": None,
+        "prompt_tokens": meta.get("prompt_tokens", 0), "completion_tokens": meta.get("completion_tokens", 0),
+        "cost_usd": meta.get("cost_usd", "0"),
+    }}
+    event_emit(run_id=run.id, type="step_start", agent=step.agent, data={
+        "step": step_id, "attempt": state.attempts, "activation": str(activation.id), "partial": state.partial,
+        "prompt": prompt[:2000], "delay_s": delay_s, **({"tier": tier} if tier else {}),
+    })
+    return activation
+
+
+def workflow_activation_settled(*, run: Run, activation: Activation, tier: str, meta: dict[str, Any],
+                                failure: dict[str, Any] | None, ladder: list[str]) -> None:
+    """A step's session ended (``run`` is locked): record it, retry or go on, queue what became ready."""
+    step_id = (activation.context or {}).get("step")
+    flow = WorkflowRun.objects.select_for_update().filter(run_id=run.id).first()
+    if flow is None or step_id is None:
+        return
+    engine = _engine(flow)
+    state = engine.states.get(step_id)
+    if state is None or state.status != "running":
+        return  # an attempt the scheduler no longer waits for (cancelled run, replaced plan)
+    usage = _usage(meta)
+    step_meta = flow.steps_meta.get(step_id, {})
+    flow.steps_meta = {**flow.steps_meta, step_id: {
+        **step_meta, "finished_at": timezone.now().isoformat(),
+        "prompt_tokens": step_meta.get("prompt_tokens", 0) + usage["prompt_tokens"],
+        "completion_tokens": step_meta.get("completion_tokens", 0) + usage["completion_tokens"],
+        "cost_usd": str(Decimal(step_meta.get("cost_usd", "0")) + usage["cost_usd"]),
+    }}
+    tokens, cost = usage["prompt_tokens"] + usage["completion_tokens"], float(usage["cost_usd"])
+    escalation = len(ladder)
+    if activation.status == ActivationStatus.DONE:
+        outputs = {name: _text(value) for name, value in (activation.context.get("outputs") or {}).items()}
+        decision = engine.succeed(step_id, set_outputs=outputs, final_answer=activation.result, tokens=tokens,
+                                  cost=cost, now=time.time(), escalation_tiers=escalation)
+    elif activation.status == ActivationStatus.CANCELLED:
+        return
+    else:
+        error = (f"{failure.get('kind')}: {failure.get('message')}" if failure
+                 else f"the session ended {activation.status}")
+        # A policy (the budget, a limit) refuses the same way every time: no retry.
+        decision = engine.fail(step_id, error=error, tokens=tokens, cost=cost, now=time.time(),
+                               escalation_tiers=escalation,
+                               retry=not (failure and failure.get("kind") == "policy_denied"))
+    _settled_events(run, flow, engine, step_id, activation, decision, tier=tier, ladder=ladder)
+    _advance(run, flow, engine)
+
+
+def _settled_events(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, activation: Activation,
+                    decision: Failure | None, *, tier: str, ladder: list[str]) -> None:
+    state = engine.states[step_id]
+    usage = flow.steps_meta[step_id]
+    if decision is None:
+        event_emit(run_id=run.id, type="step_complete", agent=activation.agent, data={
+            "step": step_id, "attempt": state.attempts, "outputs": {k: v[:2000] for k, v in state.outputs.items()},
+            "partial": state.partial, "prompt_tokens": usage["prompt_tokens"],
+            "completion_tokens": usage["completion_tokens"], "cost_usd": usage["cost_usd"],
+        })
+        return
+    event_emit(run_id=run.id, type="step_failed", agent=activation.agent, data={
+        "step": step_id, "attempt": decision.attempt, "error": decision.error, "retry": decision.retry,
+        "on_failure": engine.policy(step_id),
+    })
+    if decision.retry:
+        next_tier = kernel._next_tier(tier, ladder) if ladder else None
+        if next_tier:
+            event_emit(run_id=run.id, type="escalation", agent=activation.agent,
+                       data={"step": step_id, "from": tier, "to": next_tier})
+        event_emit(run_id=run.id, type="step_retry", agent=activation.agent, data={
+            "step": step_id, "attempt": decision.attempt + 1, "delay_s": decision.delay, "reason": decision.error,
+            **({"tier": next_tier} if next_tier else {}),
+        })
+        _step_queue(run, flow, engine, step_id, tier=next_tier or tier, delay_s=decision.delay)
+    elif engine.stopped:
+        event_emit(run_id=run.id, type="workflow_stopped", agent="", data={
+            "reason": engine.stopped, "skipped": [sid for sid in engine.order if engine.states[sid].status == "skipped"]})
+
+
+def _usage(meta: dict[str, Any]) -> dict[str, Any]:
+    return {"prompt_tokens": int(meta.get("prompt_tokens") or 0),
+            "completion_tokens": int(meta.get("completion_tokens") or 0),
+            "cost_usd": Decimal(str(meta.get("cost_usd") or "0"))}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
+
+
+# -- finishing -----------------------------------------------------------------------------
+
+
+def workflow_finish(run: Run) -> None:
+    """Nothing is left to run (``run`` is locked): the run's outcome is the workflow's."""
+    flow = WorkflowRun.objects.select_for_update().get(run_id=run.id)
+    engine = _engine(flow)
+    if not engine.finished:  # steps the scheduler still counts on, with no activation left to run them
+        waiting = [sid for sid in engine.order if engine.states[sid].status not in {"succeeded", "failed", "skipped"}]
+        engine.stop(f"step(s) {', '.join(waiting)} could not run")
+        for sid in waiting:
+            engine.states[sid].status = "skipped"
+        flow.state = engine.to_dict()
+        flow.save(update_fields=["state"])
+    outcome = engine.outcome()
+    failed = [sid for sid in engine.order if engine.states[sid].status == "failed"]
+    skipped = [sid for sid in engine.order if engine.states[sid].status == "skipped"]
+    run.status = RunStatus.SUCCEEDED if outcome in {"succeeded", "partial"} else RunStatus.FAILED
+    run.result = _result(engine)
+    run.finished_at = timezone.now()
+    if outcome == "partial" and not run.error:
+        run.error = f"step(s) {', '.join(failed)} failed; the workflow went on without them (on_failure: continue)"
+    elif outcome == "failed" and not run.error:
+        run.error = engine.stopped or f"step(s) {', '.join(failed)} failed"
+    run.save(update_fields=["status", "result", "finished_at", "error"])
+    stats = engine.stats(now=time.time())
+    duration = (run.finished_at - (run.started_at or run.created_at)).total_seconds()
+    event_emit(run_id=run.id, type="workflow_complete", agent="", data={
+        "status": outcome, "steps_total": stats.steps_total, "succeeded": stats.succeeded, "failed": stats.failed,
+        "skipped": stats.skipped, "failed_steps": failed, "skipped_steps": skipped,
+        "duration_s": round(duration, 3), "prompt_tokens": run.prompt_tokens,
+        "completion_tokens": run.completion_tokens, "tokens": run.prompt_tokens + run.completion_tokens,
+        "cost_usd": str(run.cost_usd), "reason": engine.stopped,
+    })
+    event_emit(run_id=run.id, type="run_complete", agent="", data={
+        "status": run.status, "result": run.result[:2000], "error": run.error,
+        "prompt_tokens": run.prompt_tokens, "completion_tokens": run.completion_tokens,
+        "cost_usd": str(run.cost_usd), "duration_s": round(duration, 3),
+    })
+
+
+def _result(engine: Engine) -> str:
+    """The outputs of the last steps (those nothing depends on), as the run's result."""
+    needed = {dep for step in engine.steps.values() for dep in step.depends_on}
+    finals = [sid for sid in engine.order if sid not in needed and engine.states[sid].status == "succeeded"]
+
+    def text(sid: str) -> str:
+        outputs = engine.states[sid].outputs
+        if len(outputs) == 1:
+            return next(iter(outputs.values()))
+        return "\n\n".join(f"### {name}\n\n{value}" for name, value in outputs.items())
+
+    if len(finals) == 1:
+        return text(finals[0])
+    return "\n\n".join(f"## {sid}\n\n{text(sid)}" for sid in finals)
+
+
+def workflow_cancelled(run: Run) -> None:
+    """The run was cancelled (``run`` is locked): steps still waiting are skipped."""
+    flow = WorkflowRun.objects.select_for_update().filter(run_id=run.id).first()
+    if flow is None:
+        return
+    engine = _engine(flow)
+    skipped = engine.stop(run.error or "cancelled")
+    flow.state = engine.to_dict()
+    flow.save(update_fields=["state"])
+    stats = engine.stats(now=time.time())
+    event_emit(run_id=run.id, type="workflow_complete", agent="", data={
+        "status": "cancelled", "steps_total": stats.steps_total, "succeeded": stats.succeeded,
+        "failed": stats.failed, "skipped": len(skipped), "skipped_steps": skipped, "reason": run.error,
+    })
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def workflow_steps(run: Run) -> list[dict[str, Any]] | None:
+    """Per step of a workflow run: status, attempts, outputs, usage, times; None for agent runs."""
+    flow = WorkflowRun.objects.filter(run_id=run.id).first()
+    if flow is None:
+        return None
+    engine = _engine(flow)
+    steps = []
+    for sid in engine.order:
+        step, state, meta = engine.steps[sid], engine.states[sid], flow.steps_meta.get(sid, {})
+        steps.append({
+            "id": sid, "agent": step.agent, "depends_on": list(step.depends_on), "status": state.status,
+            "attempts": state.attempts, "outputs": dict(state.outputs),
+            "partial": state.partial, "error": state.error, "tier": meta.get("tier", ""),
+            "prompt_tokens": meta.get("prompt_tokens", 0), "completion_tokens": meta.get("completion_tokens", 0),
+            "cost_usd": meta.get("cost_usd", "0"), "started_at": meta.get("started_at"),
+            "finished_at": meta.get("finished_at"),
+        })
+    return steps
+
+
+__all__ = ["WorkflowInputError", "workflow_activation_settled", "workflow_cancelled", "workflow_finish",
+           "workflow_run_start", "workflow_steps"]
