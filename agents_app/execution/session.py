@@ -260,8 +260,11 @@ async def execute_activation(activation_id: str) -> None:
                                           failure=failure, ladder=ladder)
         return
     model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor)
+    allowed = agent.spec.tools
+    if activation.kind == "step" and allowed is not None and "set_output" not in allowed:
+        allowed = [*allowed, "set_output"]  # a workflow step may always set its declared outputs
     registry = registry_for_agent(
-        agent.spec.tools, extra_tools=[custom_tool(spec) for spec in [*agent.spec.custom_tools, *team_tools]]
+        allowed, extra_tools=[custom_tool(spec) for spec in [*agent.spec.custom_tools, *team_tools]]
     )
     tool_call_ids: dict[str, str] = {}
     context = ToolContext(
