@@ -27,6 +27,7 @@ from agents_app.models import Activation, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus, RunStatus
 from workflows_app.engine.scheduler import Engine, Failure
 from workflows_app.models import Workflow, WorkflowMode, WorkflowRun
+from workflows_app.orchestrate import PLAN, plan_settled, subtask_failed
 from workflows_app.specs import WorkflowSpec, WorkflowStep
 
 STEP = "step"
@@ -184,6 +185,8 @@ def _step_queue(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, *, ti
 def workflow_activation_settled(*, run: Run, activation: Activation, tier: str, meta: dict[str, Any],
                                 failure: dict[str, Any] | None, ladder: list[str]) -> None:
     """A step's session ended (``run`` is locked): record it, retry or go on, queue what became ready."""
+    if activation.kind == PLAN:
+        return plan_settled(run=run, activation=activation, failure=failure)
     step_id = (activation.context or {}).get("step")
     flow = WorkflowRun.objects.select_for_update().filter(run_id=run.id).first()
     if flow is None or step_id is None:
@@ -216,6 +219,9 @@ def workflow_activation_settled(*, run: Run, activation: Activation, tier: str, 
                                escalation_tiers=escalation,
                                retry=not (failure and failure.get("kind") == "policy_denied"))
     _settled_events(run, flow, engine, step_id, activation, decision, tier=tier, ladder=ladder)
+    if (decision is not None and not decision.retry and flow.mode == WorkflowMode.ORCHESTRATE
+            and engine.states[step_id].status == "failed"):
+        subtask_failed(run=run, flow=flow, engine=engine, step_id=step_id)
     _advance(run, flow, engine)
 
 
@@ -266,9 +272,14 @@ def _text(value: Any) -> str:
 # -- finishing -----------------------------------------------------------------------------
 
 
-def workflow_finish(run: Run) -> None:
-    """Nothing is left to run (``run`` is locked): the run's outcome is the workflow's."""
-    flow = WorkflowRun.objects.select_for_update().get(run_id=run.id)
+def workflow_finish(run: Run) -> bool:
+    """Nothing is left to run (``run`` is locked): the run's outcome is the workflow's.
+
+    Returns False for a run that is not a workflow's.
+    """
+    flow = WorkflowRun.objects.select_for_update().filter(run_id=run.id).first()
+    if flow is None:
+        return False
     engine = _engine(flow)
     if not engine.finished:  # steps the scheduler still counts on, with no activation left to run them
         waiting = [sid for sid in engine.order if engine.states[sid].status not in {"succeeded", "failed", "skipped"}]
@@ -277,7 +288,7 @@ def workflow_finish(run: Run) -> None:
             engine.states[sid].status = "skipped"
         flow.state = engine.to_dict()
         flow.save(update_fields=["state"])
-    outcome = engine.outcome()
+    outcome = "failed" if flow.spec.get("error") else engine.outcome()
     failed = [sid for sid in engine.order if engine.states[sid].status == "failed"]
     skipped = [sid for sid in engine.order if engine.states[sid].status == "skipped"]
     run.status = RunStatus.SUCCEEDED if outcome in {"succeeded", "partial"} else RunStatus.FAILED
@@ -302,6 +313,7 @@ def workflow_finish(run: Run) -> None:
         "prompt_tokens": run.prompt_tokens, "completion_tokens": run.completion_tokens,
         "cost_usd": str(run.cost_usd), "duration_s": round(duration, 3),
     })
+    return True
 
 
 def _result(engine: Engine) -> str:

@@ -221,10 +221,10 @@ def _dispatch(run: Run) -> list[str]:
 
 def _run_finish(run: Run) -> None:
     """All work is done: the run's outcome is its root agent's last result (or its workflow's)."""
-    if run.workflow:
-        from workflows_app.services import workflow_finish
+    from workflows_app.services import workflow_finish
 
-        return workflow_finish(run)
+    if workflow_finish(run):
+        return
     root = run.activations.filter(parent__isnull=True).order_by("created_at").first()
     last = run.activations.filter(agent=run.agent, kind__in=["root", "signal"]).order_by("-created_at").first()
     failed = root is None or (last or root).status != ActivationStatus.DONE
@@ -254,10 +254,9 @@ def run_cancel(*, run: Run, user=None) -> Run:
     # Waiting work is cancelled now; running sessions stop within a second (their worker's monitor).
     run.activations.filter(status__in=[ActivationStatus.QUEUED, ActivationStatus.DISPATCHED]).update(
         status=ActivationStatus.CANCELLED)
-    if run.workflow:
-        from workflows_app.services import workflow_cancelled
+    from workflows_app.services import workflow_cancelled
 
-        workflow_cancelled(run)
+    workflow_cancelled(run)
     event_emit(run_id=run.id, type="run_complete", agent=run.agent,
                data={"status": "cancelled", "error": run.error})
     return run
@@ -457,7 +456,7 @@ def session_settle(*, run_id, session_id, status: str, result: str, meta: dict[s
         run = _run_locked(run_id)
         end = _session_finish(run=run, session_id=session_id, status=status, result=result, meta=meta,
                               failure=failure, ladder=ladder)
-        if run.workflow and end.activation.kind == "step":
+        if end.activation.kind in {"step", "plan"}:  # only workflows create these
             from workflows_app.services import workflow_activation_settled
 
             workflow_activation_settled(run=run, activation=end.activation, tier=end.tier, meta=meta,
