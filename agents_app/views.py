@@ -94,15 +94,19 @@ def run_cancel_view(request: HttpRequest, run_id: str) -> HttpResponse:
 
 
 def _workflow_graph(run: Run) -> dict | None:
-    """The workflow's steps and dependencies (for its DAG), when the run is a workflow's."""
-    if not run.workflow:
-        return None
-    from workflows_app.models import Workflow
+    """The steps and dependencies the run executes (for its DAG), when it is a workflow's or a planner's.
 
-    row = Workflow.objects.filter(team_id=run.team_id, slug=run.workflow).first()
-    if row is None:
+    The run's own copy of its steps when it has one (a plan, or the workflow as it was when the run
+    started), else the team's workflow of that slug.
+    """
+    from workflows_app.models import Workflow, WorkflowRun
+
+    flow = WorkflowRun.objects.filter(run_id=run.id).select_related("workflow").first()
+    row = flow.workflow if flow else Workflow.objects.filter(team_id=run.team_id, slug=run.workflow).first()
+    if flow is None and (row is None or not run.workflow):
         return None
-    steps = row.spec.get("steps", [])
-    return {"name": row.spec.get("name", run.workflow),
+    steps = flow.spec.get("steps", []) if flow else row.spec.get("steps", [])
+    name = row.spec.get("name", run.workflow) if row else f"plan by {run.agent}"
+    return {"name": name,
             "steps": [{"id": s["id"], "agent": s.get("agent", ""), "depends_on": s.get("depends_on", [])}
                       for s in steps]}

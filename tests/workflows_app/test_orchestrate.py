@@ -45,7 +45,8 @@ def subtask(id, agent, task, *depends_on):
 
 
 @pytest.mark.worker
-def test_the_planners_plan_runs_in_parallel_then_synthesis_gets_every_result(team_a, celery_worker_process):
+def test_the_planners_plan_runs_in_parallel_then_synthesis_gets_every_result(team_a, make_member,
+                                                                           celery_worker_process):
     agents(team_a, "Planner", "Scout", "Ranger", "Analyst")
     script = {
         "planner": [
@@ -80,6 +81,21 @@ def test_the_planners_plan_runs_in_parallel_then_synthesis_gets_every_result(tea
     types = [e.type for e in events(run)]
     assert types.index("plan_created") < types.index("step_start") and types[-2:] == ["workflow_complete",
                                                                                        "run_complete"]
+
+    # The monitor page draws the plan the run executed.
+    from django.test import Client
+
+    from tests.agents_app.test_monitor_pages import json_script
+
+    client = Client()
+    client.force_login(make_member(team_a, role="viewer"))
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert json_script(page, "workflow") == {"name": "plan by planner", "steps": [
+        {"id": "north", "agent": "scout", "depends_on": []},
+        {"id": "south", "agent": "ranger", "depends_on": []},
+        {"id": "compare", "agent": "analyst", "depends_on": ["north", "south"]},
+        {"id": "synthesis", "agent": "planner", "depends_on": ["north", "south", "compare"]},
+    ]}
 
 
 @pytest.mark.worker
