@@ -120,6 +120,8 @@ MAS_LIVE_EVENT_DELAY_MS = float(os.environ.get("MAS_LIVE_EVENT_DELAY_MS", 20))
 # MAS_PROVIDER_BACKOFF_S × 2^(n−1); a failed session is retried after MAS_RETRY_BACKOFF_S × 2^(attempt−1).
 MAS_PROVIDER_RETRIES = int(os.environ.get("MAS_PROVIDER_RETRIES", 3))
 MAS_PROVIDER_BACKOFF_S = float(os.environ.get("MAS_PROVIDER_BACKOFF_S", 1.0))
+# Longest wait for one model call (a hung provider is a retryable timeout after this).
+MAS_MODEL_TIMEOUT_S = float(os.environ.get("MAS_MODEL_TIMEOUT_S", 120))
 MAS_RETRY_BACKOFF_S = float(os.environ.get("MAS_RETRY_BACKOFF_S", 1.0))
 CELERY_BEAT_SCHEDULE = {
     "reap-sessions": {"task": "agents_app.tasks.reap_sessions", "schedule": max(5.0, MAS_SESSION_STALE_S / 2)},

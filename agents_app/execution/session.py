@@ -288,6 +288,7 @@ async def execute_activation(activation_id: str) -> None:
         agent=agent.slug, temperature=agent.spec.temperature, max_tokens=agent.spec.max_tokens,
         limits=Limits(max_steps=limits.max_steps, max_tool_calls=limits.max_tool_calls, timeout_s=limits.timeout_s),
         provider_retries=settings.MAS_PROVIDER_RETRIES, backoff_s=settings.MAS_PROVIDER_BACKOFF_S,
+        model_timeout_s=settings.MAS_MODEL_TIMEOUT_S,
     )
     cache = agent.spec.memory.cache
     loop_model = cached_model(model, enabled=cache.enabled, similarity=cache.similarity, ttl_s=cache.ttl_s,

@@ -111,6 +111,7 @@ class SessionConfig:
     provider_retries: int = 3
     backoff_s: float = 1.0
     stream_flush_chars: int = 200
+    model_timeout_s: float = 120.0  # one model call, within what is left of the session's own time limit
 
 
 def call_signature(call: ToolCall) -> str:
@@ -211,7 +212,8 @@ async def run_session(
             request = ModelRequest(
                 model=model.model, messages=list(state.messages), tools=tools, temperature=config.temperature,
                 max_tokens=config.max_tokens, agent=config.agent,
-                timeout_s=max(1.0, min(120.0, limits.timeout_s - (elapsed_before + clock() - started))),
+                timeout_s=max(min(1.0, config.model_timeout_s),
+                              min(config.model_timeout_s, limits.timeout_s - (elapsed_before + clock() - started))),
             )
             await store.emit("llm_request", {"model": model.model, "tier": model.tier, "messages": len(state.messages),
                                              "tools": len(tools), "step": state.steps + 1})
