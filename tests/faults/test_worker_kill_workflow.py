@@ -1,4 +1,8 @@
-"""A worker SIGKILLed in the middle of a workflow: finished steps are not run again, the workflow completes."""
+"""A worker SIGKILLed in the middle of a workflow with parallel steps.
+
+The workflow completes on another worker; finished steps are not run again, no tool call runs twice, and
+the run's events stay contiguous.
+"""
 
 import os
 import signal
@@ -45,9 +49,11 @@ steps:
 SCRIPT = {
     "first": [{"tool_calls": [{"name": "vfs_write", "arguments": {"path": "first.md", "content": "one"}}]},
               {"text": "first notes"}],
-    "left": [{"text": "left done"}],
-    # The worker dies while this model call is in flight.
-    "right": [{"latency_ms": 5000, "text": "right done"}],
+    # Both parallel steps have written their file and wait for the model when the worker dies.
+    "left": [{"tool_calls": [{"name": "vfs_write", "arguments": {"path": "left.md", "content": "L"}}]},
+             {"latency_ms": 5000, "text": "left done"}],
+    "right": [{"tool_calls": [{"name": "vfs_write", "arguments": {"path": "right.md", "content": "R"}}]},
+              {"latency_ms": 5000, "text": "right done"}],
     "last": [{"text": "joined"}],
 }
 
@@ -76,9 +82,8 @@ def test_sigkill_mid_workflow_keeps_finished_steps_and_completes(team_a, monkeyp
     first = start_worker(f"wf-crash-a-{os.getpid()}", queue=queue, env=env)
     try:
         run = workflow_run_start(team=team_a, workflow="crashy", inputs={"topic": "x"}, script=SCRIPT)
-        wait_until(lambda: Event.objects.filter(run=run, type="step_complete", data__step="left").exists()
-                   and Event.objects.filter(run=run, type="llm_request", agent="right").exists(), 30,
-                   "left done and right's model call in flight")
+        wait_until(lambda: Event.objects.filter(run=run, type="llm_request", agent__in=["left", "right"]).count() == 4,
+                   30, "both parallel steps in their second model call")
         os.killpg(first.process.pid, signal.SIGKILL)
         first.process.wait(10)
     finally:
@@ -103,9 +108,15 @@ def test_sigkill_mid_workflow_keeps_finished_steps_and_completes(team_a, monkeyp
     sessions = {s.agent: s for s in Session.objects.filter(run=run)}
     assert {agent: (s.attempt, s.status) for agent, s in sessions.items()} == {
         "first": (1, "ok"), "left": (1, "ok"), "right": (1, "ok"), "last": (1, "ok")}
-    assert [e.data["resumed"] for e in events if e.type == "session_start" and e.agent == "right"] == [False, True]
-    assert [e.data["path"] for e in events if e.type == "file_change"] == ["first.md"]
-    assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "version")) == {"first.md": 1}
+    for agent in ("left", "right"):
+        assert [e.data["resumed"] for e in events if e.type == "session_start" and e.agent == agent] == [False, True]
+    assert [e.data["resumed"] for e in events if e.type == "session_start" and e.agent == "first"] == [False]
+    # Each tool call ran once.
+    assert sorted(e.data["arguments"]["path"] for e in events if e.type == "tool_call") == [
+        "first.md", "left.md", "right.md"]
+    assert sorted(e.data["path"] for e in events if e.type == "file_change") == ["first.md", "left.md", "right.md"]
+    assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "version")) == {
+        "first.md": 1, "left.md": 1, "right.md": 1}
     assert {s["id"]: (s["status"], s["attempts"]) for s in workflow_steps(run)} == {
         "first": ("succeeded", 1), "left": ("succeeded", 1), "right": ("succeeded", 1), "last": ("succeeded", 1)}
     assert [e.data["status"] for e in events if e.type == "workflow_complete"] == ["succeeded"]
