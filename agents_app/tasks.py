@@ -26,5 +26,6 @@ def dispatch_run(run_id: str) -> None:
 
 @shared_task(ignore_result=True)
 def reap_sessions() -> None:
-    """Beat: resume sessions whose worker died (see ``services.sessions_reap``)."""
+    """Beat: resume sessions whose worker died, dispatch work whose message was lost (see ``services``)."""
     runner.run(db(services.sessions_reap)())
+    runner.run(db(services.runs_unstick)())

@@ -113,6 +113,8 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 # Sessions heartbeat every 10 s; one silent this long lost its worker and is resumed elsewhere.
 MAS_SESSION_STALE_S = float(os.environ.get("MAS_SESSION_STALE_S", 30))
+# A session whose worker died this many times is failed rather than resumed again.
+MAS_MAX_RESUMES = int(os.environ.get("MAS_MAX_RESUMES", 3))
 # Events a watcher wants at once (llm_request, stream_chunk, tool_call) wait at most this long
 # to be written with the session's next write.
 MAS_LIVE_EVENT_DELAY_MS = float(os.environ.get("MAS_LIVE_EVENT_DELAY_MS", 20))

@@ -104,8 +104,8 @@ def tool_worker_activation(*, activation_id, tool_call_id: str, worker: dict[str
         child = activation_create(run=run, agent=worker["name"], input=prompt, kind="tool", parent=parent,
                                   priority=parent.priority, context={"worker": worker, "tool_call": tool_call_id})
         # Run in the caller's process, never by the dispatcher.
-        child.status = ActivationStatus.DISPATCHED
-        child.save(update_fields=["status"])
+        child.status, child.dispatched_at = ActivationStatus.DISPATCHED, timezone.now()
+        child.save(update_fields=["status", "dispatched_at"])
     return child
 
 
@@ -128,8 +128,6 @@ def run_start(
     budget: dict[str, Any] | None = None, provider: str = "", script: dict[str, Any] | None = None,
 ) -> Run:
     """Create a run with its root activation and send that to a worker (after commit)."""
-    from agents_app.tasks import execute_activation
-
     run = Run(
         team=team, agent=agent, input=input, created_by=user if getattr(user, "pk", None) else None,
         limits={**DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
@@ -142,7 +140,7 @@ def run_start(
     # The root is the run's only activation: it goes straight to a worker, no dispatch round.
     root = activation_create(run=run, agent=agent, input=input, kind="root", parent=None,
                              status=ActivationStatus.DISPATCHED)
-    transaction.on_commit(lambda: execute_activation.delay(str(root.id)))
+    transaction.on_commit(lambda: _send([str(root.id)]))
     return run
 
 
@@ -151,6 +149,7 @@ def activation_create(*, run: Run, agent: str, input: str, kind: str, parent: Ac
                       status: str = ActivationStatus.QUEUED) -> Activation:
     activation = Activation.objects.create(
         run=run, agent=agent, input=input, kind=kind, parent=parent, status=status,
+        dispatched_at=timezone.now() if status == ActivationStatus.DISPATCHED else None,
         depth=(parent.depth + 1) if parent and kind in {"spawn", "delegate"} else (parent.depth if parent else 0),
         priority=priority, context=context or {},
     )
@@ -182,8 +181,6 @@ def _run_locked(run_id) -> Run:
 
 def _dispatch(run: Run) -> list[str]:
     """:func:`run_dispatch` on a run whose row this transaction has locked."""
-    from agents_app.tasks import execute_activation
-
     if run.status in FINISHED_RUN_STATUSES:
         return []
     now = timezone.now()
@@ -204,7 +201,7 @@ def _dispatch(run: Run) -> list[str]:
             Q(not_before__isnull=True) | Q(not_before__lte=now))
         ids = list(due.order_by("priority", "created_at").values_list("id", flat=True)[:room])
         if ids:
-            Activation.objects.filter(pk__in=ids).update(status=ActivationStatus.DISPATCHED)
+            Activation.objects.filter(pk__in=ids).update(status=ActivationStatus.DISPATCHED, dispatched_at=now)
     if not ids and active == 0:
         later = (run.activations.filter(status=ActivationStatus.QUEUED).exclude(not_before__isnull=True)
                  .order_by("not_before").values_list("not_before", flat=True).first() if waiting else None)
@@ -215,8 +212,27 @@ def _dispatch(run: Run) -> list[str]:
             transaction.on_commit(lambda: run_dispatch_async(run_id=run.id, countdown=delay))
         return []
     ids = [str(activation_id) for activation_id in ids]
-    transaction.on_commit(lambda: [execute_activation.delay(activation_id) for activation_id in ids])
+    transaction.on_commit(lambda: _send(ids))
     return ids
+
+
+def _send(activation_ids: list[str]) -> None:
+    """Hand dispatched activations to workers (after commit); what the broker refuses is queued again.
+
+    With the broker down the activation goes back to ``queued``: the reaper's
+    sweep (``runs_unstick``) dispatches it once the broker is back.
+    """
+    from agents_app.tasks import execute_activation
+
+    for index, activation_id in enumerate(activation_ids):
+        try:
+            execute_activation.delay(activation_id)
+        except Exception:
+            logger.warning("dispatch failed: the broker refused the task; queued again",
+                           extra={"activations": activation_ids[index:]}, exc_info=True)
+            Activation.objects.filter(pk__in=activation_ids[index:], status=ActivationStatus.DISPATCHED).update(
+                status=ActivationStatus.QUEUED, dispatched_at=None)
+            return
 
 
 def _run_finish(run: Run) -> None:
@@ -346,28 +362,83 @@ def sessions_reap() -> list[str]:
     """Re-queue activations whose running session lost its worker (no heartbeat); returns their ids.
 
     The session stays ``running``: the next worker that claims the activation
-    resumes it from its last checkpoint.
+    resumes it from its last checkpoint. A session whose worker has died
+    ``MAS_MAX_RESUMES`` times is failed instead, with that reason (a session
+    that kills its worker must not take worker after worker down).
     """
     cutoff = timezone.now() - timedelta(seconds=session_stale_after_s())
+    max_resumes = int(getattr(settings, "MAS_MAX_RESUMES", 3))
     reaped: list[str] = []
     stale = (Session.objects.filter(status=SessionStatus.RUNNING, run__status=RunStatus.RUNNING)
              .filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
              .values_list("activation_id", "run_id", "agent", "id", "worker"))
     for activation_id, run_id, agent, session_id, worker in stale:
+        reason = f"worker {worker or '?'} stopped answering"
         with transaction.atomic():
-            claimed = Activation.objects.filter(
-                pk=activation_id, status__in=ACTIVE_ACTIVATION_STATUSES
-            ).update(status=ActivationStatus.QUEUED)
-            if not claimed:
+            run = _run_locked(run_id)
+            activation = Activation.objects.select_for_update().filter(
+                pk=activation_id, status__in=ACTIVE_ACTIVATION_STATUSES).first()
+            if activation is None:
                 continue
+            resumes = int(activation.context.get("resumes", 0))
+            if resumes >= max_resumes:
+                failure = {"kind": "unknown", "last_tool_calls": [], "suggested_retry": False,
+                           "message": f"{reason}; the session was resumed {resumes} time(s) and its worker "
+                                      f"died each time, so it is not resumed again"}
+                end = _session_finish(run=run, session_id=session_id, status=SessionStatus.FAILED, result="",
+                                      meta={}, failure=failure, ladder=[])
+                _settled_hooks(run, end.activation, tier=end.tier, failure=failure)
+                _dispatch(run)
+                reaped.append(str(activation_id))
+                continue
+            activation.status = ActivationStatus.QUEUED
+            activation.context = {**activation.context, "resumes": resumes + 1}
+            activation.save(update_fields=["status", "context"])
             event_emit(run_id=run_id, type="retry", agent=agent, session_id=session_id, data={
-                "what": "session_resume", "reason": f"worker {worker or '?'} stopped answering", "delay_s": 0,
+                "what": "session_resume", "reason": reason, "delay_s": 0, "resume": resumes + 1,
             })
             reaped.append(str(activation_id))
             transaction.on_commit(lambda run_id=run_id: run_dispatch_async(run_id=run_id))
     if reaped:
         logger.warning("sessions reaped", extra={"activations": reaped})
     return reaped
+
+
+def runs_unstick() -> list[str]:
+    """Find work that nothing will pick up again, and dispatch it; returns the ids of the runs concerned.
+
+    - An activation sent to a worker that no worker took within the stale
+      time (its task message was lost: a broker restarted without its data)
+      is queued again.
+    - A queued or running run with nothing running (its dispatch message, or
+      a retry's delayed dispatch, was lost; or the broker refused its root)
+      is dispatched: that sends what is due, schedules what waits, or
+      finishes the run. Dispatching is idempotent.
+    """
+    cutoff = timezone.now() - timedelta(seconds=session_stale_after_s())
+    lost = (Activation.objects.filter(status=ActivationStatus.DISPATCHED, dispatched_at__lt=cutoff,
+                                      run__status__in=[RunStatus.QUEUED, RunStatus.RUNNING])
+            .exclude(kind="tool").exclude(sessions__status=SessionStatus.RUNNING)
+            .values_list("id", "run_id", "agent"))
+    runs: dict[str, None] = {}
+    for activation_id, run_id, agent in lost:
+        with transaction.atomic():
+            _run_locked(run_id)
+            if Activation.objects.filter(pk=activation_id, status=ActivationStatus.DISPATCHED,
+                                         dispatched_at__lt=cutoff).update(status=ActivationStatus.QUEUED,
+                                                                          dispatched_at=None):
+                event_emit(run_id=run_id, type="retry", agent=agent, data={
+                    "what": "dispatch", "activation": str(activation_id), "delay_s": 0,
+                    "reason": f"no worker took it within {session_stale_after_s():g} s (its task message was lost)"})
+                runs[str(run_id)] = None
+    idle = (Run.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING], created_at__lt=cutoff)
+            .exclude(activations__status__in=ACTIVE_ACTIVATION_STATUSES).values_list("id", flat=True))
+    runs.update((str(run_id), None) for run_id in idle)
+    for run_id in runs:
+        run_dispatch_async(run_id=run_id)
+    if runs:
+        logger.info("runs dispatched again", extra={"runs": list(runs)})
+    return list(runs)
 
 
 def _merged(data: dict, key: str, value: Any) -> dict:
@@ -456,13 +527,18 @@ def session_settle(*, run_id, session_id, status: str, result: str, meta: dict[s
         run = _run_locked(run_id)
         end = _session_finish(run=run, session_id=session_id, status=status, result=result, meta=meta,
                               failure=failure, ladder=ladder)
-        if end.activation.kind in {"step", "plan"}:  # only workflows create these
-            from workflows_app.services import workflow_activation_settled
-
-            workflow_activation_settled(run=run, activation=end.activation, tier=end.tier, meta=meta,
-                                        failure=failure, ladder=ladder)
+        _settled_hooks(run, end.activation, tier=end.tier, meta=meta, failure=failure, ladder=ladder)
         _dispatch(run)
     return end
+
+
+def _settled_hooks(run: Run, activation: Activation, *, tier: str = "", meta: dict[str, Any] | None = None,
+                   failure: dict[str, Any] | None = None, ladder: list[str] | None = None) -> None:
+    if activation.kind in {"step", "plan"}:  # only workflows create these
+        from workflows_app.services import workflow_activation_settled
+
+        workflow_activation_settled(run=run, activation=activation, tier=tier, meta=meta or {}, failure=failure,
+                                    ladder=ladder or [])
 
 
 def _next_tier(tier: str, ladder: list[str]) -> str | None:

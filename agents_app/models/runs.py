@@ -90,6 +90,7 @@ class Activation(models.Model):
     result = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=0)
     not_before = models.DateTimeField(null=True, blank=True, help_text="Retry backoff: not dispatched before")
+    dispatched_at = models.DateTimeField(null=True, blank=True, help_text="When it was last sent to a worker")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
