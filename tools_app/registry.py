@@ -17,11 +17,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import django.db
+import psycopg
 from pydantic import BaseModel, ValidationError
 
 from agents_app.llm.types import ToolSchema
 from tools_app.catalog import BUILTIN_TOOLS, SAFE_DEFAULT_TOOLS
 from tools_app.plugin import Tool, ToolContext, ToolError
+
+# The database went away under a tool: not the tool's failure, and not for the model to handle. The
+# session stops where it is and is resumed from its last checkpoint (see agents_app.execution.session).
+DATABASE_ERRORS = (django.db.OperationalError, django.db.InterfaceError, psycopg.OperationalError,
+                   psycopg.InterfaceError)
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +234,8 @@ class ToolRegistry:
             result = await tool.run(args, ctx)
         except ToolError as exc:
             return ToolOutcome(False, str(exc) or f"{name} failed", error_kind=getattr(exc, "kind", None) or "tool_error")
+        except DATABASE_ERRORS:
+            raise
         except Exception as exc:  # a broken tool must not end the session
             logger.exception("tool crashed", extra={"tool": name, "run_id": ctx.run_id, "agent": ctx.agent})
             return ToolOutcome(

@@ -36,7 +36,7 @@ from memory_app.cache import cached_model
 from tools_app.catalog import BUILTIN_TOOLS
 from tools_app.plugin import ToolContext, ToolError
 from tools_app.custom import custom_tool, worker_definition
-from tools_app.registry import registry_for_agent
+from tools_app.registry import DATABASE_ERRORS, registry_for_agent
 
 logger = logging.getLogger(__name__)
 
@@ -297,6 +297,7 @@ async def execute_activation(activation_id: str) -> None:
     loop_task = asyncio.create_task(run_session(state=state, model=loop_model, tools=registry.schemas(),
                                                 call_tool=call_tool, store=store, config=config))
     monitor.watch(session.id, run.id, store, loop_task)
+    ending: dict[str, Any] | None = None
     try:
         outcome = await loop_task
         ending = {"status": outcome.status, "result": outcome.result, "meta": outcome.meta.to_dict(),
@@ -304,6 +305,12 @@ async def execute_activation(activation_id: str) -> None:
         if outcome.status == "ok" and agent.spec.memory.consolidate:
             await _consolidate(state=state, model=model, store=store, run=run, session_id=session.id,
                                agent=agent.slug)
+    except DATABASE_ERRORS as error:
+        # The database went away (restarted, unreachable): nothing can be recorded now. The session
+        # stays running without a heartbeat, and the reaper resumes it from its last checkpoint.
+        logger.warning("database unavailable: the session is left to be resumed",
+                       extra={"run": str(run.id), "session": str(session.id), "error": str(error)})
+        ending = None
     except asyncio.CancelledError:
         # The run was cancelled while the session waited (for a model, a tool):
         # it stops now, keeping its last checkpoint and partial result.
@@ -320,5 +327,11 @@ async def execute_activation(activation_id: str) -> None:
             "suggested_retry": True}}
     finally:
         monitor.forget(session.id)
-        await store.close()
-    await db(services.session_settle)(run_id=run.id, session_id=session.id, ladder=ladder, **ending)
+        try:
+            await store.close()
+        except DATABASE_ERRORS as error:  # its last events could not be written: resumed later, as above
+            logger.warning("database unavailable: the session is left to be resumed",
+                           extra={"run": str(run.id), "session": str(session.id), "error": str(error)})
+            ending = None
+    if ending is not None:
+        await db(services.session_settle)(run_id=run.id, session_id=session.id, ladder=ladder, **ending)
