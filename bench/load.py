@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Load: 100 runs started at once through the API while 50 websocket clients follow them.
+
+daphne serves the project on the bench database and one real Celery worker
+runs the sessions. Each run is one agent of ``--turns`` scripted model turns
+of 200 ms (vfs_write, ..., final answer). ``--runs`` POST /api/runs requests
+are sent at the same moment by 20 HTTP threads; then ``--clients`` websocket
+clients (in a separate process, one per run) follow the first runs from
+``?after=0`` to their ``run_complete``, while a poller reads GET /api/runs/{id}
+of random runs at about 10 requests/s.
+
+Figures:
+- runs/min: runs ÷ (first POST .. last run finished);
+- API latency p50/p95: the POSTs (all at once), and the GETs during the load;
+- event delivery p50/p99: created (the event's timestamp) -> received by a
+  client, for the live events (after the client's replay);
+- worker peak RSS; nothing lost: every run succeeded, every run's events are
+  numbered 1..n, and every client received exactly its run's events.
+
+    .venv/bin/python bench/load.py [--runs 100] [--clients 50] [--turns 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as c  # noqa: E402
+
+LATENCY_MS = 200
+
+
+def script(turns: int) -> dict:
+    writes = [{"latency_ms": LATENCY_MS, "tool_calls": [
+        {"name": "vfs_write", "arguments": {"path": f"out/{i}.md", "content": f"part {i}"}}]} for i in range(turns - 1)]
+    return {"worker": writes + [{"latency_ms": LATENCY_MS, "text": "done"}]}
+
+
+# -- the websocket clients (a child process) -------------------------------------------------------
+
+
+def clients_main(base: str, token: str, run_ids: list[str], results) -> None:
+    import websockets
+
+    async def one(run_id: str) -> dict:
+        seen: list[tuple[int, str, float]] = []
+        replayed_to = None
+        last = 0
+        reconnects = 0
+        while True:
+            try:
+                async with websockets.connect(f"{base}/ws/runs/{run_id}/?after={last}", max_size=None,
+                                              additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+                    while True:
+                        message = json.loads(await ws.recv())
+                        if message["message"] == "replayed" and replayed_to is None:
+                            replayed_to = message["last_seq"]
+                        events = message.get("events") or ([message["event"]] if message.get("event") else [])
+                        for event in events:
+                            if event["seq"] <= last:
+                                continue
+                            last = event["seq"]
+                            seen.append((event["seq"], event["created_at"], time.time()))
+                            if event["type"] == "run_complete":
+                                return {"run": run_id, "seen": seen, "replayed_to": replayed_to or 0,
+                                        "reconnects": reconnects}
+            except (OSError, websockets.ConnectionClosed):
+                reconnects += 1
+                await asyncio.sleep(0.2)
+
+    async def main():
+        return await asyncio.wait_for(asyncio.gather(*(one(run_id) for run_id in run_ids)), timeout=600)
+
+    results.put(asyncio.run(main()))
+
+
+# -- HTTP ------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_daphne(port: int) -> subprocess.Popen:
+    log = open(c.ROOT / "var" / "log" / "bench-daphne.log", "ab")  # noqa: SIM115
+    process = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "mas_project.asgi:application"],
+        cwd=c.ROOT, env={**c.os.environ, **c.ENV}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return process
+        except OSError:
+            time.sleep(0.2)
+    process.kill()
+    raise SystemExit("daphne did not start; see var/log/bench-daphne.log")
+
+
+def http(method: str, url: str, token: str, body: dict | None = None) -> tuple[float, int, dict]:
+    request = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body else None,
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            payload = json.loads(response.read())
+            return time.perf_counter() - started, response.status, payload
+    except urllib.error.HTTPError as error:
+        return time.perf_counter() - started, error.code, {"error": error.read().decode(errors="replace")[:300]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--turns", type=int, default=5)
+    args = parser.parse_args()
+    c.say(f"load: {args.runs} runs through POST /api/runs at once, {args.clients} websocket clients following, "
+          f"{args.turns} scripted turns of {LATENCY_MS} ms per run")
+    c.say(f"machine {c.machine()}, {c.now_utc()}, load average {c.os.getloadavg()[0]:.2f}")
+    c.django_setup()
+    c.say(f"database {c.BENCH_DB}: created and migrated in {c.database_create():.1f} s")
+    c.redis_flush()
+    (c.ROOT / "var" / "log").mkdir(parents=True, exist_ok=True)
+    from agents_app.models import Event
+    from agents_app.services import api_token_create, membership_set, user_create
+
+    team = c.team_with_agent(slug="bench-load", agent="worker")
+    user = user_create(username="bench-load")
+    membership_set(team=team, user=user, role="operator")
+    token = api_token_create(user=user, team=team, role="operator").token
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = start_daphne(port)
+    worker = c.Worker(concurrency=args.runs + 16).start()
+    try:
+        warm = [http("POST", f"{base}/api/runs", token, {"agent": "worker", "input": "warm", "script": script(1)})
+                for _ in range(3)]
+        c.runs_wait([payload["id"] for _, _, payload in warm], timeout=60)
+        worker.reset_peak()
+        body = {"agent": "worker", "input": "Write the parts", "script": script(args.turns)}
+        barrier = threading.Barrier(20)
+
+        def post(_):
+            if _ < 20:
+                barrier.wait()
+            return http("POST", f"{base}/api/runs", token, body)
+
+        started = time.time()
+        with ThreadPoolExecutor(20) as pool:
+            posts = list(pool.map(post, range(args.runs)))
+        refused = [(status, payload) for _, status, payload in posts if status != 201]
+        if refused:
+            c.say(f"{len(refused)} of {args.runs} POSTs failed, e.g. {refused[0]}")
+        run_ids = [payload["id"] for _, status, payload in posts if status == 201]
+        ctx = multiprocessing.get_context("spawn")
+        results = ctx.Queue()
+        followers = ctx.Process(target=clients_main, args=(base.replace("http", "ws"), token,
+                                                           run_ids[:args.clients], results))
+        followers.start()
+        gets: list[float] = []
+        get_errors: list[int] = []
+        stop = threading.Event()
+
+        def poll():
+            while not stop.is_set():
+                took, status, _ = http("GET", f"{base}/api/runs/{random.choice(run_ids)}", token)
+                gets.append(took)
+                get_errors.append(status) if status != 200 else None
+                time.sleep(0.1)
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        runs = c.runs_wait(run_ids, timeout=600)
+        stop.set()
+        poller.join(10)
+        followed = results.get(timeout=300)
+        followers.join(30)
+        rss = worker.peak_rss
+    finally:
+        worker.stop()
+        server.terminate()
+        server.wait(10)
+    finished = max(run.finished_at for run in runs).timestamp()
+    window = finished - started
+    lost = 0
+    stored = {}
+    for run_id in run_ids:
+        seqs = list(Event.objects.filter(run_id=run_id).order_by("seq").values_list("seq", flat=True))
+        stored[run_id] = seqs
+        lost += seqs != list(range(1, len(seqs) + 1))
+    delivery, missing, duplicates, reconnects = [], 0, 0, 0
+    for client in followed:
+        seqs = [seq for seq, _, _ in client["seen"]]
+        missing += len(set(stored[client["run"]]) - set(seqs))
+        duplicates += len(seqs) - len(set(seqs))
+        reconnects += client["reconnects"]
+        delivery += [at - datetime.fromisoformat(created).timestamp()
+                     for seq, created, at in client["seen"] if seq > client["replayed_to"]]
+    post_times = [took for took, _, _ in posts]
+    failed = sum(run.status != "succeeded" for run in runs)
+    events = sum(len(seqs) for seqs in stored.values())
+    c.say("")
+    c.say(f"{args.runs} runs ({events} events) finished in {window:.2f} s -> {args.runs / window * 60:,.0f} runs/min "
+          f"(ideal with {args.turns} x {LATENCY_MS} ms per run, all at once: {args.turns * LATENCY_MS / 1000:.1f} s); "
+          f"failed runs {failed}; runs with a gap in their events {lost}")
+    c.say(f"API POST /api/runs (all {args.runs} at once, 20 threads): p50 {c.percentile(post_times, 50) * 1000:.0f} ms, "
+          f"p95 {c.percentile(post_times, 95) * 1000:.0f} ms; GET /api/runs/{{id}} during the load "
+          f"(n={len(gets)}): p50 {c.percentile(gets, 50) * 1000:.0f} ms, p95 {c.percentile(gets, 95) * 1000:.0f} ms; "
+          f"errors: POST {len(refused)}, GET {len(get_errors)}")
+    c.say(f"event delivery, created -> received by a client (n={len(delivery)} live events, {len(followed)} clients): "
+          f"p50 {c.percentile(delivery, 50) * 1000:.1f} ms, p99 {c.percentile(delivery, 99) * 1000:.1f} ms, "
+          f"max {max(delivery) * 1000:.1f} ms; missing {missing}, duplicates {duplicates}, reconnects {reconnects}")
+    c.say(f"worker peak RSS {c.mib(rss)}; worker: {worker.command_line()}")
+    c.database_drop()
+    c.redis_flush()
+
+
+if __name__ == "__main__":
+    main()
