@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from agents_app.api_runs import START_ERRORS, run_out
 from agents_app.execution.services import RunError
 from agents_app.llm.scripted import validate_script
+from agents_app.models import ModelProvider
 from agents_app.permissions import Actor
 from agents_app.schemas_runs import MAX_INPUT_CHARS, SLUG_PATTERN, RunBudgetIn, RunDetailOut, RunLimitsIn
 from agents_app.selectors_runs import run_get
@@ -51,6 +52,10 @@ class OrchestrateIn(BaseModel):
              operation_id="orchestrate_start", summary="Start a run whose plan a planner agent writes")
 def orchestrate(request: HttpRequest, payload: OrchestrateIn):
     actor: Actor = request.auth
+    if payload.provider and not ModelProvider.objects.filter(team=actor.team, slug=payload.provider).exists():
+        # As POST /api/runs: another team's provider (or none) is a 422, not a run on the demo recording.
+        raise NinjaValidationError([{"loc": ("body", "provider"), "type": "unknown_provider",
+                                     "msg": f"no model provider {payload.provider!r} in team {actor.team.slug}"}])
     budget = payload.budget.model_dump(exclude_none=True, mode="json") if payload.budget else {}
     try:
         run = orchestrate_run_start(

@@ -1,0 +1,124 @@
+"""Two teams that each own one of everything, for the isolation and secret sweeps.
+
+Team B's rows carry :data:`MARK` in a text field (descriptions, inputs,
+contents), never in a slug or id: a 404 may echo the slug the caller sent,
+but nothing of B's that the caller did not send may come back.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.apps import apps
+
+from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, TOOL, WORKFLOW
+from agents_app.definitions.storage import team_defs_dir
+from agents_app.execution.services import run_start, workspace_write
+from agents_app.models import Session, Team
+from memory_app.models import BlackboardEntry, CachedResponse, Channel, ChannelMessage, Subscription
+from memory_app.services import memory_store
+
+MARK = "BRAVO-PRIVATE-7f3a"
+MAS_APPS = ("agents_app", "tools_app", "memory_app", "workflows_app")
+# Written by every authenticated request of the caller: not a change to anyone's objects.
+KINDS = {"agents": AGENT, "skills": SKILL, "providers": PROVIDER, "tools": TOOL, "mcp-servers": MCP,
+         "workflows": WORKFLOW}
+VOLATILE = {("agents_app", "apitoken"): {"last_used_at"}}
+
+
+def definitions(prefix: str, note: str) -> dict[str, dict[str, Any]]:
+    """One valid create payload per definition kind (keyed by the API's plural)."""
+    return {
+        "agents": {"name": f"{prefix} Lead", "description": note, "tools": ["vfs_read"], "body": f"Lead. {note}"},
+        "skills": {"name": f"{prefix} Skill", "description": note, "body": f"Do it. {note}"},
+        "providers": {"name": f"{prefix} Provider", "type": "openai", "description": note,
+                      "base_url": "http://127.0.0.1:9/v1", "api_key_env": f"{prefix.upper()}_LLM_KEY",
+                      "models": [{"name": "m1", "tier": "medium"}]},
+        "tools": {"name": f"{prefix.lower()}_tool", "description": note, "parameters": {"text": {}},
+                  "prompt": f"Use {{{{text}}}}. {note}"},
+        "mcp-servers": {"name": f"{prefix} MCP", "description": note, "transport": "streamable-http",
+                        "url": "https://mcp.example.com/mcp", "headers": {"X-Note": f"${{{prefix.upper()}_ORG}}"}},
+        "workflows": {"name": f"{prefix} Flow", "description": note,
+                      "steps": [{"id": "only", "agent": f"{prefix.lower()}-lead", "prompt": f"Go. {note}"}]},
+    }
+
+
+# What PUT and PATCH send to an item of each kind (valid, so a 404 is the lookup's answer).
+REPLACE = {
+    "agents": {"name": "X Lead", "description": "hijacked"},
+    "skills": {"name": "X Skill", "description": "hijacked"},
+    "providers": {"name": "X Provider", "type": "anthropic"},
+    "tools": {"name": "x_tool", "prompt": "hijacked {{text}}", "parameters": {"text": {}}},
+    "mcp-servers": {"name": "X MCP", "transport": "sse", "url": "https://evil.example.com/sse"},
+    "workflows": {"name": "X Flow", "steps": [{"id": "only", "agent": "x", "prompt": "hijacked"}]},
+}
+PATCH = {"description": "hijacked"}
+
+
+@dataclass
+class Side:
+    team: Team
+    slugs: dict[str, str] = field(default_factory=dict)  # plural → slug
+    run: Any = None
+    memory: Any = None
+    objects: dict[str, Any] = field(default_factory=dict)  # model label → one row
+
+
+def build_side(team: Team, api, prefix: str, note: str) -> Side:
+    side = Side(team=team)
+    for plural, payload in definitions(prefix, note).items():
+        response = api.post(f"/api/{plural}", payload)
+        assert response.status_code == 201, (plural, response.json())
+        side.slugs[plural] = response.json()["slug"]
+    run = run_start(team=team, agent=side.slugs["agents"], input=f"task {note}")
+    activation = run.activations.get()
+    session = Session.objects.create(run=run, activation=activation, agent=activation.agent, tier="medium",
+                                     model="scripted", result=f"result {note}")
+    workspace_write(run_id=run.id, path="out/report.md", content=f"report {note}", agent=activation.agent,
+                    session_id=session.id)
+    board = BlackboardEntry.objects.create(run=run, key="plan", value=f"plan {note}", author="lead")
+    channel = Channel.objects.create(run=run, name="news", next_seq=1)
+    message = ChannelMessage.objects.create(channel=channel, seq=1, sender="lead", content=f"news {note}")
+    subscription = Subscription.objects.create(channel=channel, agent="lead")
+    side.memory = memory_store(team_id=team.id, content=f"memory {note}", agent=side.slugs["agents"], shared=True)
+    cached = CachedResponse.objects.create(team=team, agent=side.slugs["agents"], model="scripted:m",
+                                           context_digest="0" * 64, prompt=f"prompt {note}",
+                                           response={"text": f"cached {note}"}, embedding=side.memory.embedding)
+    side.run = run
+    for row in (run, activation, session, run.files.get(), run.events.first(), board, channel, message,
+                subscription, side.memory, cached):
+        side.objects[row._meta.label_lower] = row
+    for plural, slug in side.slugs.items():
+        model = KINDS[plural].model
+        side.objects[model._meta.label_lower] = model.objects.get(team=team, slug=slug)
+    from agents_app.models import ApiToken, DefinitionVersion, Membership
+
+    side.objects["agents_app.definitionversion"] = DefinitionVersion.objects.filter(team=team).first()
+    side.objects["agents_app.membership"] = Membership.objects.filter(team=team).first()
+    side.objects["agents_app.apitoken"] = ApiToken.objects.filter(team=team).first()
+    side.objects["agents_app.team"] = team
+    side.objects["agents_app.providermodel"] = side.objects["agents_app.modelprovider"].models.first()
+    side.objects["auth.user"] = side.objects["agents_app.membership"].user
+    side.objects["auth.group"] = side.objects["auth.user"].groups.first()  # the role groups are global
+    return side
+
+
+def db_snapshot() -> str:
+    """Every row of the MAS apps, as JSON (minus what a request of the caller itself refreshes)."""
+    rows = {}
+    for label in MAS_APPS:
+        for model in apps.get_app_config(label).get_models():
+            skip = VOLATILE.get((model._meta.app_label, model._meta.model_name), set())
+            fields = [f.attname for f in model._meta.concrete_fields if f.attname not in skip]
+            rows[model._meta.label] = list(model.objects.order_by("pk").values_list(*fields))
+    return json.dumps(rows, default=str, sort_keys=True)
+
+
+def files_snapshot(team: Team) -> dict[str, bytes]:
+    root = Path(team_defs_dir(team))
+    if not root.exists():
+        return {}
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
