@@ -3,6 +3,7 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mas_project.settings")
+os.environ.setdefault("MAS_DB_POOL", "1")  # see DATABASES in settings: bounded connections under load
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

@@ -98,6 +98,13 @@ if not DATABASE_URL:
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
 if os.environ.get("MAS_DATABASE_NAME"):
     DATABASES["default"]["NAME"] = os.environ["MAS_DATABASE_NAME"]
+# The web process (mas_project/asgi.py sets MAS_DB_POOL) runs each concurrent request in a thread of its
+# own: without a pool, a hundred requests at once would open a hundred connections and the server refuses
+# the rest ("too many clients"). With the pool they share MAS_DB_POOL_MAX connections and wait their turn.
+if os.environ.get("MAS_DB_POOL") == "1":
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1, "max_size": int(os.environ.get("MAS_DB_POOL_MAX", 16)), "timeout": 30}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
