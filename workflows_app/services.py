@@ -136,8 +136,7 @@ def _advance(run: Run, flow: WorkflowRun, engine: Engine) -> None:
     """Queue every ready step (the budget permitting) and save the scheduler's state."""
     reason = _over_budget(run)
     if reason and not engine.stopped and engine.ready():
-        skipped = engine.stop(reason)
-        event_emit(run_id=run.id, type="workflow_stopped", agent="", data={"reason": reason, "skipped": skipped})
+        _stopped_events(run, engine, engine.stop(reason))
     for step_id in engine.ready(now=time.time()):
         _step_queue(run, flow, engine, step_id)
     flow.state = engine.to_dict()
@@ -251,8 +250,14 @@ def _settled_events(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, a
         })
         _step_queue(run, flow, engine, step_id, tier=next_tier or tier, delay_s=decision.delay)
     elif engine.stopped:
-        event_emit(run_id=run.id, type="workflow_stopped", agent="", data={
-            "reason": engine.stopped, "skipped": [sid for sid in engine.order if engine.states[sid].status == "skipped"]})
+        _stopped_events(run, engine, [sid for sid in engine.order if engine.states[sid].status == "skipped"])
+
+
+def _stopped_events(run: Run, engine: Engine, skipped: list[str]) -> None:
+    event_emit(run_id=run.id, type="workflow_stopped", agent="", data={"reason": engine.stopped, "skipped": skipped})
+    for sid in skipped:
+        event_emit(run_id=run.id, type="step_skipped", agent=engine.steps[sid].agent,
+                   data={"step": sid, "reason": engine.stopped})
 
 
 def _usage(meta: dict[str, Any]) -> dict[str, Any]:
@@ -339,6 +344,9 @@ def workflow_cancelled(run: Run) -> None:
         return
     engine = _engine(flow)
     skipped = engine.stop(run.error or "cancelled")
+    for sid in skipped:
+        event_emit(run_id=run.id, type="step_skipped", agent=engine.steps[sid].agent,
+                   data={"step": sid, "reason": engine.stopped})
     flow.state = engine.to_dict()
     flow.save(update_fields=["state"])
     stats = engine.stats(now=time.time())

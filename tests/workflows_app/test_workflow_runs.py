@@ -234,6 +234,8 @@ def test_on_failure_stop_skips_what_depends_on_the_failed_step(team_a, celery_wo
     complete = events(run, "workflow_complete")[0].data
     assert (complete["status"], complete["skipped_steps"], complete["failed_steps"]) == ("failed", ["write"],
                                                                                          ["gather"])
+    [skip] = events(run, "step_skipped")
+    assert skip.data["step"] == "write" and skip.data["reason"].startswith("step 'gather' failed: ")
 
 
 def test_on_failure_continue_passes_partial_results_marked(team_a, celery_worker_process):
@@ -280,6 +282,8 @@ def test_the_run_budget_stops_the_workflow_before_the_next_step(team_a, celery_w
     assert {s["id"]: s["status"] for s in workflow_steps(run)} == {"gather": "succeeded", "write": "skipped"}
     assert [e.data for e in events(run, "workflow_stopped")] == [
         {"reason": "the run's budget of $0.5 is spent ($1.000000)", "skipped": ["write"]}]
+    assert [(e.agent, e.data) for e in events(run, "step_skipped")] == [
+        ("writer", {"step": "write", "reason": "the run's budget of $0.5 is spent ($1.000000)"})]
     assert Session.objects.filter(run=run).count() == 1
 
 
@@ -298,6 +302,7 @@ def test_cancelling_a_workflow_skips_its_waiting_steps(team_a, celery_worker_pro
                                                                    "write": "skipped"}
     [complete] = events(run, "workflow_complete")
     assert (complete.data["status"], complete.data["skipped_steps"]) == ("cancelled", ["write"])
+    assert [e.data for e in events(run, "step_skipped")] == [{"step": "write", "reason": "cancelled"}]
 
 
 # -- refused before anything runs ------------------------------------------------------------
