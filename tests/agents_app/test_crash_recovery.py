@@ -10,6 +10,7 @@ from agents_app.definitions.kinds import AGENT
 from agents_app.definitions.services import definition_parse, definition_save
 from agents_app.execution.services import run_start
 from agents_app.models import Event, Run, Session, WorkspaceFile
+from tests.runs import wait_until
 from tests.workers import start_worker, stop_worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -24,16 +25,6 @@ SCRIPT = {
         {"text": "Both written."},
     ]
 }
-
-
-def wait_until(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_sigkill_mid_session_resumes_without_rerunning_tools(team_a, monkeypatch):

@@ -4,39 +4,12 @@ import time
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT, PROVIDER
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.definitions.kinds import PROVIDER
 from agents_app.execution.services import run_cancel, run_start
 from agents_app.models import Event, Run, Session, WorkspaceFile
+from tests.runs import agent, call, define, events, finish
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
-
-
-def define(team, kind, text):
-    definition_save(kind=kind, team=team, parsed=definition_parse(kind=kind, team=team, text=text))
-
-
-def agent(team, name, frontmatter=""):
-    define(team, AGENT, f"---\nname: {name}\n{frontmatter}---\n\nYou work.\n")
-
-
-def finish(run, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = Run.objects.get(pk=run.pk)
-        if run.status in {"succeeded", "failed", "cancelled"}:
-            return run
-        time.sleep(0.1)
-    raise AssertionError(f"run still {run.status}")
-
-
-def events(run, type=None):
-    rows = Event.objects.filter(run=run).order_by("seq")
-    return [e for e in rows if type is None or e.type == type]
-
-
-def call(name, **arguments):
-    return {"tool_calls": [{"name": name, "arguments": arguments}]}
 
 
 def test_a_provider_error_no_retry_can_fix_fails_the_run_with_a_report(team_a, celery_worker_process):

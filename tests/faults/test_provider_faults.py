@@ -4,15 +4,21 @@ The provider is a local HTTP server speaking OpenAI's wire format (``tests.agent
 the worker is real and waits at most 1 s for a model call (``MAS_MODEL_TIMEOUT_S``).
 """
 
-import time
-
 import pytest
 
 from agents_app.definitions.kinds import AGENT, PROVIDER
 from agents_app.definitions.services import definition_parse, definition_save
 from agents_app.execution.services import run_start
-from agents_app.models import Event, Run, Session, WorkspaceFile
-from tests.agents_app.llm.fake_servers import FakeServer, hang, json_reply, openai_error, openai_stream, sse
+from agents_app.models import Session, WorkspaceFile
+from tests.agents_app.llm.fake_servers import (
+    FakeServer,
+    hang,
+    json_reply,
+    openai_error,
+    openai_stream,
+    sse,
+)
+from tests.runs import events, finish
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -32,18 +38,8 @@ def setup_team(team, server, *, escalation="- medium\n- large\n"):
     definition_save(kind=AGENT, team=team, parsed=definition_parse(kind=AGENT, team=team, text=agent))
 
 
-def finish(run, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = Run.objects.get(pk=run.pk)
-        if run.status in {"succeeded", "failed", "cancelled"}:
-            return run
-        time.sleep(0.1)
-    raise AssertionError(f"run still {run.status}")
-
-
-def events(run, type):
-    return [e.data for e in Event.objects.filter(run=run, type=type).order_by("seq")]
+def data_of(run, type):
+    return [event.data for event in events(run, type)]
 
 
 def test_429_500_and_a_hung_call_are_retried_and_a_malformed_tool_call_is_corrected(
@@ -60,12 +56,12 @@ def test_429_500_and_a_hung_call_are_retried_and_a_malformed_tool_call_is_correc
     run = finish(run_start(team=team_a, agent="lead", input="Write a.md"))
 
     assert (run.status, run.result, run.error) == ("succeeded", "All written.", "")
-    retries = events(run, "retry")
+    retries = data_of(run, "retry")
     assert [(r["what"], r["attempt"]) for r in retries] == [("model_call", 1), ("model_call", 2), ("model_call", 3)]
     assert "rate_limit" in retries[0]["error"] and "slow down" in retries[0]["error"]
     assert "upstream broke" in retries[1]["error"]
     assert retries[2]["error"] == "timeout: no answer within 1 s"
-    results = events(run, "tool_result")
+    results = data_of(run, "tool_result")
     assert [(r["name"], r["ok"]) for r in results] == [("vfs_write", False), ("vfs_write", True)]
     assert results[0]["content"] == 'Invalid arguments for vfs_write: not a JSON object: {"path": "a.md", "content": '
     assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content")) == {"a.md": "fixed"}
@@ -89,6 +85,6 @@ def test_a_provider_that_keeps_failing_escalates_then_fails_with_a_report(team_a
     assert (failure["kind"], failure["suggested_retry"]) == ("provider_error", True)
     assert "down" in failure["message"] and "HTTP 500" in failure["message"]
     assert run.error == f"provider_error: {failure['message']}"
-    assert events(run, "escalation") == [{"from": "medium", "to": "large"}]
+    assert data_of(run, "escalation") == [{"from": "medium", "to": "large"}]
     # 1 + 3 retries per session, two sessions: nothing more was asked of the provider.
     assert [r.body["model"] for r in model_server.requests] == ["m-medium"] * 4 + ["m-large"] * 4

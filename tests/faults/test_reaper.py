@@ -1,18 +1,21 @@
 """Work nothing would pick up again: lost task messages, a refusing broker, a session whose worker keeps dying."""
 
-import time
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
 from agents_app.execution import services
-from agents_app.execution.services import run_start, runs_unstick, session_begin, sessions_reap
+from agents_app.execution.services import (
+    run_start,
+    runs_unstick,
+    session_begin,
+    sessions_reap,
+)
 from agents_app.models import Activation, Event, Run, Session
 from agents_app.tasks import execute_activation
+from tests.runs import agent, finish
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -20,18 +23,7 @@ SCRIPT = {"lead": [{"text": "done"}]}
 
 
 def lead(team):
-    definition_save(kind=AGENT, team=team, parsed=definition_parse(
-        kind=AGENT, team=team, text="---\nname: Lead\n---\n\nYou work.\n"))
-
-
-def finish(run, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = Run.objects.get(pk=run.pk)
-        if run.status in {"succeeded", "failed", "cancelled"}:
-            return run
-        time.sleep(0.1)
-    raise AssertionError(f"run still {run.status}")
+    agent(team, "Lead")
 
 
 def age(run, seconds):

@@ -13,6 +13,7 @@ import pytest
 from agents_app.definitions.kinds import AGENT, WORKFLOW
 from agents_app.definitions.services import definition_parse, definition_save
 from agents_app.models import Event, Run, Session, WorkspaceFile
+from tests.runs import wait_until
 from tests.workers import start_worker, stop_worker
 from workflows_app.services import workflow_run_start, workflow_steps
 
@@ -56,16 +57,6 @@ SCRIPT = {
               {"latency_ms": 5000, "text": "right done"}],
     "last": [{"text": "joined"}],
 }
-
-
-def wait_until(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_sigkill_mid_workflow_keeps_finished_steps_and_completes(team_a, monkeypatch):

@@ -1,14 +1,14 @@
 """Pub/sub between two concurrent sessions and the blackboard, on a real worker; visible through the API."""
 
-import time
 
 import pytest
 
 from agents_app.definitions.kinds import AGENT
 from agents_app.definitions.services import definition_parse, definition_save
 from agents_app.execution.services import run_start
-from agents_app.models import Event, Run
+from agents_app.models import Event
 from memory_app.models import BlackboardEntry, ChannelMessage, Subscription
+from tests.runs import finish
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -18,16 +18,6 @@ KID = "---\nname: Kid\n---\n\nYou help.\n"
 def call(name, latency_ms=0, **arguments):
     turn = {"tool_calls": [{"name": name, "arguments": arguments}]}
     return {**turn, "latency_ms": latency_ms} if latency_ms else turn
-
-
-def finished(run, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = Run.objects.get(pk=run.pk)
-        if run.status in {"succeeded", "failed", "cancelled"}:
-            return run
-        time.sleep(0.2)
-    raise AssertionError(f"run still {run.status}")
 
 
 def results(run, agent):
@@ -55,7 +45,7 @@ def test_two_concurrent_sessions_talk_over_a_channel_and_share_a_blackboard(team
                    call("blackboard_read", key="draft"),
                    {"text": "read"}],
     }
-    run = finished(run_start(team=team_a, agent="lead", input="go", script=script))
+    run = finish(run_start(team=team_a, agent="lead", input="go", script=script))
     assert run.status == "succeeded", run.error
     reader = results(run, "reader")
     assert reader[0] == "#1 from writer: first draft ready\n#2 from writer: second draft ready"

@@ -1,35 +1,14 @@
 """Agents remember across runs, on a real worker: shared knowledge reaches others, private memories do not."""
 
-import time
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
 from agents_app.execution.services import run_start
-from agents_app.models import Event, Run, Session
+from agents_app.models import Event, Session
 from memory_app.models import Memory
+from tests.runs import agent, call, finish
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
-
-
-def agent(team, name, frontmatter=""):
-    text = f"---\nname: {name}\n{frontmatter}---\n\nYou work.\n"
-    definition_save(kind=AGENT, team=team, parsed=definition_parse(kind=AGENT, team=team, text=text))
-
-
-def finished(run, timeout=90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = Run.objects.get(pk=run.pk)
-        if run.status in {"succeeded", "failed", "cancelled"}:
-            return run
-        time.sleep(0.2)
-    raise AssertionError(f"run still {run.status}")
-
-
-def call(name, **arguments):
-    return {"tool_calls": [{"name": name, "arguments": arguments}]}
 
 
 def tool_results(run):
@@ -40,7 +19,7 @@ def tool_results(run):
 def test_knowledge_contributed_in_one_run_is_found_by_another_agent_later(team_a, celery_worker_process):
     agent(team_a, "Scout")
     agent(team_a, "Analyst", "memory:\n  enabled: true\n  k: 3\n")
-    first = finished(run_start(team=team_a, agent="scout", input="Explore", script={"scout": [
+    first = finish(run_start(team=team_a, agent="scout", input="Explore", script={"scout": [
         call("knowledge_contribute", content="The northern pass is blocked by snow until April.", tags=["route"]),
         call("memory_store", content="My own shortcut: the tunnel under the old mill."),
         call("knowledge_contribute", content="The northern pass is blocked by snow until April!"),
@@ -57,7 +36,7 @@ def test_knowledge_contributed_in_one_run_is_found_by_another_agent_later(team_a
     assert [e.type for e in Event.objects.filter(run=first, type__startswith="memory_").order_by("seq")] == [
         "memory_stored", "memory_stored", "memory_skipped"]
 
-    second = finished(run_start(team=team_a, agent="analyst", input="Plan a route over the northern pass",
+    second = finish(run_start(team=team_a, agent="analyst", input="Plan a route over the northern pass",
                                 script={"analyst": [
                                     call("knowledge_query", query="is the northern pass open?"),
                                     call("memory_recall", query="shortcut tunnel old mill"),
@@ -96,7 +75,7 @@ def test_consolidation_adds_updates_and_skips_with_provenance(team_a, celery_wor
         {"text": json.dumps({"decision": "UPDATE", "content": "Database passwords rotate automatically every 90 days."})},
         {"text": json.dumps({"decision": "SKIP"})},
     ]}
-    run = finished(run_start(team=team_a, agent="learner", input="Check the schedules", script=script))
+    run = finish(run_start(team=team_a, agent="learner", input="Check the schedules", script=script))
     assert run.status == "succeeded", run.error
     decisions = [(e.type, e.data) for e in Event.objects.filter(run=run, type__startswith="memory_").order_by("seq")]
     assert [t for t, _ in decisions] == ["memory_stored", "memory_updated", "memory_skipped"]
@@ -119,7 +98,7 @@ def test_consolidation_adds_updates_and_skips_with_provenance(team_a, celery_wor
 
 def test_a_consolidation_reply_that_is_not_json_is_an_error_event_and_stores_nothing(team_a, celery_worker_process):
     agent(team_a, "Learner", "memory:\n  consolidate: true\n")
-    run = finished(run_start(team=team_a, agent="learner", input="x", script={"learner": [
+    run = finish(run_start(team=team_a, agent="learner", input="x", script={"learner": [
         {"text": "done"}, {"text": "I learned many things!"}]}))
     assert run.status == "succeeded"
     [error] = Event.objects.filter(run=run, type="error")

@@ -1,14 +1,12 @@
 """Orchestrate mode on a real worker: the planner's plan runs as a workflow, then synthesis; one adaptation."""
 
 import json
-import time
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
 from agents_app.execution.services import RunError
-from agents_app.models import Activation, Event, Run
+from agents_app.models import Activation, Run
+from tests.runs import agent, events, finish
 from workflows_app.models import WorkflowRun
 from workflows_app.orchestrate import PlanError, orchestrate_run_start, plan_parse
 from workflows_app.services import workflow_steps
@@ -18,22 +16,7 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 def agents(team, *names):
     for name in names:
-        text = f"---\nname: {name}\ndescription: The {name.lower()}.\n---\n\nYou work.\n"
-        definition_save(kind=AGENT, team=team, parsed=definition_parse(kind=AGENT, team=team, text=text))
-
-
-def finish(run, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = Run.objects.get(pk=run.pk)
-        if run.status in {"succeeded", "failed", "cancelled"}:
-            return run
-        time.sleep(0.1)
-    raise AssertionError(f"run still {run.status}: {[e.type for e in events(run)]}")
-
-
-def events(run, type=None):
-    return [e for e in Event.objects.filter(run=run).order_by("seq") if type is None or e.type == type]
+        agent(team, name, f"description: The {name.lower()}.\n")
 
 
 def plan(*subtasks):

@@ -5,17 +5,13 @@ import time
 import pytest
 
 from agents_app.definitions.kinds import AGENT, PROVIDER, WORKFLOW
-from agents_app.definitions.services import definition_parse, definition_save
 from agents_app.execution.services import RunError, run_cancel
 from agents_app.models import Activation, Agent, Event, Run, Session
+from tests.runs import define, events, finish
 from workflows_app.models import Workflow, WorkflowRun
 from workflows_app.services import workflow_run_start, workflow_steps
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
-
-
-def define(team, kind, text):
-    definition_save(kind=kind, team=team, parsed=definition_parse(kind=kind, team=team, text=text))
 
 
 def agents(team, *names, frontmatter=""):
@@ -25,20 +21,6 @@ def agents(team, *names, frontmatter=""):
 
 def workflow(team, yaml_text):
     define(team, WORKFLOW, f"---\n{yaml_text}---\n\nA workflow.\n")
-
-
-def finish(run, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = Run.objects.get(pk=run.pk)
-        if run.status in {"succeeded", "failed", "cancelled"}:
-            return run
-        time.sleep(0.1)
-    raise AssertionError(f"run still {run.status}: {[e.type for e in events(run)]}")
-
-
-def events(run, type=None):
-    return [e for e in Event.objects.filter(run=run).order_by("seq") if type is None or e.type == type]
 
 
 def out(name, value):
