@@ -27,8 +27,6 @@ import asyncio
 import json
 import multiprocessing
 import random
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -92,28 +90,6 @@ def clients_main(base: str, token: str, run_ids: list[str], results) -> None:
 # -- HTTP ------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_daphne(port: int) -> subprocess.Popen:
-    log = open(c.ROOT / "var" / "log" / "bench-daphne.log", "ab")  # noqa: SIM115
-    process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "mas_project.asgi:application"],
-        cwd=c.ROOT, env={**c.os.environ, **c.ENV}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return process
-        except OSError:
-            time.sleep(0.2)
-    process.kill()
-    raise SystemExit("daphne did not start; see var/log/bench-daphne.log")
-
-
 def http(method: str, url: str, token: str, body: dict | None = None) -> tuple[float, int, dict]:
     request = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body else None,
                                      headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
@@ -146,9 +122,9 @@ def main() -> None:
     user = user_create(username="bench-load")
     membership_set(team=team, user=user, role="operator")
     token = api_token_create(user=user, team=team, role="operator").token
-    port = free_port()
+    port = c.free_port()
     base = f"http://127.0.0.1:{port}"
-    server = start_daphne(port)
+    server = c.start_daphne(port)
     worker = c.Worker(concurrency=args.runs + 16).start()
     try:
         warm = [http("POST", f"{base}/api/runs", token, {"agent": "worker", "input": "warm", "script": script(1)})
