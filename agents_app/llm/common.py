@@ -147,16 +147,27 @@ class StreamingProvider:
     """
 
     _clients: PerLoop
+    # Set by the registry: the API key. Some APIs quote the key they refused in their error
+    # message, and error messages become events, run errors and log lines.
+    secrets: tuple[str, ...] = ()
 
     async def complete(self, request, *, on_chunk: ChunkCallback | None = None):
         client = self._clients.get()
         try:
             async with asyncio.timeout(request.timeout_s):
                 return await self._stream(client, request, on_chunk)
-        except ProviderError:
-            raise
+        except ProviderError as error:
+            raise self._redacted(error) from None
         except Exception as exc:
-            raise self.map_error(exc) from exc
+            # Not chained: the SDK's exception carries the same unredacted message.
+            raise self._redacted(self.map_error(exc)) from None
+
+    def _redacted(self, error: ProviderError) -> ProviderError:
+        for secret in self.secrets:
+            if secret and len(secret) >= 8 and secret in error.message:
+                error.message = error.message.replace(secret, "[redacted]")
+                error.args = (error.message,)
+        return error
 
     async def _stream(self, client, request, on_chunk):  # pragma: no cover - abstract
         raise TypeError(f"{type(self).__name__} must define _stream")

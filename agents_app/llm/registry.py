@@ -115,6 +115,7 @@ def build_provider(config: ProviderConfig, *, script: Mapping[str, Any] | None =
     cache_key = (config.type, config.base_url, key)
     if cache_key not in _cache:
         _cache[cache_key] = factory(config, key)
+        _cache[cache_key].secrets = (key,)  # redacted from its error messages
     return _cache[cache_key]
 
 
