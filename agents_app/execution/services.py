@@ -31,6 +31,7 @@ from agents_app.models.runs import (
     SessionStatus,
 )
 from agents_app.specs import AgentSpec
+from tools_app.catalog import SAFE_DEFAULT_TOOLS
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +76,36 @@ def agent_resolve(*, run: Run, slug: str) -> AgentDefinition:
             _validated.clear()
         found = _validated[key] = AgentDefinition(slug, spec, row[4], row[1], "team")
     return found
+
+
+def agent_capped(definition: AgentDefinition, *, activation: Activation) -> AgentDefinition:
+    """An agent the run wrote for itself, with no tool or MCP server its creator lacks.
+
+    Its file is model output (spawn_agent, vfs_write, vfs_edit), which a prompt
+    injection may have written: it gets at most what the agent that spawned or
+    delegated to it holds, up the tree to a team agent; with no creator, the
+    safe default tools. Team agents are returned as they are.
+    """
+    if definition.source != "workspace":
+        return definition
+    tools, mcp = _grant(activation.parent_id)
+    own = definition.spec.tools if definition.spec.tools is not None else list(SAFE_DEFAULT_TOOLS)
+    spec = definition.spec.model_copy(update={
+        "tools": [name for name in own if name in tools],
+        "mcp_servers": [server for server in definition.spec.mcp_servers if server in mcp],
+    })
+    return AgentDefinition(definition.slug, spec, definition.body, definition.version, definition.source)
+
+
+def _grant(activation_id) -> tuple[set[str], list]:
+    """The tools and MCP servers the agent of ``activation_id`` holds (its creator's cap applied)."""
+    if activation_id is None:
+        return set(SAFE_DEFAULT_TOOLS), []
+    activation = Activation.objects.select_related("run").get(pk=activation_id)
+    if activation.context.get("worker"):
+        return set(), []  # a custom tool's worker holds no tools
+    spec = agent_capped(agent_resolve(run=activation.run, slug=activation.agent), activation=activation).spec
+    return set(spec.tools if spec.tools is not None else SAFE_DEFAULT_TOOLS), list(spec.mcp_servers)
 
 
 # Validated team agents by (id, version, content hash): a saved change is a new key.
@@ -316,7 +347,7 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
         resumed = session is not None
         worker_agent = activation.context.get("worker")
         definition = (worker_definition_resolve(worker_agent) if worker_agent
-                      else agent_resolve(run=run, slug=activation.agent))
+                      else agent_capped(agent_resolve(run=run, slug=activation.agent), activation=activation))
         now = timezone.now()
         if session is None:
             activation.attempts += 1  # the row is locked
