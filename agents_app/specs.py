@@ -164,6 +164,20 @@ class ProviderModelSpec(Strict):
     output_price: Decimal = Field(default=Decimal(0), ge=0, max_digits=12, decimal_places=4)
 
 
+# The server's own configuration: a provider row naming one of these would send it, as an API key, to
+# whatever base_url the row names.
+SERVER_ENV_PREFIXES = ("DJANGO_", "MAS_", "CELERY_", "CHANNELS_", "DATABASE_", "REDIS_", "POSTGRES", "PG",
+                       "AWS_", "GOOGLE_APPLICATION_", "AZURE_")
+
+
+def server_env_refusal(name: str) -> str | None:
+    """Why ``name`` may not hold a provider's API key (None when it may)."""
+    if name.upper().startswith(SERVER_ENV_PREFIXES):
+        return (f"{name} is a setting of the MAS server itself, not a provider key: name a variable that holds "
+                f"only this provider's key (e.g. OPENAI_API_KEY)")
+    return None
+
+
 class ProviderSpec(Strict):
     name: Name
     description: str = ""
@@ -171,6 +185,14 @@ class ProviderSpec(Strict):
     base_url: str | None = None
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     models: list[ProviderModelSpec] = Field(default_factory=list)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _not_a_server_setting(cls, value: str | None) -> str | None:
+        refusal = server_env_refusal(value) if value else None
+        if refusal:
+            raise ValueError(refusal)
+        return value
 
     @model_validator(mode="after")
     def _unique_models(self) -> "ProviderSpec":

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents_app.specs import TIERS
+from agents_app.specs import TIERS, server_env_refusal
 
 from .anthropic_provider import AnthropicProvider
 from .gemini_provider import GeminiProvider
@@ -125,6 +125,9 @@ def api_key(config: ProviderConfig, environ: Mapping[str, str]) -> str:
         if config.type == "openai" and config.base_url:
             return "not-needed"
         raise ProviderError("auth", f"provider {config.slug} names no api_key_env to read its API key from")
+    refusal = server_env_refusal(config.api_key_env)
+    if refusal:  # a row saved before the rule, or written around the services
+        raise ProviderError("auth", f"provider {config.slug}: {refusal}")
     value = environ.get(config.api_key_env, "").strip()
     if not value:
         raise ProviderError("auth", f"environment variable {config.api_key_env} is not set "

@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 PROVIDER_KEY = "sk-canary-provider-5b1d0c"
 HEADER_SECRET = "canary-header-9e2f41"
 ENV_SECRET = "canary-env-3a7c88"
-KEY_ENV = "MAS_SECURITY_TEST_PROVIDER_KEY"
+KEY_ENV = "SECURITY_SWEEP_PROVIDER_KEY"
 # Set at import, before the session's worker process starts: it inherits the key as a real deployment would.
 os.environ[KEY_ENV] = PROVIDER_KEY
 
@@ -202,3 +202,34 @@ def test_a_provider_error_that_echoes_the_key_does_not_carry_it_into_events(team
     assert canaries_in(api.get(f"/api/runs/{run.id}").content.decode()) == []
     assert "[redacted]" in run.error or any("[redacted]" in json.dumps(data) for data in events)
     assert canaries_in(log_tail(log_path, log_offset)) == []
+
+
+@pytest.mark.parametrize("name", ["DJANGO_SECRET_KEY", "MAS_BRAVE_API_KEY", "DATABASE_URL", "REDIS_URL",
+                                  "CELERY_BROKER_URL", "PGPASSWORD", "AWS_SECRET_ACCESS_KEY", "mas_brave_api_key"])
+def test_a_provider_cannot_name_the_servers_own_settings_as_its_key(team_a, api_for, name):
+    """Else an editor could point base_url at their own server and receive, say, DJANGO_SECRET_KEY as the key."""
+    from agents_app.models import ModelProvider
+
+    api = api_for(team_a, "admin")
+    response = api.post("/api/providers", {"name": "Thief", "type": "openai", "base_url": "http://127.0.0.1:9/v1",
+                                           "api_key_env": name})
+    assert response.status_code == 422, response.json()
+    assert f"{name} is a setting of the MAS server itself" in json.dumps(response.json())
+    assert not ModelProvider.objects.filter(team=team_a).exists()
+
+
+def test_a_provider_row_naming_a_server_setting_is_refused_before_any_call(team_a, api_for, model_server):
+    from agents_app.llm.registry import build_provider, provider_config
+    from agents_app.llm.types import ProviderError
+    from agents_app.models import ModelProvider
+
+    api = api_for(team_a, "admin")
+    slugs = setup_team(api, model_server.url)
+    # A row saved before the rule existed (or written around the services).
+    ModelProvider.objects.filter(team=team_a, slug=slugs["providers"]).update(api_key_env="DJANGO_SECRET_KEY")
+    row = ModelProvider.objects.get(team=team_a, slug=slugs["providers"])
+    with pytest.raises(ProviderError) as refused:
+        build_provider(provider_config(row), environ={"DJANGO_SECRET_KEY": "server-secret"})
+    assert refused.value.kind == "auth" and "server-secret" not in str(refused.value)
+    assert "DJANGO_SECRET_KEY is a setting of the MAS server itself" in str(refused.value)
+    assert model_server.requests == []
