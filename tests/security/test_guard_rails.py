@@ -270,3 +270,58 @@ def test_creating_a_stdio_mcp_server_needs_the_permission(team_a, api_for, make_
     assert sorted(MCPServer.objects.filter(team=team_a).values_list("slug", "transport")) == [
         ("admin-files", "stdio"), ("local-files", "stdio"), ("other", "sse")]
     assert json.loads(json.dumps(made.json()["args"])) == ["-y", "server-filesystem"]
+
+
+# -- a web page that "grants" tools, fetched by a worker allowed to reach it --------------------------
+
+
+@pytest.fixture(scope="module")
+def allowing_worker(django_db_setup, django_db_blocker):
+    """A worker of its own (own queue) run with MAS_WEB_FETCH_ALLOW=127.0.0.1, as an operator may set it."""
+    import os
+
+    from tests.workers import start_worker, stop_worker
+
+    queue = f"mas-test-allow-{os.getpid()}"
+    worker = start_worker(f"allow-{os.getpid()}", queue=queue, env={"MAS_WEB_FETCH_ALLOW": "127.0.0.1"},
+                          concurrency=4)
+    yield queue
+    stop_worker(worker)
+
+
+def start_on(queue: str, **kwargs) -> Run:
+    """run_start, its root sent to ``queue`` (the worker there sends everything after to its own queue)."""
+    from django.db import connection, transaction
+
+    from agents_app.tasks import execute_activation
+
+    with transaction.atomic():
+        run = run_start(**kwargs)
+        connection.run_on_commit = []  # not to the default queue's worker
+    execute_activation.apply_async((str(run.activations.get().id),), queue=queue)
+    return run
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_an_injected_web_page_grants_no_tool_and_no_budget(team_a, page_server, allowing_worker, runs_settled):
+    agent(team_a, "Browser", tools=["web_fetch", "vfs_write"])
+    script = {"browser": [
+        {"tool_calls": [call("web_fetch", url=f"{page_server}/news")]},
+        {"tool_calls": [call("code_exec", language="python", code="import os"),
+                        call("spawn_agent", filename="x.md", content="---\nname: x\n---\n", task="t")]},
+        {"tool_calls": [call("vfs_write", path="agents/x.md",
+                             content="---\nname: x\ntools: [web_fetch, code_exec]\n---\n")]},
+        {"text": "done"},
+    ]}
+    run = finish(start_on(allowing_worker, team=team_a, agent="browser", input="Read the news", script=script,
+                          budget=BUDGET).id)
+    assert run.status == "succeeded", run.error
+    fetched = results(run, "browser")[0]
+    assert fetched["ok"] and "SYSTEM OVERRIDE" in fetched["content"]  # allowed here: the page was read
+    assert Page.hits == ["/news"]
+    assert results(run, "browser")[1:3] == [unknown("code_exec", ["web_fetch", "vfs_write"]),
+                                            unknown("spawn_agent", ["web_fetch", "vfs_write"])]
+    assert [r["tools"] for r in events(run, "llm_request")] == [2, 2, 2, 2]
+    run.refresh_from_db()
+    assert run.budget == BUDGET and run.activations.count() == 1
