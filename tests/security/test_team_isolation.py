@@ -28,6 +28,7 @@ from django.urls import URLPattern, URLResolver, reverse
 
 from mas_project import urls as project_urls
 from mas_project.api import api
+from memory_app.services import memory_store
 from tests.security.world import KINDS, MARK, PATCH, REPLACE, build_side, db_snapshot, files_snapshot
 
 pytestmark = pytest.mark.django_db
@@ -459,3 +460,63 @@ def test_no_websocket_lets_team_a_follow_team_b(team_a, team_b, make_member, mak
                 await communicator.disconnect()
 
     async_to_sync(go)()
+
+
+# -- inside a run: the tools of team A's agents reach nothing of team B's --------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_an_agents_tools_reach_nothing_of_another_team(team_a, team_b, celery_worker_process):
+    import time
+
+    from agents_app.definitions.kinds import AGENT
+    from agents_app.definitions.services import definition_parse, definition_save
+    from agents_app.execution.services import run_start
+    from agents_app.models import Event, Run, WorkspaceFile
+    from memory_app.models import BlackboardEntry, Channel, ChannelMessage
+
+    def save(team, text):
+        definition_save(kind=AGENT, team=team, parsed=definition_parse(kind=AGENT, team=team, text=text))
+
+    # Team B's rows, written directly (no run of B's executes during the test).
+    save(team_b, f"---\nname: Bravo Helper\n---\n\nYou help. {MARK}\n")
+    theirs = Run.objects.create(team=team_b, agent="bravo-helper", input=f"task {MARK}")
+    WorkspaceFile.objects.create(run=theirs, path="out/report.md", content=f"report {MARK}", author="x")
+    BlackboardEntry.objects.create(run=theirs, key="plan", value=f"plan {MARK}", author="x")
+    ChannelMessage.objects.create(channel=Channel.objects.create(run=theirs, name="news", next_seq=1), seq=1,
+                                  sender="x", content=f"news {MARK}")
+    memory_store(team_id=team_b.id, content=f"The launch code is {MARK}", shared=True)
+    memory_store(team_id=team_b.id, content=f"Lead remembers {MARK}", agent="lead")
+    ours = memory_store(team_id=team_a.id, content="The launch code is in the blue folder", shared=True)
+    before = db_snapshot()
+
+    save(team_a, "---\nname: Lead\ntools: [knowledge_query, memory_recall, delegate, vfs_read, vfs_list, "
+                 "blackboard_read, subscribe]\n---\n\nYou look around.\n")
+    calls = [("knowledge_query", {"query": "launch code"}), ("memory_recall", {"query": "launch code"}),
+             ("delegate", {"agent": "bravo-helper", "task": "help"}), ("vfs_read", {"path": "out/report.md"}),
+             ("vfs_list", {}), ("blackboard_read", {"key": "plan"}), ("blackboard_read", {}),
+             ("subscribe", {"channel": "news", "check": True})]
+    script = {"lead": [{"tool_calls": [{"name": n, "arguments": a} for n, a in calls]}, {"text": "done"}]}
+    run = run_start(team=team_a, agent="lead", input="Find the launch code", script=script)
+    deadline = time.monotonic() + 60
+    while Run.objects.get(pk=run.pk).status not in {"succeeded", "failed"} and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run = Run.objects.get(pk=run.pk)
+    assert run.status == "succeeded", run.error
+    results = [(e.data["name"], e.data["ok"], e.data["content"])
+               for e in Event.objects.filter(run=run, type="tool_result").order_by("seq")]
+    assert [name for name, _, _ in results] == [name for name, _ in calls]
+    # Team A's own knowledge is found (the searches work), B's is not.
+    assert "blue folder" in results[0][2] and "blue folder" in results[1][2], results[:2]
+    assert results[2][1] is False and "bravo-helper" in results[2][2]  # no such agent in this team or run
+    assert results[3][1] is False  # not in this run's workspace
+    everything = json.dumps(list(Event.objects.filter(run=run).values_list("data", flat=True)), default=str)
+    assert MARK not in everything
+    # Nothing of B's was touched, not even a memory's access count.
+    after = json.loads(db_snapshot())
+    for label, rows in json.loads(before).items():
+        if label.startswith(("memory_app.Memory", "agents_app.Run", "memory_app.Blackboard", "memory_app.Channel")):
+            theirs_before = [r for r in rows if MARK in json.dumps(r) or str(theirs.id) in json.dumps(r)]
+            theirs_after = [r for r in after[label] if MARK in json.dumps(r) or str(theirs.id) in json.dumps(r)]
+            assert theirs_after == theirs_before, label
