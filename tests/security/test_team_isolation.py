@@ -90,6 +90,7 @@ API_ROUTES: dict[str, str] = {
     "run_blackboard": "item",
     "run_channels": "item",
     "orchestrate_start": "create",
+    "workflow_run_start": "item",
     "memory_search": "list",
     "memory_create": "create",
     "memory_share": "item",
@@ -221,6 +222,9 @@ def test_no_api_route_reads_or_changes_another_teams_objects(world, team_a, team
             response = client.get("/api" + route.path)
             assert response.status_code in {200, 503} and MARK not in response.content.decode()  # 503: a part down
         seen[role] = seen.get(role, 0) + 1
+    # A's own workflow cannot be started on B's provider either.
+    response = client.post(f"/api/workflows/{a.slugs['workflows']}/runs", {"provider": b.slugs["providers"]})
+    assert response.status_code == 422, response.content[:300]
     assert db_snapshot() == before, "a refused call changed rows"
     assert files_snapshot(team_b) == b_files
     assert seen["item"] >= 50 and seen["list"] >= 8 and seen["create"] >= 8
