@@ -80,6 +80,7 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
     }
     if detail:
         from memory_app.cache import run_cache_counts
+        from workflows_app.services import workflow_steps
 
         data["totals"] |= run_cache_counts(run_id=run.id)
         data |= {
@@ -90,6 +91,7 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
             "versions": run.versions,
             "uses_script": run.script is not None,
             "activations": [_activation_out(activation) for activation in run_tree(run=run)],
+            "steps": workflow_steps(run),
         }
     return data
 

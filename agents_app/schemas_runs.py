@@ -136,6 +136,25 @@ class ActivationOut(BaseModel):
     sessions: list[SessionOut]
 
 
+class StepOut(BaseModel):
+    """One step of a workflow run, as its scheduler has it."""
+
+    id: str
+    agent: str
+    depends_on: list[str]
+    status: Literal["pending", "running", "succeeded", "failed", "skipped"]
+    attempts: int
+    outputs: dict[str, str]
+    partial: bool = Field(description="It ran although a step it depends on had failed (on_failure: continue).")
+    error: str = Field(description="Why its last attempt failed, if it did.")
+    tier: str = Field(description="Tier of its latest attempt when it was escalated, else empty.")
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: Decimal
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
 class RunDetailOut(RunOut):
     """A run with everything it did: outcome, settings and the activation/session tree."""
 
@@ -148,6 +167,8 @@ class RunDetailOut(RunOut):
     versions: dict[str, Any] = Field(description='Definition versions used, e.g. {"agent:lead": 3}.')
     uses_script: bool = Field(description="The run plays a script with the scripted provider.")
     activations: list[ActivationOut] = Field(description="Oldest first; follow ``parent`` for the tree.")
+    steps: list[StepOut] | None = Field(description="A workflow run's steps in definition order; null for an "
+                                                    "agent's run.")
 
 
 class EventOut(BaseModel):

@@ -17,7 +17,7 @@ from mas_project.health import router as health_router
 from memory_app.api import router as memory_router
 from tools_app.api import router as tools_router
 from workflows_app.api import router as workflows_router
-from workflows_app.api_orchestrate import router as orchestrate_router
+from workflows_app.api_runs import router as workflow_runs_router
 
 
 class JsonParser(Parser):
@@ -44,5 +44,5 @@ api.add_router("/", agents_router)
 api.add_router("/", runs_router)
 api.add_router("/", tools_router)
 api.add_router("/", workflows_router)
-api.add_router("/", orchestrate_router)
+api.add_router("/", workflow_runs_router)
 api.add_router("/", memory_router)
