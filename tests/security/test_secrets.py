@@ -137,6 +137,12 @@ def test_no_secret_reaches_a_response_event_log_file_or_script(team_a, api_for, 
         assert canaries_in(response.content.decode(), (token,)) == [], str(route)
         swept += 1
     assert swept >= 40
+    # The stdio server (its env secret came in as markdown) read every way too.
+    numbers = [v["number"] for v in api.get("/api/mcp-servers/canary-stdio/versions").json()]
+    assert numbers
+    for suffix in ("", "/markdown", "/versions", *(f"/versions/{n}" for n in numbers)):
+        response = api.get(f"/api/mcp-servers/canary-stdio{suffix}")
+        assert response.status_code == 200 and canaries_in(response.content.decode()) == [], suffix
 
     events = list(Event.objects.filter(run=run).order_by("seq").values_list("type", "data"))
     assert {"llm_request", "llm_response", "tool_call", "tool_result", "run_complete"} <= {t for t, _ in events}
