@@ -1,0 +1,117 @@
+"""``manage.py run_workflow``: starts a workflow, prints each step's progress and a table, exits by outcome."""
+
+import json
+import re
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from agents_app.definitions.kinds import WORKFLOW
+from agents_app.models import Run
+from tests.runs import agent, define
+
+FLOW = """---
+name: Two
+inputs: [topic]
+on_failure: continue
+steps:
+- id: draft
+  agent: writer
+  prompt: "Draft {topic}"
+  outputs: [text]
+- id: review
+  agent: reviewer
+  depends_on: [draft]
+  prompt: "Review {draft.text}"
+  outputs: [verdict]
+---
+"""
+
+
+def setup(team):
+    agent(team, "Writer")
+    agent(team, "Reviewer")
+    define(team, WORKFLOW, FLOW)
+
+
+def run_command(tmp_path, *args, script=None):
+    if script is not None:
+        path = tmp_path / "script.json"
+        path.write_text(json.dumps(script))
+        args = (*args, "--script", str(path))
+    out = StringIO()
+    try:
+        call_command("run_workflow", *args, stdout=out)
+    except CommandError as error:
+        return out.getvalue(), error
+    return out.getvalue(), None
+
+
+def steps_part(out: str) -> list[str]:
+    """The step lines without their elapsed time."""
+    return [re.sub(r"^\s*[\d.]+s ", "", line) for line in out.splitlines() if re.match(r"^\s*[\d.]+s \[", line)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_progress_per_step_then_a_table(team_a, tmp_path, celery_worker_process):
+    setup(team_a)
+    script = {"writer": [{"text": "a draft", "usage": {"prompt_tokens": 10, "completion_tokens": 5}}],
+              "reviewer": [{"text": "approve", "usage": {"prompt_tokens": 20, "completion_tokens": 2}}]}
+    out, error = run_command(tmp_path, "two", "--team", "alpha", "--input", "topic=tides", script=script)
+    assert error is None, out
+    run = Run.objects.get()
+    lines = out.splitlines()
+    assert lines[0] == f"Workflow two started: run {run.id} in team alpha, 2 steps (scripted)"
+    assert lines[1] == f"  monitor: /runs/{run.id}/   API: /api/runs/{run.id}"
+    assert steps_part(out) == [
+        "[  0% 0/2] ▶ draft (writer) running (attempt 1) · 0 tokens · $0.000000",
+        "[ 50% 1/2] ✓ draft (writer) done · 15 tokens · $0.000000",
+        "[ 50% 1/2] ▶ review (reviewer) running (attempt 1) · 15 tokens · $0.000000",
+        "[100% 2/2] ✓ review (reviewer) done · 37 tokens · $0.000000",
+    ]
+    table = out[out.index("step "):].splitlines()
+    assert table[:4] == [
+        "step    agent     status     tries  tokens  cost",
+        "------  --------  ---------  -----  ------  ---------",
+        "draft   writer    succeeded  1      15      $0.000000",
+        "review  reviewer  succeeded  1      22      $0.000000",
+    ]
+    assert "Status:   succeeded — 2/2 steps succeeded" in out and "Result:   approve" in out
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_a_failed_step_exits_non_zero_even_when_the_workflow_went_on(team_a, tmp_path, celery_worker_process):
+    setup(team_a)
+    script = {"writer": [{"error": "auth"}], "reviewer": [{"text": "nothing to review"}]}
+    out, error = run_command(tmp_path, "two", "--input", "topic=tides", script=script)
+    run = Run.objects.get()
+    assert run.status == "succeeded"  # on_failure: continue
+    assert error is not None and error.returncode == 1
+    assert str(error) == (f"run {run.id} succeeded: step(s) draft failed; the workflow went on without them "
+                          "(on_failure: continue)")
+    assert steps_part(out)[1].startswith("[ 50% 1/2] ✗ draft (writer) failed (attempt 1): provider_error: auth")
+    assert "Status:   succeeded — 1/2 steps succeeded" in out
+
+
+@pytest.mark.django_db
+def test_bad_arguments_are_clear_errors_and_start_nothing(team_a, tmp_path, monkeypatch):
+    from agents_app.management.commands import run_agent
+
+    setup(team_a)
+    monkeypatch.setattr(run_agent.Command, "_check_worker", lambda self, wait: None)
+    cases = [
+        (("two", "--input", "topic"), "--input 'topic': write it as key=value"),
+        (("two",), "missing input(s): topic"),
+        (("two", "--input", "topic=x", "--input", "mood=odd"), "unknown input(s): mood (the workflow declares: topic)"),
+        (("nope",), "workflow 'nope' does not exist in this team"),
+        (("two", "--team", "zeta", "--input", "topic=x"), "no team 'zeta'"),
+    ]
+    for args, message in cases:
+        _, error = run_command(tmp_path, *args)
+        assert error is not None and str(error) == message, (args, error)
+    _, error = run_command(tmp_path, "two", "--input", "topic=x", script={"writer": [{"bogus": 1}]})
+    assert "writer" in str(error)
+    assert Run.objects.count() == 0
