@@ -325,3 +325,44 @@ def test_an_injected_web_page_grants_no_tool_and_no_budget(team_a, page_server, 
     assert [r["tools"] for r in events(run, "llm_request")] == [2, 2, 2, 2]
     run.refresh_from_db()
     assert run.budget == BUDGET and run.activations.count() == 1
+
+
+# -- the cap itself, for MCP servers too (whatever bridges them reads the capped definition) ---------------
+
+
+@pytest.mark.django_db
+def test_a_workspace_agent_is_capped_by_its_creators_tools_and_mcp_servers(team_a, api_for):
+    from agents_app.execution.services import agent_capped, agent_resolve, child_spawn, workspace_write
+    from agents_app.models import Activation
+
+    api = api_for(team_a, "admin")
+    for name in ("Search", "Files"):
+        assert api.post("/api/mcp-servers", {"name": name, "transport": "streamable-http",
+                                             "url": f"https://{name.lower()}.example/mcp"}).status_code == 201
+    text = "---\nname: Lead\ntools: [vfs_read, spawn_agent, delegate]\nmcp_servers: [search]\n---\n\nLead.\n"
+    definition_save(kind=AGENT, team=team_a, parsed=definition_parse(kind=AGENT, team=team_a, text=text))
+    run = run_start(team=team_a, agent="lead", input="x")
+    root = run.activations.get()
+    wide = ("---\nname: Child\ntools: [vfs_read, web_fetch, code_exec, delegate]\n"
+            "mcp_servers: [search, files]\n---\n\nChild.\n")
+    workspace_write(run_id=run.id, path="agents/child.md", content=wide, agent="lead", session_id=None)
+    child = child_spawn(activation_id=root.id, agent="child", task="t", kind="spawn")
+    capped = agent_capped(agent_resolve(run=run, slug="child"), activation=child)
+    assert (capped.spec.tools, capped.spec.mcp_servers) == (["vfs_read", "delegate"], ["search"])
+    # Its own child (a grandchild) is capped by the capped child, not by the lead.
+    grand_text = "---\nname: Grand\ntools: [delegate, spawn_agent, vfs_read]\nmcp_servers: [files, search]\n---\n"
+    workspace_write(run_id=run.id, path="agents/grand.md", content=grand_text, agent="child", session_id=None)
+    grand = child_spawn(activation_id=child.id, agent="grand", task="t", kind="delegate")
+    capped = agent_capped(agent_resolve(run=run, slug="grand"), activation=grand)
+    assert (capped.spec.tools, capped.spec.mcp_servers) == (["delegate", "vfs_read"], ["search"])
+    # A team agent is what the team defined; one with no tools listed under a creator gets the safe defaults' share.
+    assert agent_capped(agent_resolve(run=run, slug="lead"), activation=root).spec.tools == [
+        "vfs_read", "spawn_agent", "delegate"]
+    workspace_write(run_id=run.id, path="agents/bare.md", content="---\nname: Bare\n---\n", agent="lead",
+                    session_id=None)
+    bare = Activation.objects.create(run=run, agent="bare", input="t", kind="spawn", parent=root)
+    assert agent_capped(agent_resolve(run=run, slug="bare"), activation=bare).spec.tools == [
+        "vfs_read", "spawn_agent", "delegate"]
+    orphan = Activation.objects.create(run=run, agent="child", input="t", kind="step", parent=None)
+    assert agent_capped(agent_resolve(run=run, slug="child"), activation=orphan).spec.tools == [
+        "vfs_read", "delegate"]  # no creator: the safe defaults (web_fetch and code_exec are not among them)
