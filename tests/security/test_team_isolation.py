@@ -275,9 +275,11 @@ def _admin_url(model_admin, view: str, *args) -> str:
     return reverse(f"admin:{meta.app_label}_{meta.model_name}_{view}", args=args)
 
 
-def test_a_team_admin_sees_and_changes_nothing_of_another_team_in_the_admin(world, team_a, team_b, make_member):
+@pytest.mark.parametrize("role", ["admin", "operator", "viewer"])
+def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(world, team_a, team_b, make_member,
+                                                                             role):
     a, b = world
-    user = make_member(team_a, "admin")
+    user = make_member(team_a, role)
     client = admin_client(user)
     before, b_files = db_snapshot(), files_snapshot(team_b)
     checked = 0
