@@ -337,6 +337,15 @@ def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(wor
         content_type = ContentType.objects.get_for_model(type(row))
         response = client.get(reverse("admin:view_on_site", args=[content_type.pk, row.pk]))
         assert response.status_code == 404, label
+    # The autocomplete view, for every foreign key of every registered model.
+    for model in admin.site._registry:
+        for fk in [f for f in model._meta.fields if f.is_relation]:
+            response = client.get(reverse("admin:autocomplete"), {
+                "app_label": model._meta.app_label, "model_name": model._meta.model_name, "field_name": fk.name,
+                "term": ""})
+            assert response.status_code in {200, 403}, (model, fk.name)
+            text = response.content.decode()
+            assert MARK not in text and str(b.run.pk) not in text and f'"{team_b.pk}"' not in text, (model, fk.name)
     for url in [reverse("admin:index"), *(reverse("admin:app_list", args=[app]) for app in
                                            ("agents_app", "tools_app", "memory_app", "workflows_app"))]:
         response = client.get(url)
