@@ -134,6 +134,7 @@ MAS_MODEL_TIMEOUT_S = float(os.environ.get("MAS_MODEL_TIMEOUT_S", 120))
 MAS_RETRY_BACKOFF_S = float(os.environ.get("MAS_RETRY_BACKOFF_S", 1.0))
 CELERY_BEAT_SCHEDULE = {
     "reap-sessions": {"task": "agents_app.tasks.reap_sessions", "schedule": max(5.0, MAS_SESSION_STALE_S / 2)},
+    "workflow-schedules": {"task": "workflows_app.tasks.workflow_schedules_tick", "schedule": 30.0},
 }
 
 CHANNEL_LAYERS = {

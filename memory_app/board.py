@@ -43,6 +43,10 @@ def channel_publish(*, run_id, channel: str, sender: str, content: str, session_
     message = ChannelMessage.objects.create(channel=row, seq=row.next_seq, sender=sender, content=content)
     event_append(run_id=run_id, type="channel_publish", agent=sender, session_id=session_id,
                  data={"channel": row.name, "seq": message.seq, "content": content[:2000]})
+    from workflows_app.triggers import channel_message_published  # workflows with trigger: channel
+
+    transaction.on_commit(lambda: channel_message_published(run_id=run_id, channel=row.name, content=content),
+                          robust=True)  # a workflow that cannot start never fails the publish
     return message
 
 

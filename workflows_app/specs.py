@@ -35,8 +35,10 @@ class WorkflowSpec(Strict):
     @field_validator("schedule")
     @classmethod
     def _cron(cls, value: str | None) -> str | None:
-        if value is not None and len(value.split()) != 5:
-            raise ValueError("must be a cron expression of five fields, e.g. '0 6 * * 1'")
+        if value is not None:
+            from workflows_app.triggers import cron
+
+            cron(value)  # its ValueError says what is wrong
         return value
 
     @model_validator(mode="after")

@@ -1,0 +1,85 @@
+"""Templates from the API and the admin; starting a workflow from its admin page."""
+
+import pytest
+
+from agents_app.definitions.kinds import WORKFLOW
+from agents_app.models import Run
+from tests.agents_app.test_admin_definitions import admin_url, client_for
+from tests.runs import agent, define
+from workflows_app.models import Workflow, WorkflowRun
+
+TEMPLATES = ["chain", "debate", "fan-out", "review-loop"]
+
+
+@pytest.mark.django_db
+def test_the_api_lists_the_templates_and_creates_a_workflow_from_one(team_a, api_for):
+    viewer, editor = api_for(team_a, "viewer"), api_for(team_a, "editor")
+    listed = viewer.get("/api/workflow-templates").json()
+    assert [t["slug"] for t in listed] == TEMPLATES
+    assert [t["name"] for t in listed] == ["Chain", "Debate", "Fan-out", "Review loop"]
+    assert all(t["markdown"].startswith("---\nname: ") and t["description"] for t in listed)
+
+    # Its agents must exist in the team: a clear 422 naming the first missing one, nothing saved.
+    response = editor.post("/api/workflow-templates/review-loop/workflows", {})
+    assert response.status_code == 422
+    assert "agent 'writer' does not exist in this team" in response.json()["detail"][0]["msg"]
+    assert not Workflow.objects.exists()
+
+    agent(team_a, "Writer")
+    agent(team_a, "Reviewer")
+    response = editor.post("/api/workflow-templates/review-loop/workflows", {"name": "Essay: review"})
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["slug"], body["name"], [s["id"] for s in body["steps"]]) == (
+        "essay-review", "Essay: review", ["draft", "review", "revise"])
+    assert editor.post("/api/workflow-templates/review-loop/workflows", {"name": "Essay: review"}).status_code == 409
+    assert editor.post("/api/workflow-templates/nope/workflows", {}).status_code == 404
+    assert editor.post("/api/workflow-templates/chain/workflows", {"x": 1}).status_code == 422
+    assert viewer.post("/api/workflow-templates/chain/workflows", {}).status_code == 403
+    assert Workflow.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_the_admin_add_page_offers_the_templates_and_fills_one_in(team_a, make_member):
+    client = client_for(make_member(team_a, "editor"))
+    page = client.get(admin_url(WORKFLOW, "add")).content.decode()
+    for slug in TEMPLATES:
+        assert f'href="?template={slug}"' in page
+    page = client.get(admin_url(WORKFLOW, "add") + "?template=fan-out")
+    initial = page.context["adminform"].form.fields["markdown"].initial
+    assert initial.startswith("---\nname: Fan-out\n") and "research_c" in initial
+    # Other definition kinds are not touched by the workflow form.
+    from agents_app.definitions.kinds import AGENT
+
+    assert "Start from a template" not in client.get(admin_url(AGENT, "add")).content.decode()
+
+
+FLOW = "---\nname: Solo\ninputs: [topic]\nsteps:\n- id: only\n  agent: lead\n  prompt: 'Do {topic}'\n---\n"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_operator_runs_a_workflow_from_its_admin_page(team_a, team_b, make_member, monkeypatch):
+    from agents_app.tasks import execute_activation
+
+    sent = []
+    monkeypatch.setattr(execute_activation, "delay", lambda activation_id: sent.append(activation_id))
+    agent(team_a, "Lead")
+    define(team_a, WORKFLOW, FLOW)
+    workflow = Workflow.objects.get(team=team_a)
+    url = f"/admin/workflows_app/workflow/{workflow.pk}/run/"
+    member = make_member(team_a, "operator")
+    operator = client_for(member)
+    page = operator.get(url)
+    assert page.status_code == 200 and 'name="topic"' in page.content.decode()
+    assert operator.post(url, {}).status_code == 200  # the input is required: the form again, no run
+    assert Run.objects.count() == 0
+    response = operator.post(url, {"topic": "tides"})
+    run = Run.objects.get()
+    assert response.status_code == 302 and response.headers["Location"] == f"/runs/{run.id}/"
+    assert (run.workflow, run.input, run.created_by) == ("solo", "topic: tides", member)
+    assert WorkflowRun.objects.get(run=run).trigger == "manual"
+    assert len(sent) == 1
+    # A viewer may not run it; another team's member does not see it.
+    assert client_for(make_member(team_a, "viewer")).post(url, {"topic": "x"}).status_code == 403
+    assert client_for(make_member(team_b, "operator")).get(url).status_code in (302, 404)
+    assert Run.objects.count() == 1
