@@ -9,6 +9,7 @@ STAMP  := $(VENV)/.installed
 # Extra pip arguments for torch, e.g. TORCH_PIP_ARGS="--index-url <a CPU-only index>"
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
+DEMO_TOPIC ?= How do ocean tides work?
 
 .PHONY: demo test stop status setup install services migrate clean-var browser
 
@@ -23,6 +24,10 @@ demo: setup
 	@echo "  health      http://127.0.0.1:8000/api/health"
 	@echo "  logs        var/log/web.log, var/log/worker.log"
 	@echo "  stop with   make stop"
+	@echo
+	@echo "Running the demo workflow (research -> two reviews at once -> report):"
+	$(BIN)/python manage.py run_workflow research-and-review --team demo \
+	  --input "topic=$(DEMO_TOPIC)" --base-url http://127.0.0.1:8000
 
 test: setup browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -51,7 +51,7 @@ def shipped(kind: Kind) -> dict[str, ParsedDefinition]:
 
 def test_the_issue_examples_are_all_shipped():
     assert slugs(AGENT) == {"researcher", "writer", "reviewer", "orchestrator"}
-    assert slugs(WORKFLOW) == {"chain", "fan-out", "debate", "review-loop"}
+    assert slugs(WORKFLOW) == {"chain", "fan-out", "debate", "review-loop", "research-and-review"}
     assert slugs(TOOL) == {"summarize"}
     assert slugs(SKILL) == {"citation-style"}
     assert slugs(PROVIDER) == {"scripted", "openai"}
@@ -111,6 +111,7 @@ def test_workflow_levels_are_the_intended_shapes():
         "fan-out": [["plan"], ["research_a", "research_b", "research_c"], ["merge"]],
         "debate": [["case_for", "case_against"], ["rebuttal_for", "rebuttal_against"], ["judge"]],
         "review-loop": [["draft"], ["review"], ["revise"]],
+        "research-and-review": [["research"], ["check_facts", "check_clarity"], ["report"]],
     }
     agents = {slug: {step.id: step.agent for step in parsed.spec.steps} for slug, parsed in shipped(WORKFLOW).items()}
     assert agents["debate"] == {

@@ -15,6 +15,7 @@ import yaml
 from django.conf import settings
 
 TEMPLATES_DIR = Path(settings.BASE_DIR) / "defs" / "workflows"
+TEMPLATE_SLUGS = ("chain", "debate", "fan-out", "review-loop")  # the other file there is the demo's workflow
 NAME_LINE = re.compile(r"^name:.*$", re.M)
 
 
@@ -33,7 +34,7 @@ class Template:
 
 def workflow_templates() -> list[Template]:
     found = []
-    for path in sorted(TEMPLATES_DIR.glob("*.md")):
+    for path in (TEMPLATES_DIR / f"{slug}.md" for slug in TEMPLATE_SLUGS):
         text = path.read_text(encoding="utf-8")
         front = yaml.safe_load(text.split("---", 2)[1]) or {}
         found.append(Template(path.stem, str(front.get("name", path.stem)), str(front.get("description", "")), text))

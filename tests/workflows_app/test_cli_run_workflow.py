@@ -115,3 +115,26 @@ def test_bad_arguments_are_clear_errors_and_start_nothing(team_a, tmp_path, monk
     _, error = run_command(tmp_path, "two", "--input", "topic=x", script={"writer": [{"bogus": 1}]})
     assert "writer" in str(error)
     assert Run.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_the_demo_workflow_runs_end_to_end_on_the_bundled_recording(tmp_path, celery_worker_process):
+    """What `make demo` does after starting the services: setup_demo, then run_workflow (no provider configured)."""
+    import shutil
+
+    from django.conf import settings
+
+    defs = tmp_path / "defs"
+    shutil.copytree(settings.BASE_DIR / "defs", defs)
+    call_command("setup_demo", "--defs-dir", str(defs), stdout=StringIO())
+    out, error = run_command(tmp_path, "research-and-review", "--team", "demo", "--input",
+                             "topic=How do ocean tides work?", "--base-url", "http://127.0.0.1:8000")
+    assert error is None, out
+    run = Run.objects.get()
+    assert f"  monitor: http://127.0.0.1:8000/runs/{run.id}/   API: http://127.0.0.1:8000/api/runs/{run.id}" in out
+    assert [line.split("] ")[1].split(" · ")[0] for line in steps_part(out)][-1] == "✓ report (writer) done"
+    assert sum("✓" in line for line in steps_part(out)) == 4
+    assert "Status:   succeeded — 4/4 steps succeeded" in out
+    assert "Notice:   No model provider is configured for this team" in out
+    assert run.result.startswith("This answer comes from MAS's bundled demo recording")

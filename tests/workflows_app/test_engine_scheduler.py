@@ -227,8 +227,8 @@ TEMPLATES = sorted((DEFS / "workflows").glob("*.md"))
 SHIPPED_AGENTS = {path.stem for path in (DEFS / "agents").glob("*.md")}
 
 
-def test_the_four_templates_are_shipped():
-    assert [path.stem for path in TEMPLATES] == ["chain", "debate", "fan-out", "review-loop"]
+def test_the_four_templates_are_shipped_with_the_demo_workflow():
+    assert [path.stem for path in TEMPLATES] == ["chain", "debate", "fan-out", "research-and-review", "review-loop"]
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.stem)

@@ -52,9 +52,11 @@ class Command(RunAgentCommand):
                             help="stop following after this many seconds (the run goes on; default 1800)")
         parser.add_argument("--worker-wait", type=float, default=3.0,
                             help="seconds to wait for a Celery worker to answer (default 3)")
+        parser.add_argument("--base-url", default="",
+                            help="where the server answers (e.g. http://127.0.0.1:8000), for the monitor's link")
 
     def handle(self, *args, workflow: str, input: list[str], team: str | None, script: Path | None,
-               timeout: float, worker_wait: float, **options):
+               timeout: float, worker_wait: float, base_url: str = "", **options):
         verbose = options.get("verbosity", 1) >= 2
         team_row = self._team(team)
         inputs = self._inputs(input)
@@ -67,7 +69,8 @@ class Command(RunAgentCommand):
         total = len(workflow_steps(run) or [])
         self.stdout.write(f"Workflow {workflow} started: run {run.id} in team {team_row.slug}, {total} steps"
                           + (" (scripted)" if script_data is not None else ""))
-        self.stdout.write(f"  monitor: /runs/{run.id}/   API: /api/runs/{run.id}")
+        base = base_url.rstrip("/")
+        self.stdout.write(f"  monitor: {base}/runs/{run.id}/   API: {base}/api/runs/{run.id}")
         finished = self._follow_steps(run, total=total, timeout=timeout, verbose=verbose)
         run.refresh_from_db()
         steps = workflow_steps(run) or []
