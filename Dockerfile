@@ -20,6 +20,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MAS_VAR_DIR=/app/var \
     MAS_DEFS_ROOT=/data/defs
 
+# bubblewrap: the sandbox of code_exec (tools_app/sandbox.py).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends bubblewrap \
+ && rm -rf /var/lib/apt/lists/*
+
 RUN groupadd --system --gid 10001 mas \
  && useradd --system --uid 10001 --gid mas --home-dir /app --no-create-home --shell /usr/sbin/nologin mas
 

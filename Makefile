@@ -11,7 +11,7 @@ TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
 DEMO_TOPIC ?= How do ocean tides work?
 
-.PHONY: demo test stop status setup install services migrate clean-var browser
+.PHONY: demo test stop status setup install services migrate clean-var browser sandbox
 
 demo: setup
 	$(BIN)/python manage.py setup_demo
@@ -29,7 +29,7 @@ demo: setup
 	$(BIN)/python manage.py run_workflow research-and-review --team demo \
 	  --input "topic=$(DEMO_TOPIC)" --base-url http://127.0.0.1:8000
 
-test: setup browser
+test: setup browser sandbox
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The monitor's browser test drives Debian's Chromium (Playwright's own download is not used).
@@ -38,6 +38,13 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then \
 	    apt-get install -y -q chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
 	  else echo "tests/e2e needs Debian's chromium: sudo apt-get install chromium"; exit 1; fi; }
+
+# code_exec runs programs in Debian's bubblewrap sandbox (tools_app/sandbox.py).
+sandbox:
+	@test -x /usr/bin/bwrap || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get install -y -q bubblewrap >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; \
+	  else echo "code_exec needs Debian's bubblewrap: sudo apt-get install bubblewrap"; exit 1; fi; }
 
 setup: install services migrate
 

@@ -199,6 +199,12 @@ LOGGING = {
 MAS_WEB_FETCH_ALLOW = [h.strip() for h in os.environ.get("MAS_WEB_FETCH_ALLOW", "").split(",") if h.strip()]
 # web_search backend: "searxng" (MAS_SEARXNG_URL) or "brave" (MAS_BRAVE_API_KEY); empty = not configured.
 MAS_WEB_SEARCH_BACKEND = os.environ.get("MAS_WEB_SEARCH_BACKEND", "")
+# code_exec (tools_app/sandbox.py): limits of one program in the bubblewrap sandbox.
+MAS_CODE_EXEC_TIMEOUT_S = float(os.environ.get("MAS_CODE_EXEC_TIMEOUT_S", 10))
+MAS_CODE_EXEC_MEMORY_MB = int(os.environ.get("MAS_CODE_EXEC_MEMORY_MB", 256))
+MAS_CODE_EXEC_PROCESSES = int(os.environ.get("MAS_CODE_EXEC_PROCESSES", 64))
+MAS_CODE_EXEC_MAX_OUTPUT = int(os.environ.get("MAS_CODE_EXEC_MAX_OUTPUT", 64 * 1024))
+MAS_CODE_EXEC_MAX_FILE_BYTES = int(os.environ.get("MAS_CODE_EXEC_MAX_FILE_BYTES", 1024 * 1024))
 MAS_SEARXNG_URL = os.environ.get("MAS_SEARXNG_URL", "")
 MAS_BRAVE_API_KEY = os.environ.get("MAS_BRAVE_API_KEY", "")
 MAS_BRAVE_URL = os.environ.get("MAS_BRAVE_URL", "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tools_app.builtin.blackboard_read import BlackboardRead
 from tools_app.builtin.blackboard_write import BlackboardWrite
+from tools_app.builtin.code_exec import CodeExec
 from tools_app.builtin.delegate import Delegate
 from tools_app.builtin.knowledge_contribute import KnowledgeContribute
 from tools_app.builtin.knowledge_query import KnowledgeQuery
@@ -32,7 +33,7 @@ BUILTIN_TOOL_CLASSES: dict[str, type[Tool]] = {
         SpawnAgent, SignalParent, Delegate, SetOutput,
         MemoryStore, MemoryRecall, KnowledgeQuery, KnowledgeContribute,
         Publish, Subscribe, BlackboardWrite, BlackboardRead,
-        WebFetch, WebSearch,
+        WebFetch, WebSearch, CodeExec,
     )
 }
 
