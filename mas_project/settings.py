@@ -199,6 +199,11 @@ LOGGING = {
 MAS_WEB_FETCH_ALLOW = [h.strip() for h in os.environ.get("MAS_WEB_FETCH_ALLOW", "").split(",") if h.strip()]
 # web_search backend: "searxng" (MAS_SEARXNG_URL) or "brave" (MAS_BRAVE_API_KEY); empty = not configured.
 MAS_WEB_SEARCH_BACKEND = os.environ.get("MAS_WEB_SEARCH_BACKEND", "")
+# MCP servers (tools_app/mcp/): connecting and listing tools each wait at most this long (a call waits the
+# server's own timeout_s); a tool's result is cut at MAX_OUTPUT_CHARS.
+MAS_MCP_CONNECT_TIMEOUT_S = float(os.environ.get("MAS_MCP_CONNECT_TIMEOUT_S", 10))
+MAS_MCP_LIST_TIMEOUT_S = float(os.environ.get("MAS_MCP_LIST_TIMEOUT_S", 10))
+MAS_MCP_MAX_OUTPUT_CHARS = int(os.environ.get("MAS_MCP_MAX_OUTPUT_CHARS", 100_000))
 # code_exec (tools_app/sandbox.py): limits of one program in the bubblewrap sandbox.
 MAS_CODE_EXEC_TIMEOUT_S = float(os.environ.get("MAS_CODE_EXEC_TIMEOUT_S", 10))
 MAS_CODE_EXEC_MEMORY_MB = int(os.environ.get("MAS_CODE_EXEC_MEMORY_MB", 256))

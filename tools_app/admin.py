@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters
 
@@ -86,8 +86,36 @@ class MCPServerAdmin(DefinitionAdmin):
     markdown_template = "---\nname: \ntransport: streamable-http\nurl: https://\ntimeout_s: 30\n---\n"
     extra_form_fields = ("secrets",)
     extra_readonly = ("secret_names",)
-    list_display = ("name", "slug", "team", "transport", "enabled", "version", "updated_at")
+    list_display = ("name", "slug", "team", "transport", "enabled", "discovered_at", "version", "updated_at")
     list_filter = ("transport", "enabled")
+    actions = ("test_and_discover", "approve_tools")
+
+    def _actionable(self, request, queryset):
+        """The selected servers this user may edit (stdio ones need the stdio permission)."""
+        return [row for row in queryset if self.has_change_permission(request, row)]
+
+    @admin.action(description="Test and discover tools of the selected servers")
+    def test_and_discover(self, request, queryset):
+        from tools_app.mcp.services import mcp_server_test
+
+        for row in self._actionable(request, queryset):
+            report = mcp_server_test(row=row)
+            if report["ok"]:
+                tools = ", ".join(f"{t['name']}{'' if t['approved'] else ' (not approved)'}" for t in report["tools"])
+                timing = report["timings_ms"].get("connect_and_list_ms")
+                self.message_user(request, f"{row.slug}: connected and listed in {timing} ms: {tools or 'no tools'}",
+                                  messages.SUCCESS)
+            else:
+                self.message_user(request, f"{row.slug}: {report['error']}", messages.ERROR)
+
+    @admin.action(description="Approve the discovered tools of the selected servers")
+    def approve_tools(self, request, queryset):
+        from tools_app.mcp.services import mcp_server_approve
+
+        for row in self._actionable(request, queryset):
+            names = mcp_server_approve(row=row)
+            self.message_user(request, f"{row.slug}: approved {', '.join(names) or 'nothing (test it first)'}",
+                              messages.SUCCESS)
 
     # Error reports (logs, mails) must not carry what was typed as a secret,
     # nor literal env values written into the markdown.

@@ -3,15 +3,74 @@
 MCP secrets are write-only: env values and headers sent as literals are kept
 in the row's secret columns by the save service; responses show only the
 ``${NAME}`` references and the names of the secret keys. Creating, editing
-or deleting a stdio server needs ``Actor.can_manage_stdio`` (403 otherwise).
+or deleting a stdio server needs ``Actor.can_manage_stdio`` (403 otherwise),
+and so does testing or approving one. ``/test`` connects and lists the tools;
+``/approve`` approves them as listed: an agent is offered only approved tools.
 """
 
+# No `from __future__ import annotations`: ninja reads the annotations at import time.
+
+from typing import Any
+
 from ninja import Router
+from ninja.errors import HttpError
+from pydantic import BaseModel
 
 from agents_app.api import add_definition_routes
 from agents_app.definitions.kinds import MCP, TOOL
+from agents_app.definitions.selectors import definition_get
+from agents_app.schemas import error_responses
+from mas_project.api_auth import api_auth
 
 router = Router()
 
 add_definition_routes(router, kind=TOOL, plural="tools")
 add_definition_routes(router, kind=MCP, plural="mcp-servers")
+
+
+# -- testing and approving MCP servers ---------------------------------------------------------------
+
+class MCPToolOut(BaseModel):
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    approved: bool
+    changed: bool
+
+
+class MCPTestOut(BaseModel):
+    ok: bool
+    error: str | None
+    timings_ms: dict[str, float]
+    tools: list[MCPToolOut]
+
+
+class MCPApproveOut(BaseModel):
+    approved: list[str]
+
+
+def _server_for(request, slug: str):
+    actor = request.auth
+    row = definition_get(kind=MCP, team=actor.team, slug=slug)
+    if row.transport == "stdio" and not actor.can_manage_stdio:
+        raise HttpError(403, "testing or approving a stdio MCP server (a command run on the server) needs the "
+                             "stdio permission")
+    return row
+
+
+@router.post("/mcp-servers/{slug}/test", auth=api_auth("edit"), tags=["mcp-servers"], operation_id="mcp_test",
+             response={200: MCPTestOut, **error_responses(401, 403, 404)},
+             summary="Connect to an MCP server, list its tools (kept on the row), report timings and errors")
+def test_server(request, slug: str):
+    from tools_app.mcp.services import mcp_server_test
+
+    return mcp_server_test(row=_server_for(request, slug))
+
+
+@router.post("/mcp-servers/{slug}/approve", auth=api_auth("edit"), tags=["mcp-servers"],
+             operation_id="mcp_approve", response={200: MCPApproveOut, **error_responses(401, 403, 404)},
+             summary="Approve the server's tools as last discovered; a tool that changes later waits for approval")
+def approve_server(request, slug: str):
+    from tools_app.mcp.services import mcp_server_approve
+
+    return {"approved": mcp_server_approve(row=_server_for(request, slug))}

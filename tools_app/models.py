@@ -18,6 +18,11 @@ class MCPServer(Definition):
     enabled = models.BooleanField(default=True)
     secret_env = models.JSONField(default=dict, blank=True)
     secret_headers = models.JSONField(default=dict, blank=True)
+    # What the server offered when last connected: [{name, description, input_schema, hash}].
+    discovered_tools = models.JSONField(default=list, blank=True, editable=False)
+    discovered_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Tool name -> hash of the description and schema an admin approved; a changed tool is not offered.
+    approved_tools = models.JSONField(default=dict, blank=True, editable=False)
 
     class Meta(Definition.Meta):
         constraints = [models.UniqueConstraint(fields=["team", "slug"], name="mcp_unique_team_slug")]

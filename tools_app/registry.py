@@ -125,7 +125,10 @@ def _tidy(node: Any, *, is_properties: bool = False) -> Any:
 
 
 def parameters_schema(tool: Tool) -> dict[str, Any]:
-    """The JSON schema of a tool's parameters, cleaned for every provider."""
+    """The JSON schema of a tool's parameters, cleaned for every provider (or the tool's own, e.g. an MCP tool's)."""
+    own = getattr(tool, "input_schema", None)
+    if own is not None:
+        return copy.deepcopy(own)
     return copy.deepcopy(_schema_of(tool.Parameters))
 
 

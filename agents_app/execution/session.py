@@ -36,6 +36,7 @@ from memory_app.cache import cached_model
 from tools_app.catalog import BUILTIN_TOOLS
 from tools_app.plugin import ToolContext, ToolError
 from tools_app.custom import custom_tool, worker_definition
+from tools_app.mcp.bridge import SessionServers, rows_for
 from tools_app.registry import DATABASE_ERRORS, registry_for_agent
 
 logger = logging.getLogger(__name__)
@@ -266,6 +267,11 @@ async def execute_activation(activation_id: str) -> None:
     registry = registry_for_agent(
         allowed, extra_tools=[custom_tool(spec) for spec in [*agent.spec.custom_tools, *team_tools]]
     )
+    mcp = SessionServers(emit=store.emit) if agent.spec.mcp_servers else None
+    if mcp is not None:  # the agent's MCP servers, connected for this session (failures are events)
+        servers = await db(rows_for)(run.team_id, agent.spec.mcp_servers)
+        for tool in await mcp.open(servers, team_id=run.team_id, db=db):
+            registry.register(tool)
     tool_call_ids: dict[str, str] = {}
     context = ToolContext(
         run_id=str(run.id), agent=agent.slug, session_id=str(session.id),
@@ -327,6 +333,8 @@ async def execute_activation(activation_id: str) -> None:
             "suggested_retry": True}}
     finally:
         monitor.forget(session.id)
+        if mcp is not None:
+            await mcp.close()
         try:
             await store.close()
         except DATABASE_ERRORS as error:  # its last events could not be written: resumed later, as above

@@ -1,0 +1,154 @@
+"""The MCP client against real servers written with the SDK's MCPServer (stdio and streamable HTTP)."""
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tools_app.mcp.client import (
+    BREAKER_FAILURES,
+    Connection,
+    MCPError,
+    ServerConfig,
+    _failures,
+    breaker_check,
+    breaker_record,
+    bridged_name,
+    discover,
+)
+from tools_app.specs import MCPServerSpec
+
+SERVER = str(Path(__file__).parent / "mcp_servers" / "demo.py")
+TOOLS = ["add", "env_value", "hang", "crash", "fail", "flood"]
+
+
+def stdio(**overrides) -> ServerConfig:
+    spec = {"name": "demo", "transport": "stdio", "command": sys.executable, "args": [SERVER, "stdio"],
+            "timeout_s": 2, **overrides}
+    return ServerConfig(slug="demo", spec=MCPServerSpec.model_validate(spec))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def http_server():
+    port = free_port()
+    process = subprocess.Popen([sys.executable, SERVER, "http", str(port)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the MCP HTTP server did not start"
+            time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}/mcp"
+    process.terminate()
+    process.wait(10)
+
+
+def session(config: ServerConfig, calls):
+    async def run():
+        connection = Connection(config)
+        await connection.open()
+        try:
+            results = []
+            for name, arguments in calls:
+                try:
+                    results.append(("ok", await connection.call(name, arguments)))
+                except MCPError as error:
+                    results.append(("error", str(error)))
+            return [tool.name for tool in connection.tools], results
+        finally:
+            await connection.close()
+
+    return asyncio.run(run())
+
+
+def test_stdio_lists_and_calls_with_only_the_rows_environment(monkeypatch):
+    monkeypatch.setenv("MAS_SECRET_CANARY", "canary-41")
+    monkeypatch.setenv("GREETING_SOURCE", "from-the-server-env")
+    config = stdio(env={"GREETING": "${GREETING_SOURCE}"})
+    config.secret_env = {"TOKEN": "s3cret"}
+    tools, results = session(config, [("add", {"a": 2, "b": 3}), ("env_value", {"name": "GREETING"}),
+                                      ("env_value", {"name": "TOKEN"}), ("env_value", {"name": "MAS_SECRET_CANARY"})])
+    assert tools == TOOLS
+    assert results == [("ok", "5"), ("ok", "from-the-server-env"), ("ok", "s3cret"), ("ok", "<unset>")]
+
+
+def test_streamable_http_lists_and_calls(http_server):
+    config = ServerConfig(slug="web", spec=MCPServerSpec(name="web", transport="streamable-http", url=http_server,
+                                                         timeout_s=2))
+    tools, results = session(config, [("add", {"a": 20, "b": 22}), ("fail", {"reason": "x"})])
+    assert tools == TOOLS
+    assert results[0] == ("ok", "42")
+    assert results[1][0] == "error" and results[1][1].startswith("MCP server web: fail returned an error: ")
+
+
+def test_misbehaving_servers_give_clear_errors_and_never_hang(settings):
+    settings.MAS_MCP_MAX_OUTPUT_CHARS = 1000
+    started = time.monotonic()
+    _, results = session(stdio(timeout_s=6), [("fail", {"reason": "bad"}), ("flood", {"megabytes": 10}),
+                                              ("hang", {"seconds": 7}),
+                                   ("crash", {}), ("add", {"a": 1, "b": 1})])
+    assert time.monotonic() - started < 20
+    # The SDK's server reports a failing tool without its exception text.
+    assert results[0] == ("error", "MCP server demo: fail returned an error: Error executing tool fail")
+    assert results[1] == ("ok", "z" * 1000 + "\n[truncated: 10,485,760 characters, the first 1,000 shown]")
+    assert results[2] == ("error", "MCP server demo: hang did not answer within 6 s")
+    assert results[3] == ("error", "MCP server demo: crash failed: MCPError: Connection closed")
+    assert results[4] == ("error", "MCP server demo: add failed: MCPError: Connection closed")
+
+
+def test_unreachable_servers_fail_to_connect_with_a_reason():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    closed = ServerConfig(slug="gone", spec=MCPServerSpec(name="gone", transport="streamable-http",
+                                                          url=f"http://127.0.0.1:{port}/mcp", timeout_s=2))
+    with pytest.raises(MCPError, match=r"^MCP server gone could not be reached: .*(onnect|refused)"):
+        asyncio.run(discover(closed))
+    with pytest.raises(MCPError, match=r"^MCP server demo could not be reached: "):
+        asyncio.run(discover(stdio(command="/nonexistent/mcp-server", args=[])))
+    with pytest.raises(MCPError, match=r"^MCP server demo: env KEY refers to NOT_SET_ANYWHERE, which is not set on "
+                                       r"the server$"):
+        asyncio.run(discover(stdio(env={"KEY": "${NOT_SET_ANYWHERE}"})))
+
+
+def test_a_server_that_never_answers_the_handshake_times_out(settings):
+    settings.MAS_MCP_CONNECT_TIMEOUT_S = 1
+    silent = stdio(command=sys.executable, args=["-c", "import time; time.sleep(60)"])
+    started = time.monotonic()
+    with pytest.raises(MCPError, match=r"^MCP server demo did not answer within 1 s \(connect\)$"):
+        asyncio.run(discover(silent))
+    assert time.monotonic() - started < 8
+
+
+def test_bridged_names_are_valid_for_every_provider():
+    assert bridged_name("github", "search_code") == "mcp__github__search_code"
+    assert bridged_name("my server", "do.thing/now") == "mcp__my_server__do_thing_now"
+    long = bridged_name("s" * 40, "t" * 40)
+    assert len(long) == 64 and long.startswith("mcp__" + "s" * 40) and long != bridged_name("s" * 40, "t" * 41)
+
+
+def test_the_circuit_breaker_opens_after_repeated_failures():
+    config = stdio()
+    config.slug = "flaky"
+    _failures.clear()
+    for _ in range(BREAKER_FAILURES - 1):
+        breaker_record(config, ok=False)
+    breaker_check(config)  # still closed
+    breaker_record(config, ok=False)
+    with pytest.raises(MCPError, match=r"^MCP server flaky failed 3 times in a row; not tried again for 30 s$"):
+        breaker_check(config)
+    breaker_record(config, ok=True)
+    breaker_check(config)

@@ -1,0 +1,298 @@
+"""MCP servers as tools: connect with the ``mcp`` SDK, discover, bridge tools, call them — never hang.
+
+Each connection lives in a task of its own, which enters the SDK's transport
+and ``ClientSession`` and leaves them when told to close: the SDK's anyio
+scopes stay in one task, and a connect that takes too long is simply
+cancelled. Calls go through the session from any task of the same loop, each
+with its own timeout; a server that hangs, crashes, errors or floods gives a
+clear tool error, and after ``BREAKER_FAILURES`` failures in a row a server
+is not tried again for ``BREAKER_OPEN_S`` (per worker process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from django.conf import settings
+
+from tools_app.specs import ENV_REFERENCE_RE, MCPServerSpec
+
+NAME_RE = re.compile(r"[^a-zA-Z0-9_-]+")
+BREAKER_FAILURES = 3
+BREAKER_OPEN_S = 30.0
+
+Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+class MCPError(Exception):
+    """A server could not be reached or answered with an error; the message is for the model and the admin."""
+
+
+def bridged_name(server: str, tool: str) -> str:
+    """``mcp__<server>__<tool>``, valid for every provider (``^[a-zA-Z0-9_-]{1,64}$``)."""
+    name = f"mcp__{NAME_RE.sub('_', server)}__{NAME_RE.sub('_', tool)}"
+    if len(name) > 64:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        name = f"{name[:55]}_{digest}"
+    return name
+
+
+def tool_hash(description: str, input_schema: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps([description, input_schema], sort_keys=True).encode()).hexdigest()
+
+
+def resolve(values: dict[str, str], secrets: dict[str, str], *, what: str) -> dict[str, str]:
+    """The row's values with ``${NAME}`` taken from the server's environment, and its stored secrets."""
+    resolved = {}
+    for key, value in values.items():
+        missing = [ref[2:-1] for ref in ENV_REFERENCE_RE.findall(value) if ref[2:-1] not in os.environ]
+        if missing:
+            raise MCPError(f"{what} {key} refers to {', '.join(missing)}, which is not set on the server")
+        resolved[key] = ENV_REFERENCE_RE.sub(lambda match: os.environ[match[0][2:-1]], value)
+    return {**resolved, **secrets}
+
+
+@dataclass
+class ServerConfig:
+    """What connecting needs, read from an ``MCPServer`` row (secrets included: never sent anywhere else)."""
+
+    slug: str
+    spec: MCPServerSpec
+    secret_env: dict[str, str] = field(default_factory=dict)
+    secret_headers: dict[str, str] = field(default_factory=dict)
+    team_id: int | None = None
+
+    @classmethod
+    def of(cls, row) -> ServerConfig:
+        return cls(slug=row.slug, spec=MCPServerSpec.model_validate(row.spec), secret_env=dict(row.secret_env or {}),
+                   secret_headers=dict(row.secret_headers or {}), team_id=row.team_id)
+
+
+@dataclass
+class DiscoveredTool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+    @property
+    def hash(self) -> str:
+        return tool_hash(self.description, self.input_schema)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema,
+                "hash": self.hash}
+
+
+# -- circuit breaker (per worker process) ---------------------------------------------------------
+
+_failures: dict[tuple, tuple[int, float]] = {}
+
+
+def _breaker_key(config: ServerConfig) -> tuple:
+    return (config.team_id, config.slug)
+
+
+def breaker_check(config: ServerConfig) -> None:
+    count, since = _failures.get(_breaker_key(config), (0, 0.0))
+    if count >= BREAKER_FAILURES and time.monotonic() - since < BREAKER_OPEN_S:
+        raise MCPError(f"MCP server {config.slug} failed {count} times in a row; not tried again for "
+                       f"{BREAKER_OPEN_S:g} s")
+
+
+def breaker_record(config: ServerConfig, ok: bool) -> None:
+    key = _breaker_key(config)
+    if ok:
+        _failures.pop(key, None)
+    else:
+        count, _ = _failures.get(key, (0, 0.0))
+        _failures[key] = (count + 1, time.monotonic())
+
+
+# -- one connection -----------------------------------------------------------------------------------
+
+
+def _limits() -> tuple[float, float, int]:
+    return (float(settings.MAS_MCP_CONNECT_TIMEOUT_S), float(settings.MAS_MCP_LIST_TIMEOUT_S),
+            int(settings.MAS_MCP_MAX_OUTPUT_CHARS))
+
+
+class Connection:
+    """An open session with one MCP server."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.tools: list[DiscoveredTool] = []
+        self._session = None
+        self._ready = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._error: BaseException | None = None
+        self._task: asyncio.Task | None = None
+        self._errlog = None
+
+    def _transport(self):
+        spec = self.config.spec
+        if spec.transport == "stdio":
+            from mcp.client.stdio import StdioServerParameters, stdio_client
+
+            env = resolve(spec.env, self.config.secret_env, what="env")
+            # The SDK adds only a few safe variables (PATH, ...) to these: never the worker's whole environment.
+            params = StdioServerParameters(command=spec.command, args=list(spec.args), env=env)
+            self._errlog = open(os.devnull, "w")  # noqa: SIM115 - closed in close()
+            return stdio_client(params, errlog=self._errlog)
+        headers = resolve(spec.headers, self.config.secret_headers, what="header")
+        if spec.transport == "sse":
+            from mcp.client.sse import sse_client
+
+            return sse_client(spec.url, headers=headers, timeout=float(spec.timeout_s))
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(float(spec.timeout_s)))
+        return _with_client(client, streamable_http_client(spec.url, http_client=client))
+
+    async def _run(self) -> None:
+        from mcp import ClientSession
+
+        try:
+            async with self._transport() as streams:
+                read, write = streams[0], streams[1]
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    self._session = session
+                    self._ready.set()
+                    await self._closing.wait()
+        except BaseException as error:  # noqa: BLE001 - reported to whoever waits for the connection
+            self._error = error
+            self._ready.set()
+            if isinstance(error, asyncio.CancelledError):
+                raise
+        finally:
+            self._session = None
+
+    async def open(self) -> None:
+        connect_s, list_s, _ = _limits()
+        self._task = asyncio.create_task(self._run(), name=f"mcp:{self.config.slug}")
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout=min(connect_s, self.config.spec.timeout_s))
+        except asyncio.TimeoutError:
+            await self.close(graceful=False)
+            raise MCPError(f"MCP server {self.config.slug} did not answer within "
+                           f"{min(connect_s, self.config.spec.timeout_s):g} s (connect)") from None
+        if self._session is None:
+            await self.close(graceful=False)
+            if isinstance(self._error, MCPError):
+                raise MCPError(f"MCP server {self.config.slug}: {self._error}")
+            raise MCPError(f"MCP server {self.config.slug} could not be reached: {_describe(self._error)}")
+        try:
+            listed = await asyncio.wait_for(self._session.list_tools(), timeout=list_s)
+        except asyncio.TimeoutError:
+            await self.close()
+            raise MCPError(f"MCP server {self.config.slug} did not list its tools within {list_s:g} s") from None
+        except Exception as error:
+            await self.close()
+            raise MCPError(f"MCP server {self.config.slug} could not list its tools: {_describe(error)}") from None
+        self.tools = [DiscoveredTool(tool.name, tool.description or "", dict(tool.input_schema or {}))
+                      for tool in listed.tools]
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> str:
+        _, _, max_chars = _limits()
+        if self._session is None:
+            raise MCPError(f"MCP server {self.config.slug} is not connected"
+                           + (f" ({_describe(self._error)})" if self._error else ""))
+        timeout = float(self.config.spec.timeout_s)
+        try:
+            result = await asyncio.wait_for(self._session.call_tool(tool, arguments), timeout=timeout)
+        except asyncio.TimeoutError:
+            raise MCPError(f"MCP server {self.config.slug}: {tool} did not answer within {timeout:g} s") from None
+        except Exception as error:
+            raise MCPError(f"MCP server {self.config.slug}: {tool} failed: {_describe(error)}") from None
+        text = _content_text(result)
+        if len(text) > max_chars:
+            text = text[:max_chars] + f"\n[truncated: {len(text):,} characters, the first {max_chars:,} shown]"
+        if result.is_error:
+            raise MCPError(f"MCP server {self.config.slug}: {tool} returned an error: {text}")
+        return text
+
+    async def close(self, *, graceful: bool = True) -> None:
+        """Leave the session (``graceful``: let it end for up to 5 s first; else cancel it at once)."""
+        self._closing.set()
+        if self._task is not None and not self._task.done():
+            try:
+                if not graceful:
+                    raise asyncio.TimeoutError
+                await asyncio.wait_for(asyncio.shield(self._task), timeout=5)
+            except (asyncio.TimeoutError, Exception):
+                self._task.cancel()
+                try:
+                    await self._task
+                except BaseException:  # noqa: BLE001 - it is going away
+                    pass
+        if self._errlog is not None:
+            self._errlog.close()
+            self._errlog = None
+
+
+class _with_client:
+    """Enter an httpx2 client and a transport together (the transport does not own a client it is given)."""
+
+    def __init__(self, client, transport) -> None:
+        self.client, self.transport = client, transport
+
+    async def __aenter__(self):
+        await self.client.__aenter__()
+        try:
+            return await self.transport.__aenter__()
+        except BaseException:
+            await self.client.__aexit__(None, None, None)
+            raise
+
+    async def __aexit__(self, *exc):
+        try:
+            return await self.transport.__aexit__(*exc)
+        finally:
+            await self.client.__aexit__(None, None, None)
+
+
+def _describe(error: BaseException | None) -> str:
+    if error is None:
+        return "no answer"
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    text = str(error).strip() or type(error).__name__
+    return f"{type(error).__name__}: {text}"[:500] if type(error).__name__ not in text else text[:500]
+
+
+def _content_text(result) -> str:
+    parts = []
+    for item in result.content or []:
+        kind = getattr(item, "type", "")
+        if kind == "text":
+            parts.append(item.text)
+        elif kind == "image":
+            parts.append(f"[image {getattr(item, 'mime_type', '')}]")
+        elif kind == "resource":
+            resource = getattr(item, "resource", None)
+            parts.append(getattr(resource, "text", None) or f"[resource {getattr(resource, 'uri', '')}]")
+        else:
+            parts.append(f"[{kind or 'content'}]")
+    if not parts and getattr(result, "structured_content", None) is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+async def discover(config: ServerConfig) -> tuple[list[DiscoveredTool], dict[str, float]]:
+    """Connect, list tools, disconnect: the tools and the timings (ms) of each part. MCPError on failure."""
+    started = time.perf_counter()
+    connection = Connection(config)
+    await connection.open()
+    listed = time.perf_counter()
+    await connection.close()
+    return connection.tools, {"connect_and_list_ms": round((listed - started) * 1000, 1),
+                              "close_ms": round((time.perf_counter() - listed) * 1000, 1)}
