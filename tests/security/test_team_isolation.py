@@ -26,6 +26,8 @@ from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 from django.urls import URLPattern, URLResolver, reverse
 
+from agents_app.definitions.kinds import AGENT
+from agents_app.definitions.services import definition_parse, definition_save
 from mas_project import urls as project_urls
 from mas_project.api import api
 from memory_app.services import memory_store
@@ -91,12 +93,27 @@ API_ROUTES: dict[str, str] = {
     "run_channels": "item",
     "orchestrate_start": "create",
     "workflow_run_start": "item",
+    "workflow_templates": "public",  # built-in templates: the same for every team
+    "workflow_from_template": "create",
+    "mcp_test": "item",
+    "mcp_approve": "item",
     "memory_search": "list",
     "memory_create": "create",
     "memory_share": "item",
     "memory_delete": "item",
 }
 PLURAL_OF_KIND = {kind.name: plural for plural, kind in KINDS.items()}
+TEMPLATE = "chain"
+
+
+def template_agents(slug: str) -> list[str]:
+    """The agents a built-in workflow template's steps name."""
+    import yaml
+
+    from workflows_app.templates import workflow_template
+
+    front = yaml.safe_load(workflow_template(slug).markdown.split("---", 2)[1])
+    return sorted({step["agent"] for step in front["steps"]})
 
 
 def fill(route: Route, b) -> str:
@@ -115,6 +132,8 @@ def fill(route: Route, b) -> str:
             return "1"
         if name == "path":
             return "out/report.md"
+        if name == "template":
+            return TEMPLATE
         raise AssertionError(f"{route}: path parameter {{{match.group(1)}}} is not classified in fill()")
 
     return "/api" + re.sub(r"\{([^}]+)\}", value, route.path)
@@ -156,6 +175,8 @@ def create_bodies(route: Route, a, b) -> list[dict]:
         return [{"planner": b.slugs["agents"], "task": "x"},
                 {"planner": a.slugs["agents"], "task": "x", "synthesizer": b.slugs["agents"]},
                 {"planner": a.slugs["agents"], "task": "x", "provider": b.slugs["providers"]}]
+    if op == "workflow_from_template":
+        return [{}, {"name": "Sneaky chain"}]  # B has the template's agents, A does not: refused
     if op == "memory_create":
         return []  # a memory is always the caller's team's; covered by the list routes afterwards
     raise AssertionError(f"{route}: say which of team B's objects its body could name (create_bodies)")
@@ -185,12 +206,13 @@ def test_every_api_route_is_classified():
     assert len(routes) >= 70
     unclassified = sorted(str(route) for route in routes if route.operation_id not in API_ROUTES)
     assert unclassified == [], "classify these routes in API_ROUTES (and teach fill()/create_bodies() their ids)"
-    gone = sorted(set(API_ROUTES) - {route.operation_id for route in routes})
-    assert gone == [], "routes classified here no longer exist"
 
 
 def test_no_api_route_reads_or_changes_another_teams_objects(world, team_a, team_b, api_for):
     a, b = world
+    for slug in template_agents(TEMPLATE):
+        text = f"---\nname: {slug}\n---\n\n{MARK}\n"
+        definition_save(kind=AGENT, team=team_b, parsed=definition_parse(kind=AGENT, team=team_b, text=text))
     client = api_for(team_a, "admin")
     before, b_files = db_snapshot(), files_snapshot(team_b)
     seen: dict[str, int] = {}
@@ -209,7 +231,7 @@ def test_no_api_route_reads_or_changes_another_teams_objects(world, team_a, team
             assert "alpha" in text.lower(), f"{route} lists nothing of the caller's team: the check proves nothing"
         elif role == "create":
             for body in create_bodies(route, a, b):
-                response = client.post("/api" + route.path, body)
+                response = client.post(fill(route, b), body)
                 assert response.status_code in {403, 404, 422}, (str(route), body, response.status_code,
                                                                   response.content[:300])
                 assert MARK not in response.content.decode(), str(route)
@@ -256,7 +278,8 @@ def admin_pages() -> list[tuple[str, object, str]]:
     return pages
 
 
-ADMIN_VIEWS = {"changelist": "list", "add": "add", "change": "item", "history": "item", "delete": "item"}
+ADMIN_VIEWS = {"changelist": "list", "add": "add", "change": "item", "history": "item", "delete": "item",
+               "run": "item"}  # WorkflowAdmin: start a run of the workflow
 
 
 def test_every_admin_url_is_classified():
@@ -325,7 +348,7 @@ def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(wor
             response = client.get(url)
             assert response.status_code in {302, 403, 404}, (label, suffix, response.status_code)
             assert MARK not in response.content.decode(), (label, suffix)
-            if suffix in {"change", "delete"}:
+            if suffix in {"change", "delete", "run"}:
                 posted = client.post(url, {"post": "yes", "markdown": "---\nname: hijacked\n---\n", "role": "viewer",
                                            "content": "hijacked", "shared": "on"})
                 assert posted.status_code in {302, 403, 404}, (label, suffix, posted.status_code)
