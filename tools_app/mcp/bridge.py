@@ -69,14 +69,14 @@ def bridged_tool(connection: Connection, tool: DiscoveredTool, emit: Emit) -> To
     properties = schema.get("properties") or {}
     required = set(schema.get("required") or [])
     fields = {name: (Any, ... if name in required else None) for name in properties}
+    validator = jsonschema.validators.validator_for(schema)(schema)  # compiled once, not per call
 
     def check(cls, values):
         if isinstance(values, dict):
-            try:
-                jsonschema.validate(values, schema)
-            except jsonschema.ValidationError as error:
+            error = jsonschema.exceptions.best_match(validator.iter_errors(values))
+            if error is not None:
                 where = ".".join(str(part) for part in error.absolute_path) or "arguments"
-                raise ValueError(f"{where}: {error.message}") from None
+                raise ValueError(f"{where}: {error.message}")
         return values
 
     parameters = create_model(f"MCP_{tool.name}", __base__=Params,
