@@ -204,6 +204,10 @@ MAS_WEB_SEARCH_BACKEND = os.environ.get("MAS_WEB_SEARCH_BACKEND", "")
 MAS_MCP_CONNECT_TIMEOUT_S = float(os.environ.get("MAS_MCP_CONNECT_TIMEOUT_S", 10))
 MAS_MCP_LIST_TIMEOUT_S = float(os.environ.get("MAS_MCP_LIST_TIMEOUT_S", 10))
 MAS_MCP_MAX_OUTPUT_CHARS = int(os.environ.get("MAS_MCP_MAX_OUTPUT_CHARS", 100_000))
+# Tool discovery (tools_app/discovery.py): an agent with more tools than the threshold is offered the K most
+# relevant to its task (plus tool_search to find the others).
+MAS_TOOL_DISCOVERY_THRESHOLD = int(os.environ.get("MAS_TOOL_DISCOVERY_THRESHOLD", 24))
+MAS_TOOL_DISCOVERY_K = int(os.environ.get("MAS_TOOL_DISCOVERY_K", 10))
 # code_exec (tools_app/sandbox.py): limits of one program in the bubblewrap sandbox.
 MAS_CODE_EXEC_TIMEOUT_S = float(os.environ.get("MAS_CODE_EXEC_TIMEOUT_S", 10))
 MAS_CODE_EXEC_MEMORY_MB = int(os.environ.get("MAS_CODE_EXEC_MEMORY_MB", 256))

@@ -35,7 +35,8 @@ BUILTIN_TOOLS: tuple[str, ...] = (
 )
 
 # Tools an agent gets when its definition names none: nothing that reaches
-# outside the run or executes code.
+# outside the run or executes code. (tool_search joins a session by itself when
+# the agent has more tools than the discovery threshold.)
 SAFE_DEFAULT_TOOLS: tuple[str, ...] = tuple(
-    name for name in BUILTIN_TOOLS if name not in {"web_fetch", "web_search", "code_exec"}
+    name for name in BUILTIN_TOOLS if name not in {"web_fetch", "web_search", "code_exec", "tool_search"}
 )

@@ -235,6 +235,33 @@ def _initial_state(start: services.SessionStart, *, remembered: str = "") -> Ses
     return SessionState(messages=build_messages(system=system, execution=execution))
 
 
+async def _offered_tools(registry, *, task: str, services: dict[str, Any]) -> list:
+    """What the model is offered: every tool, or above the discovery threshold the most relevant to the task.
+
+    The list is the one the session loop reads each turn: ``tool_search`` adds what it finds to it.
+    """
+    from tools_app.builtin.tool_search import ToolSearch
+    from tools_app.discovery import offered_names, rank
+
+    if len(registry) > settings.MAS_TOOL_DISCOVERY_THRESHOLD and "tool_search" not in registry:
+        registry.register(ToolSearch())
+    schemas = registry.schemas()
+    catalogue = [(schema.name, schema.description) for schema in schemas]
+    names = await db(offered_names)(task, catalogue)
+    if names is None:
+        return schemas
+    offered = [schema for schema in schemas if schema.name in names]
+
+    async def search(*, query: str, limit: int) -> list[tuple[str, str]]:
+        ranked = await db(rank)(query, catalogue)
+        found = [schema for name in ranked[:limit] for schema in schemas if schema.name == name]
+        offered.extend(schema for schema in found if schema not in offered)
+        return [(schema.name, schema.description) for schema in found]
+
+    services["tool_search"] = search
+    return offered
+
+
 async def execute_activation(activation_id: str) -> None:
     start = await db(services.session_begin)(activation_id=activation_id, worker=WORKER)
     if start is None:
@@ -280,6 +307,8 @@ async def execute_activation(activation_id: str) -> None:
                                  session_id=session.id, agent=agent.slug),
     )
 
+    offered = await _offered_tools(registry, task=activation.input, services=context.services)
+
     async def call_tool(call: ToolCall) -> ToolResult:
         tool_call_ids["current"] = f"{session.id}:{call.id}"
         if call.name not in WORKSPACE_TOOLS:
@@ -300,7 +329,7 @@ async def execute_activation(activation_id: str) -> None:
     loop_model = cached_model(model, enabled=cache.enabled, similarity=cache.similarity, ttl_s=cache.ttl_s,
                               model_key=f"{resolved.provider_slug}:{resolved.model}", team_id=run.team_id,
                               run_id=run.id, agent=agent.slug, emit=store.emit)
-    loop_task = asyncio.create_task(run_session(state=state, model=loop_model, tools=registry.schemas(),
+    loop_task = asyncio.create_task(run_session(state=state, model=loop_model, tools=offered,
                                                 call_tool=call_tool, store=store, config=config))
     monitor.watch(session.id, run.id, store, loop_task)
     ending: dict[str, Any] | None = None

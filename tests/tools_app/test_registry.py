@@ -345,10 +345,10 @@ def test_default_tools_are_the_safe_implemented_ones():
 
 
 def test_allowed_list_with_unimplemented_and_unknown_names():
-    registry = registry_for_agent(["vfs_read", "web_fetch", "tool_search", "vfs_read", "mystery"], extra_tools=[Echo()])
+    registry = registry_for_agent(["vfs_read", "web_fetch", "skill_load", "vfs_read", "mystery"], extra_tools=[Echo()])
     assert registry.names == ["vfs_read", "web_fetch", "echo"]
     assert registry.warnings == [
-        "tool tool_search is not available yet; skipped",
+        "tool skill_load is not available yet; skipped",
         "tool mystery is unknown; skipped",
     ]
 

@@ -15,6 +15,7 @@ from tools_app.builtin.set_output import SetOutput
 from tools_app.builtin.signal_parent import SignalParent
 from tools_app.builtin.spawn_agent import SpawnAgent
 from tools_app.builtin.subscribe import Subscribe
+from tools_app.builtin.tool_search import ToolSearch
 from tools_app.builtin.vfs_delete import VfsDelete
 from tools_app.builtin.vfs_edit import VfsEdit
 from tools_app.builtin.vfs_list import VfsList
@@ -33,7 +34,7 @@ BUILTIN_TOOL_CLASSES: dict[str, type[Tool]] = {
         SpawnAgent, SignalParent, Delegate, SetOutput,
         MemoryStore, MemoryRecall, KnowledgeQuery, KnowledgeContribute,
         Publish, Subscribe, BlackboardWrite, BlackboardRead,
-        WebFetch, WebSearch, CodeExec,
+        WebFetch, WebSearch, CodeExec, ToolSearch,
     )
 }
 
