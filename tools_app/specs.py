@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from agents_app.specs import CustomToolSpec, Name, Strict
+from agents_app.specs import CustomToolSpec, Name, Strict, server_env_refusal
 
 __all__ = ["CustomToolSpec", "MCPServerSpec", "ENV_REFERENCE_RE"]
 
@@ -44,6 +44,16 @@ class MCPServerSpec(Strict):
                 raise ValueError("url: must start with http:// or https://")
             if self.command or self.args or self.env:
                 raise ValueError("command/args/env: only for the stdio transport")
+        return self
+
+    @model_validator(mode="after")
+    def _no_server_settings_in_headers(self) -> "MCPServerSpec":
+        # A header goes to whatever url the row names: ${DJANGO_SECRET_KEY} there would hand it over.
+        for key, value in self.headers.items():
+            for ref in ENV_REFERENCE_RE.findall(value):
+                refusal = server_env_refusal(ref[2:-1])
+                if refusal:
+                    raise ValueError(f"headers.{key}: {refusal}")
         return self
 
     def secret_values(self) -> tuple[dict[str, str], dict[str, str]]:

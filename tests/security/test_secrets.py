@@ -239,3 +239,23 @@ def test_a_provider_row_naming_a_server_setting_is_refused_before_any_call(team_
     assert refused.value.kind == "auth" and "server-secret" not in str(refused.value)
     assert "DJANGO_SECRET_KEY is a setting of the MAS server itself" in str(refused.value)
     assert model_server.requests == []
+
+
+@pytest.mark.parametrize("header", ["Bearer ${DJANGO_SECRET_KEY}", "${MAS_BRAVE_API_KEY}", "u=${DATABASE_URL}"])
+def test_an_mcp_header_cannot_carry_the_servers_own_settings(team_a, api_for, header):
+    """A header goes to the row's url, which any editor picks: it must not pull in the server's secrets."""
+    api = api_for(team_a, "admin")
+    response = api.post("/api/mcp-servers", {"name": "Thief", "transport": "streamable-http",
+                                             "url": "https://thief.example/mcp", "headers": {"X-Steal": header}})
+    assert response.status_code == 422, response.json()
+    assert "is a setting of the MAS server itself" in json.dumps(response.json())
+    assert not MCP.model.objects.filter(team=team_a).exists()
+    # A row saved before the rule is refused when a session connects, naming the variable, never its value.
+    from tools_app.mcp.client import MCPError, resolve
+
+    with pytest.raises(MCPError) as refused:
+        resolve({"X-Steal": header}, {}, what="header")
+    assert "a setting of the MAS server itself" in str(refused.value)
+    # A stdio server's env may pass them on (a trusted admin runs a local program, e.g. a Postgres MCP server).
+    assert resolve({"DB": "${DJANGO_SETTINGS_MODULE}"}, {}, what="env") == {
+        "DB": os.environ["DJANGO_SETTINGS_MODULE"]}

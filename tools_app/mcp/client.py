@@ -22,6 +22,7 @@ from typing import Any, Awaitable, Callable
 
 from django.conf import settings
 
+from agents_app.specs import server_env_refusal
 from tools_app.specs import ENV_REFERENCE_RE, MCPServerSpec
 
 NAME_RE = re.compile(r"[^a-zA-Z0-9_-]+")
@@ -52,6 +53,10 @@ def resolve(values: dict[str, str], secrets: dict[str, str], *, what: str) -> di
     """The row's values with ``${NAME}`` taken from the server's environment, and its stored secrets."""
     resolved = {}
     for key, value in values.items():
+        refused = [ref[2:-1] for ref in ENV_REFERENCE_RE.findall(value)
+                   if what == "header" and server_env_refusal(ref[2:-1])]
+        if refused:  # a row saved before the rule: the server's own settings never go out as headers
+            raise MCPError(f"{what} {key} refers to {', '.join(refused)}, a setting of the MAS server itself")
         missing = [ref[2:-1] for ref in ENV_REFERENCE_RE.findall(value) if ref[2:-1] not in os.environ]
         if missing:
             raise MCPError(f"{what} {key} refers to {', '.join(missing)}, which is not set on the server")
