@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,6 +37,7 @@ PROVIDER_KEY = "sk-canary-provider-5b1d0c"
 HEADER_SECRET = "canary-header-9e2f41"
 ENV_SECRET = "canary-env-3a7c88"
 KEY_ENV = "SECURITY_SWEEP_PROVIDER_KEY"
+DEMO_MCP = str(Path(__file__).parents[1] / "tools_app" / "mcp_servers" / "demo.py")
 # Set at import, before the session's worker process starts: it inherits the key as a real deployment would.
 os.environ[KEY_ENV] = PROVIDER_KEY
 
@@ -78,12 +80,13 @@ def setup_team(api, model_url: str) -> dict[str, str]:
     made = api.post("/api/mcp-servers", {"name": "Canary Stdio", "transport": "stdio", "command": "true"})
     assert made.status_code == 201, made.json()
     stdio = made.json()["slug"]
-    markdown = f"---\nname: Canary Stdio\ntransport: stdio\ncommand: 'true'\nenv:\n  TOKEN: {ENV_SECRET}\n---\n"
+    markdown = (f"---\nname: Canary Stdio\ntransport: stdio\ncommand: {sys.executable}\nargs:\n- {DEMO_MCP}\n"
+                f"- stdio\nenv:\n  TOKEN: {ENV_SECRET}\n---\n")
     put = api.put(f"/api/mcp-servers/{stdio}/markdown", markdown, content_type="text/markdown")
     assert put.status_code == 200, put.json()
     assert put.json()["secret_env_keys"] == ["TOKEN"] and put.json()["env"] == {}
     made = api.post("/api/agents", {"name": "Keeper", "tier": "medium", "tools": ["vfs_write"],
-                                    "mcp_servers": [slugs["mcp-servers"]],
+                                    "mcp_servers": [slugs["mcp-servers"], stdio],
                                     "body": "You keep secrets."})
     assert made.status_code == 201, made.json()
     slugs["agents"] = made.json()["slug"]
@@ -95,6 +98,23 @@ def setup_team(api, model_url: str) -> dict[str, str]:
         assert made.status_code == 201, made.json()
         slugs[plural] = made.json()["slug"]
     return slugs
+
+
+def env_seen_by(row, name: str) -> str:
+    """What the stdio server's process has in its environment (its demo tool env_value tells)."""
+    import asyncio
+
+    from tools_app.mcp.client import Connection, ServerConfig
+
+    async def ask() -> str:
+        connection = Connection(ServerConfig.of(row))
+        await connection.open()
+        try:
+            return await connection.call("env_value", {"name": name})
+        finally:
+            await connection.close()
+
+    return asyncio.run(ask())
 
 
 def log_tail(path: Path, offset: int) -> str:
@@ -109,8 +129,16 @@ def test_no_secret_reaches_a_response_event_log_file_or_script(team_a, api_for, 
     log_offset = log_path.stat().st_size if log_path.exists() else 0
     api = api_for(team_a, "admin")
     slugs = setup_team(api, model_server.url)
+    # Test and approve the stdio server: it really starts, with the secret in its environment.
+    tested = api.post("/api/mcp-servers/canary-stdio/test")
+    assert tested.status_code == 200 and tested.json()["ok"] is True, tested.json()
+    approved = api.post("/api/mcp-servers/canary-stdio/approve")
+    assert "env_value" in approved.json()["approved"]
+    assert canaries_in(tested.content.decode() + approved.content.decode()) == []
+    assert env_seen_by(MCP.model.objects.get(team=team_a, slug="canary-stdio"), "TOKEN") == ENV_SECRET  # live
     model_server.add(
-        sse(openai_stream(tool_calls=[("call_1", "vfs_write", ['{"path": "out/report.md", ', '"content": "ok"}'])],
+        sse(openai_stream(tool_calls=[("call_1", "vfs_write", ['{"path": "out/report.md", ', '"content": "ok"}']),
+                                      ("call_2", "mcp__canary-stdio__add", ['{"a": 2, "b": 40}'])],
                           usage=(10, 3))),
         sse(openai_stream(text=["All ", "kept."], usage=(12, 2))),
     )
@@ -119,6 +147,11 @@ def test_no_secret_reaches_a_response_event_log_file_or_script(team_a, api_for, 
     run = finish(started.json()["id"])
     assert (run.status, run.result) == ("succeeded", "All kept."), run.error
 
+    calls = [(e.data["name"], e.data["ok"], e.data["content"])
+             for e in Event.objects.filter(run=run, type="tool_result").order_by("seq")]
+    assert calls[1] == ("mcp__canary-stdio__add", True, "42"), calls
+    connects = {e.data["server"]: e.data["ok"] for e in Event.objects.filter(run=run, type="mcp_connect")}
+    assert connects == {"canary-stdio": True, "canary-mcp": False}  # the HTTP one is down: its error is an event
     # The provider really used the key: the canary is live.
     assert [r.headers["authorization"] for r in model_server.requests] == [f"Bearer {PROVIDER_KEY}"] * 2
     assert not canaries_in(json.dumps([r.body for r in model_server.requests]))
