@@ -32,6 +32,7 @@ from agents_app.llm.types import ModelRequest, ModelResponse, ProviderError, Too
 from agents_app.models import Activation, ModelProvider, ProviderModel, Run, Session
 from agents_app.specs import CustomToolSpec
 from agents_app.runner import db
+from agents_app.skills import skill_text, skills_for, skills_section
 from memory_app.cache import cached_model
 from tools_app.catalog import BUILTIN_TOOLS
 from tools_app.plugin import ToolContext, ToolError
@@ -225,14 +226,31 @@ def _remembered(start: services.SessionStart) -> str:
     return memory_prompt_section(hits)
 
 
-def _initial_state(start: services.SessionStart, *, remembered: str = "") -> SessionState:
+def _initial_state(start: services.SessionStart, *, remembered: str = "", skills: str = "") -> SessionState:
     spec = start.agent.spec
+    sections = [("Skills", skills), ("What you remember", remembered)]
     system = build_system_prompt(
         body=start.agent.body, context=spec.context, examples=[e.model_dump() for e in spec.examples],
-        tier=start.session.tier, sections=[("What you remember", remembered)] if remembered else None,
+        tier=start.session.tier, sections=[(title, text) for title, text in sections if text] or None,
     )
     execution = ExecutionContext(task=start.activation.input, output_dir=f"out/{start.activation.agent}/")
     return SessionState(messages=build_messages(system=system, execution=execution))
+
+
+def _skill_tool(registry, services: dict[str, Any], skills: list) -> None:
+    """An agent with skills (or a team with rules) can read them in full with skill_load."""
+    from tools_app.builtin.skill_load import SkillLoad
+
+    if "skill_load" not in registry:
+        registry.register(SkillLoad())
+
+    async def load(*, name: str, query: str) -> str:
+        try:
+            return await db(skill_text)(skills, name, query)
+        except LookupError as error:
+            raise ToolError(str(error)) from None
+
+    services["skill_load"] = load
 
 
 async def _offered_tools(registry, *, task: str, services: dict[str, Any]) -> list:
@@ -268,11 +286,13 @@ async def execute_activation(activation_id: str) -> None:
         return
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
     resumed_state = session.state if start.resumed and session.state else None
+    skills = await db(skills_for)(team_id=run.team_id, names=agent.spec.skills)
     if resumed_state:
         state = SessionState.from_dict(resumed_state)
     else:
         remembered = await db(_remembered)(start) if agent.spec.memory.enabled else ""
-        state = _initial_state(start, remembered=remembered)
+        section = await db(skills_section)(skills, task=activation.input) if skills else ""
+        state = _initial_state(start, remembered=remembered, skills=section)
     cursor = MemoryCursor(dict(run.script_cursor))
     store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier=session.tier, cursor=cursor,
                           budget=run.budget, team_id=run.team_id)
@@ -307,6 +327,8 @@ async def execute_activation(activation_id: str) -> None:
                                  session_id=session.id, agent=agent.slug),
     )
 
+    if skills:
+        _skill_tool(registry, context.services, skills)
     offered = await _offered_tools(registry, task=activation.input, services=context.services)
 
     async def call_tool(call: ToolCall) -> ToolResult:

@@ -344,13 +344,10 @@ def test_default_tools_are_the_safe_implemented_ones():
     assert registry.warnings == []
 
 
-def test_allowed_list_with_unimplemented_and_unknown_names():
-    registry = registry_for_agent(["vfs_read", "web_fetch", "skill_load", "vfs_read", "mystery"], extra_tools=[Echo()])
+def test_allowed_list_with_repeated_and_unknown_names():
+    registry = registry_for_agent(["vfs_read", "web_fetch", "vfs_read", "mystery"], extra_tools=[Echo()])
     assert registry.names == ["vfs_read", "web_fetch", "echo"]
-    assert registry.warnings == [
-        "tool skill_load is not available yet; skipped",
-        "tool mystery is unknown; skipped",
-    ]
+    assert registry.warnings == ["tool mystery is unknown; skipped"]
 
 
 def test_allowed_may_name_a_custom_tool_and_empty_means_none():

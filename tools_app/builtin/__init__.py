@@ -13,6 +13,7 @@ from tools_app.builtin.memory_store import MemoryStore
 from tools_app.builtin.publish import Publish
 from tools_app.builtin.set_output import SetOutput
 from tools_app.builtin.signal_parent import SignalParent
+from tools_app.builtin.skill_load import SkillLoad
 from tools_app.builtin.spawn_agent import SpawnAgent
 from tools_app.builtin.subscribe import Subscribe
 from tools_app.builtin.tool_search import ToolSearch
@@ -34,7 +35,7 @@ BUILTIN_TOOL_CLASSES: dict[str, type[Tool]] = {
         SpawnAgent, SignalParent, Delegate, SetOutput,
         MemoryStore, MemoryRecall, KnowledgeQuery, KnowledgeContribute,
         Publish, Subscribe, BlackboardWrite, BlackboardRead,
-        WebFetch, WebSearch, CodeExec, ToolSearch,
+        WebFetch, WebSearch, CodeExec, ToolSearch, SkillLoad,
     )
 }
 
