@@ -119,3 +119,30 @@ def test_testing_and_approving_over_the_api(team_a, team_b, http_mcp, api_for):
     assert api_for(team_a, "admin").post("/api/mcp-servers/demo-stdio/test", {}).json()["ok"] is True
     assert api_for(team_a, "viewer").post("/api/mcp-servers/demo-http/test", {}).status_code == 403
     assert api_for(team_b, "admin").post("/api/mcp-servers/demo-http/test", {}).status_code == 404
+
+
+def test_the_admin_actions_test_and_approve_servers(team_a, http_mcp, make_member):
+    from django.contrib.messages import get_messages
+
+    from agents_app.definitions.kinds import MCP as MCP_KIND
+    from tests.agents_app.test_admin_definitions import admin_url, client_for
+
+    servers(team_a, http_mcp)
+    client = client_for(make_member(team_a, "editor"))
+    rows = {row.slug: row.pk for row in MCPServer.objects.filter(team=team_a)}
+    url = admin_url(MCP_KIND, "changelist")
+    response = client.post(url, {"action": "test_and_discover",
+                                 "_selected_action": [rows["demo-http"], rows["gone"], rows["demo-stdio"]]})
+    texts = sorted(str(message) for message in get_messages(response.wsgi_request))
+    # demo-stdio is left out: an editor without the stdio permission may not run its command.
+    assert len(texts) == 2
+    assert texts[0].startswith("demo-http: connected and listed in ")
+    assert texts[0].endswith(": add (not approved), env_value (not approved), hang (not approved), "
+                             "crash (not approved), fail (not approved), flood (not approved)")
+    assert texts[1].startswith("gone: MCP server gone could not be reached: ")
+    assert MCPServer.objects.get(pk=rows["demo-stdio"]).discovered_tools == []
+    response = client.post(url, {"action": "approve_tools", "_selected_action": [rows["demo-http"]]})
+    assert [str(m) for m in get_messages(response.wsgi_request)][-1] == (
+        "demo-http: approved add, crash, env_value, fail, flood, hang")
+    row = MCPServer.objects.get(pk=rows["demo-http"])
+    assert sorted(row.approved_tools) == ["add", "crash", "env_value", "fail", "flood", "hang"]
