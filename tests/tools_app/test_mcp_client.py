@@ -38,10 +38,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def http_server():
+def serve(mode: str):
     port = free_port()
-    process = subprocess.Popen([sys.executable, SERVER, "http", str(port)], stdout=subprocess.DEVNULL,
+    process = subprocess.Popen([sys.executable, SERVER, mode, str(port)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
     while True:
@@ -51,9 +50,27 @@ def http_server():
         except OSError:
             assert time.monotonic() < deadline, "the MCP HTTP server did not start"
             time.sleep(0.1)
+    return process, port
+
+
+@pytest.fixture(scope="module")
+def http_server():
+    process, port = serve("http")
     yield f"http://127.0.0.1:{port}/mcp"
     process.terminate()
     process.wait(10)
+
+
+def test_sse_lists_and_calls():
+    process, port = serve("sse")
+    try:
+        config = ServerConfig(slug="old", spec=MCPServerSpec(name="old", transport="sse",
+                                                             url=f"http://127.0.0.1:{port}/sse", timeout_s=3))
+        tools, results = session(config, [("add", {"a": 5, "b": 6})])
+        assert (tools, results) == (TOOLS, [("ok", "11")])
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 def session(config: ServerConfig, calls):

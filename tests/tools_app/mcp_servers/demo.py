@@ -2,6 +2,7 @@
 
     python demo.py stdio
     python demo.py http <port>
+    python demo.py sse <port>
 """
 
 import os
@@ -53,5 +54,7 @@ def flood(megabytes: int) -> str:
 if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         server.run()
+    elif sys.argv[1] == "sse":
+        server.run(transport="sse", host="127.0.0.1", port=int(sys.argv[2]))
     else:
         server.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
