@@ -7,7 +7,7 @@ import pytest
 from agents_app.execution.services import run_start
 from agents_app.models import Event, Session, WorkspaceFile
 from memory_app.models import CachedResponse
-from tests.memory_app.test_memory_runs import agent, call, finished
+from tests.runs import agent, call, finish as finished
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
