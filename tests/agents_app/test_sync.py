@@ -261,7 +261,7 @@ def test_shipped_defs_import_cleanly_and_check_passes(make_team, tmp_path):
 
     report = markdown_sync(team=team, mode="import")
 
-    assert len(report.imported) == 13
+    assert len(report.imported) == 14
     assert (report.errors, report.conflicts, report.warnings, report.rewritten) == ([], [], [], [])
     assert files(team) == {
         p.relative_to(DEFS).as_posix(): p.read_bytes() for p in sorted(DEFS.rglob("*")) if p.is_file()
