@@ -2,13 +2,12 @@
 
 import asyncio
 import socket
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.tools_app.mcp_servers.launch import SERVER, serve
 from tools_app.mcp.client import (
     BREAKER_FAILURES,
     Connection,
@@ -22,7 +21,6 @@ from tools_app.mcp.client import (
 )
 from tools_app.specs import MCPServerSpec
 
-SERVER = str(Path(__file__).parent / "mcp_servers" / "demo.py")
 TOOLS = ["add", "env_value", "hang", "crash", "fail", "flood"]
 
 
@@ -30,27 +28,6 @@ def stdio(**overrides) -> ServerConfig:
     spec = {"name": "demo", "transport": "stdio", "command": sys.executable, "args": [SERVER, "stdio"],
             "timeout_s": 2, **overrides}
     return ServerConfig(slug="demo", spec=MCPServerSpec.model_validate(spec))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def serve(mode: str):
-    port = free_port()
-    process = subprocess.Popen([sys.executable, SERVER, mode, str(port)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the MCP HTTP server did not start"
-            time.sleep(0.1)
-    return process, port
 
 
 @pytest.fixture(scope="module")

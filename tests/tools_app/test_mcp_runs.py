@@ -1,43 +1,23 @@
 """An agent's MCP servers in a real run on a real worker, and testing/approving servers over the API."""
 
-import socket
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
 from agents_app.definitions.kinds import MCP
 from agents_app.execution.services import run_start
 from tests.runs import agent, call, define, events, finish
+from tests.tools_app.mcp_servers.launch import SERVER, free_port, serve
 from tools_app.mcp.services import mcp_server_approve, mcp_server_test
 from tools_app.models import MCPServer
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
-SERVER = str(Path(__file__).parent / "mcp_servers" / "demo.py")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
 def http_mcp():
-    port = free_port()
-    process = subprocess.Popen([sys.executable, SERVER, "http", str(port)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+    process, port = serve("http")
     yield f"http://127.0.0.1:{port}/mcp"
     process.terminate()
     process.wait(10)
