@@ -44,6 +44,7 @@ from agents_app.selectors_runs import (
     run_list,
     run_tree,
 )
+from mas_project import ratelimit
 from mas_project.api_auth import api_auth
 
 router = Router(tags=["runs"])
@@ -151,6 +152,7 @@ def _invalid(field: str, message: str, type_: str) -> NinjaValidationError:
              summary="Start a run of one of the team's agents (operators and admins)")
 def start(request: HttpRequest, payload: RunIn):
     actor: Actor = request.auth
+    ratelimit.run_start_check(actor.team)
     if not Agent.objects.filter(team=actor.team, slug=payload.agent).exists():
         raise _invalid("agent", f"no agent {payload.agent!r} in team {actor.team.slug}", "unknown_agent")
     if payload.provider and not ModelProvider.objects.filter(team=actor.team, slug=payload.provider).exists():

@@ -23,6 +23,7 @@ from ninja.utils import check_csrf
 from agents_app.models import Role, Team
 from agents_app.permissions import Actor, memberships
 from agents_app.services import api_token_authenticate
+from mas_project import ratelimit
 
 TEAM_HEADER = "X-MAS-Team"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
@@ -36,8 +37,10 @@ class TokenAuth(HttpBearer):
         super().__init__()
 
     def authenticate(self, request: HttpRequest, token: str) -> Actor | None:
+        ratelimit.auth_failures_check(request)
         row = api_token_authenticate(token.strip())
         if row is None:
+            ratelimit.auth_failure(request)
             return None
         request.mas_auth_method = "token"
         return permit(Actor(user=row.user, team=row.team, role=row.role), self.capability)

@@ -120,6 +120,10 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 # Sessions heartbeat every 10 s; one silent this long lost its worker and is resumed elsewhere.
 MAS_SESSION_STALE_S = float(os.environ.get("MAS_SESSION_STALE_S", 30))
+# Rate limits (mas_project/ratelimit.py): failed token authentications per client address, and run starts
+# per team, in a minute.
+MAS_AUTH_FAILURES_PER_MIN = int(os.environ.get("MAS_AUTH_FAILURES_PER_MIN", 10))
+MAS_RUNS_PER_MIN = int(os.environ.get("MAS_RUNS_PER_MIN", 120))
 # A session whose worker died this many times is failed rather than resumed again.
 MAS_MAX_RESUMES = int(os.environ.get("MAS_MAX_RESUMES", 3))
 # Events a watcher wants at once (llm_request, stream_chunk, tool_call) wait at most this long

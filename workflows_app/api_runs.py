@@ -21,6 +21,7 @@ from agents_app.models import ModelProvider
 from agents_app.permissions import Actor
 from agents_app.schemas_runs import MAX_INPUT_CHARS, SLUG_PATTERN, RunBudgetIn, RunDetailOut, RunLimitsIn
 from agents_app.selectors_runs import run_get
+from mas_project import ratelimit
 from mas_project.api_auth import api_auth
 from workflows_app.models import Workflow
 from workflows_app.orchestrate import orchestrate_run_start
@@ -50,6 +51,7 @@ class RunSettingsIn(BaseModel):
         return value
 
     def settings(self, actor: Actor) -> dict[str, Any]:
+        ratelimit.run_start_check(actor.team)
         if self.provider and not ModelProvider.objects.filter(team=actor.team, slug=self.provider).exists():
             # As POST /api/runs: another team's provider (or none) is a 422, not a run on the demo recording.
             raise _invalid("provider", f"no model provider {self.provider!r} in team {actor.team.slug}",
