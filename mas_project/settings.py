@@ -124,6 +124,8 @@ MAS_SESSION_STALE_S = float(os.environ.get("MAS_SESSION_STALE_S", 30))
 # per team, in a minute.
 MAS_AUTH_FAILURES_PER_MIN = int(os.environ.get("MAS_AUTH_FAILURES_PER_MIN", 10))
 MAS_RUNS_PER_MIN = int(os.environ.get("MAS_RUNS_PER_MIN", 120))
+# /metrics (mas_project/metrics.py): a bearer token to ask for; without one, only local requests are answered.
+MAS_METRICS_TOKEN = os.environ.get("MAS_METRICS_TOKEN", "")
 # A session whose worker died this many times is failed rather than resumed again.
 MAS_MAX_RESUMES = int(os.environ.get("MAS_MAX_RESUMES", 3))
 # Events a watcher wants at once (llm_request, stream_chunk, tool_call) wait at most this long

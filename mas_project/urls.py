@@ -5,11 +5,13 @@ from django.views.generic import TemplateView
 
 from agents_app import views as monitor
 from mas_project.api import api
+from mas_project.metrics import metrics_view
 
 urlpatterns = [
     path("", TemplateView.as_view(template_name="home.html"), name="home"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("metrics", metrics_view, name="metrics"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page="/accounts/login/"), name="logout"),
     path("runs/", monitor.runs_page, name="monitor-runs"),

@@ -381,8 +381,9 @@ def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(wor
 # -- monitor pages ----------------------------------------------------------------------------
 
 # URL name → what it touches. Admin and API are swept above.
+# metrics: operators' aggregate counts, no team's rows (token or local only: tests/ops/test_metrics.py).
 PAGE_ROUTES = {"home": "public", "login": "public", "logout": "public", "monitor-runs": "list",
-               "monitor-run": "item", "monitor-run-cancel": "item-post"}
+               "monitor-run": "item", "monitor-run-cancel": "item-post", "metrics": "public"}
 
 
 def page_patterns() -> list[URLPattern]:
