@@ -29,3 +29,14 @@ def reap_sessions() -> None:
     """Beat: resume sessions whose worker died, dispatch work whose message was lost (see ``services``)."""
     runner.run(db(services.sessions_reap)())
     runner.run(db(services.runs_unstick)())
+
+
+@shared_task(ignore_result=True)
+def prune_runs() -> None:
+    """Beat (daily): the retention of ``agents_app.retention``, unless MAS_RETENTION_DAYS is 0."""
+    from django.conf import settings
+
+    from agents_app.retention import runs_prune
+
+    if settings.MAS_RETENTION_DAYS > 0:
+        runs_prune(older_than_days=settings.MAS_RETENTION_DAYS)

@@ -126,6 +126,9 @@ MAS_AUTH_FAILURES_PER_MIN = int(os.environ.get("MAS_AUTH_FAILURES_PER_MIN", 10))
 MAS_RUNS_PER_MIN = int(os.environ.get("MAS_RUNS_PER_MIN", 120))
 # /metrics (mas_project/metrics.py): a bearer token to ask for; without one, only local requests are answered.
 MAS_METRICS_TOKEN = os.environ.get("MAS_METRICS_TOKEN", "")
+# Retention (agents_app/retention.py): events, checkpoints and files of runs finished this many days ago go
+# (daily, by beat); 0 keeps everything.
+MAS_RETENTION_DAYS = float(os.environ.get("MAS_RETENTION_DAYS", 90))
 # A session whose worker died this many times is failed rather than resumed again.
 MAS_MAX_RESUMES = int(os.environ.get("MAS_MAX_RESUMES", 3))
 # Events a watcher wants at once (llm_request, stream_chunk, tool_call) wait at most this long
@@ -141,6 +144,7 @@ MAS_RETRY_BACKOFF_S = float(os.environ.get("MAS_RETRY_BACKOFF_S", 1.0))
 CELERY_BEAT_SCHEDULE = {
     "reap-sessions": {"task": "agents_app.tasks.reap_sessions", "schedule": max(5.0, MAS_SESSION_STALE_S / 2)},
     "workflow-schedules": {"task": "workflows_app.tasks.workflow_schedules_tick", "schedule": 30.0},
+    "prune-runs": {"task": "agents_app.tasks.prune_runs", "schedule": 24 * 3600.0},
 }
 
 CHANNEL_LAYERS = {
