@@ -2,13 +2,24 @@ import os
 import sys
 
 from celery import Celery
-from celery.signals import worker_init, worker_ready
+from celery.signals import setup_logging, worker_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mas_project.settings")
 
 app = Celery("mas")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@setup_logging.connect
+def _django_logging(**_kwargs) -> None:
+    # Workers log as the web process does (settings.LOGGING: JSON lines with run and session ids when
+    # MAS_LOG_FORMAT is json), not in Celery's own format.
+    from logging.config import dictConfig
+
+    from django.conf import settings
+
+    dictConfig(settings.LOGGING)
 
 
 @worker_ready.connect

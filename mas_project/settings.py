@@ -194,15 +194,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 MAS_EMBEDDING_THREADS = int(os.environ.get("MAS_EMBEDDING_THREADS", 2))
 
+# MAS_LOG_FORMAT: "json" (one object a line, with the run and session ids; the default in production) or
+# "plain" (``time level logger message key=value``).
+MAS_LOG_FORMAT = os.environ.get("MAS_LOG_FORMAT", "json" if MAS_ENV == "production" else "plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"()": "mas_project.logs.KeyValueFormatter", "format": "%(asctime)s %(levelname)s %(name)s %(message)s"}
+        "plain": {"()": "mas_project.logs.KeyValueFormatter", "format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "mas_project.logs.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "mas_project.logs.ContextFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": MAS_LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("MAS_LOG_LEVEL", "INFO")},
-    "loggers": {"pgserver": {"level": "WARNING"}},
+    # Celery's own INFO lines (every task received and finished) would drown the sessions' lines.
+    "loggers": {"pgserver": {"level": "WARNING"}, "celery": {"level": os.environ.get("MAS_CELERY_LOG_LEVEL", "WARNING")}},
 }
 
 # web_fetch may reach these hosts/CIDRs even when they are private or loopback (comma-separated).

@@ -32,6 +32,7 @@ from agents_app.llm.types import ModelRequest, ModelResponse, ProviderError, Too
 from agents_app.models import Activation, ModelProvider, ProviderModel, Run, Session
 from agents_app.specs import CustomToolSpec
 from agents_app.runner import db
+from mas_project.logs import bind
 from agents_app.skills import skill_text, skills_for, skills_section
 from memory_app.cache import cached_model
 from tools_app.catalog import BUILTIN_TOOLS
@@ -285,6 +286,7 @@ async def execute_activation(activation_id: str) -> None:
     if start is None:
         return
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
+    bind(run=str(run.id), session=str(session.id), agent=agent.slug)  # on every log line of this session
     resumed_state = session.state if start.resumed and session.state else None
     skills = await db(skills_for)(team_id=run.team_id, names=agent.spec.skills)
     if resumed_state:
@@ -394,3 +396,5 @@ async def execute_activation(activation_id: str) -> None:
             ending = None
     if ending is not None:
         await db(services.session_settle)(run_id=run.id, session_id=session.id, ladder=ladder, **ending)
+        logger.info("session ended", extra={"status": ending["status"],
+                                            "failure": (ending["failure"] or {}).get("kind")})
