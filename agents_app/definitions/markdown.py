@@ -253,7 +253,8 @@ def _claude_agent(data: dict[str, Any], *, path: str, warnings: list[str]) -> di
 
 def is_foreign_agent(data: dict[str, Any]) -> bool:
     """True for agent files written for other tools (comma-string tools, model aliases)."""
-    return isinstance(data.get("tools"), str) or data.get("model") in CLAUDE_MODEL_TIERS
+    model = data.get("model")
+    return isinstance(data.get("tools"), str) or (isinstance(model, str) and model in CLAUDE_MODEL_TIERS)
 
 
 def parse_definition(
