@@ -268,9 +268,11 @@ def _send(activation_ids: list[str]) -> None:
 
 def _run_finish(run: Run) -> None:
     """All work is done: the run's outcome is its root agent's last result (or its workflow's)."""
+    from mas_project import telemetry
     from workflows_app.services import workflow_finish
 
     if workflow_finish(run):
+        telemetry.record_run(run)
         return
     root = run.activations.filter(parent__isnull=True).order_by("created_at").first()
     last = run.activations.filter(agent=run.agent, kind__in=["root", "signal"]).order_by("-created_at").first()
@@ -287,6 +289,7 @@ def _run_finish(run: Run) -> None:
         "prompt_tokens": run.prompt_tokens, "completion_tokens": run.completion_tokens,
         "cost_usd": str(run.cost_usd), "duration_s": round(duration, 3),
     })
+    telemetry.record_run(run)
 
 
 @transaction.atomic

@@ -32,6 +32,7 @@ from agents_app.llm.types import ModelRequest, ModelResponse, ProviderError, Too
 from agents_app.models import Activation, ModelProvider, ProviderModel, Run, Session
 from agents_app.specs import CustomToolSpec
 from agents_app.runner import db
+from mas_project import telemetry
 from mas_project.logs import bind
 from agents_app.skills import skill_text, skills_for, skills_section
 from memory_app.cache import cached_model
@@ -63,13 +64,29 @@ class ModelHandle:
     resolved: Resolved
     tier: str
     cursor: MemoryCursor | None = None
+    span: Any = None  # the session's trace span, when tracing is on (mas_project.telemetry)
 
     @property
     def model(self) -> str:
         return self.resolved.model
 
     async def complete(self, request: ModelRequest, *, on_chunk=None) -> ModelResponse:
-        return await self.resolved.provider.complete(request, on_chunk=on_chunk)
+        if self.span is None:
+            return await self.resolved.provider.complete(request, on_chunk=on_chunk)
+        span = telemetry.child_span(self.span, f"chat {self.model}", {
+            "gen_ai.operation.name": "chat", "gen_ai.system": self.resolved.provider_slug,
+            "gen_ai.request.model": self.model, "mas.tier": self.tier})
+        try:
+            response = await self.resolved.provider.complete(request, on_chunk=on_chunk)
+        except BaseException as error:
+            telemetry.end(span, error=f"{type(error).__name__}: {error}")
+            raise
+        telemetry.end(span, attributes={
+            "gen_ai.response.model": response.model or self.model,
+            "gen_ai.usage.input_tokens": response.usage.prompt_tokens,
+            "gen_ai.usage.output_tokens": response.usage.completion_tokens,
+            "gen_ai.response.finish_reasons": [response.finish_reason] if response.finish_reason else None})
+        return response
 
     def cost(self, response: ModelResponse) -> Decimal:
         return usage_cost(response.usage, self.resolved.prices)
@@ -309,7 +326,9 @@ async def execute_activation(activation_id: str) -> None:
         await db(services.session_settle)(run_id=run.id, session_id=session.id, status="failed", result="", meta={},
                                           failure=failure, ladder=ladder)
         return
-    model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor)
+    trace_span = telemetry.session_span(run_id=run.id, session_id=session.id, agent=agent.slug,
+                                        attempt=session.attempt)
+    model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor, span=trace_span)
     allowed = agent.spec.tools
     if activation.kind == "step" and allowed is not None and "set_output" not in allowed:
         allowed = [*allowed, "set_output"]  # a workflow step may always set its declared outputs
@@ -339,7 +358,10 @@ async def execute_activation(activation_id: str) -> None:
             # The tool may record events of its own (spawn, delegate, memory, ...):
             # this session's tool_call must be numbered before them.
             await store.flush()
+        span = telemetry.child_span(trace_span, f"execute_tool {call.name}", {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id})
         outcome = await registry.call(call.name, call.arguments, context)
+        telemetry.end(span, error=None if outcome.ok else (outcome.error_kind or "tool_error"))
         return ToolResult(ok=outcome.ok, content=outcome.content, error_kind=outcome.error_kind)
 
     limits = agent.spec.limits
@@ -394,6 +416,8 @@ async def execute_activation(activation_id: str) -> None:
             logger.warning("database unavailable: the session is left to be resumed",
                            extra={"run": str(run.id), "session": str(session.id), "error": str(error)})
             ending = None
+    telemetry.end(trace_span, error=None if ending is None or ending["status"] == "ok" else ending["status"],
+                  attributes={"mas.session.status": ending["status"] if ending else "interrupted"})
     if ending is not None:
         await db(services.session_settle)(run_id=run.id, session_id=session.id, ladder=ladder, **ending)
         logger.info("session ended", extra={"status": ending["status"],
