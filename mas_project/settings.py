@@ -220,6 +220,9 @@ MAS_WEB_SEARCH_BACKEND = os.environ.get("MAS_WEB_SEARCH_BACKEND", "")
 MAS_MCP_CONNECT_TIMEOUT_S = float(os.environ.get("MAS_MCP_CONNECT_TIMEOUT_S", 10))
 MAS_MCP_LIST_TIMEOUT_S = float(os.environ.get("MAS_MCP_LIST_TIMEOUT_S", 10))
 MAS_MCP_MAX_OUTPUT_CHARS = int(os.environ.get("MAS_MCP_MAX_OUTPUT_CHARS", 100_000))
+# A streamable-HTTP/SSE connection stays open this long after its session for the worker's next session
+# (stdio servers are one process per session); 0 closes each with its session.
+MAS_MCP_IDLE_S = float(os.environ.get("MAS_MCP_IDLE_S", 60))
 # Tool discovery (tools_app/discovery.py): an agent with more tools than the threshold is offered the K most
 # relevant to its task (plus tool_search to find the others).
 MAS_TOOL_DISCOVERY_THRESHOLD = int(os.environ.get("MAS_TOOL_DISCOVERY_THRESHOLD", 24))

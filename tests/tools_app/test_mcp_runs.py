@@ -126,3 +126,23 @@ def test_the_admin_actions_test_and_approve_servers(team_a, http_mcp, make_membe
         "demo-http: approved add, crash, env_value, fail, flood, hang")
     row = MCPServer.objects.get(pk=rows["demo-http"])
     assert sorted(row.approved_tools) == ["add", "crash", "env_value", "fail", "flood", "hang"]
+
+
+@pytest.mark.worker
+def test_a_workers_next_session_reuses_an_http_connection_but_not_a_stdio_process(
+        team_a, http_mcp, celery_worker_process):
+    servers(team_a, http_mcp)
+    for slug in ("demo-stdio", "demo-http"):
+        row = MCPServer.objects.get(team=team_a, slug=slug)
+        mcp_server_test(row=row)
+        mcp_server_approve(row=row)
+    agent(team_a, "Lead", "mcp_servers:\n- demo-stdio\n- demo-http\n")
+    script = {"lead": [call("mcp__demo-http__add", a=1, b=2), {"text": "ok"}]}
+    first = finish(run_start(team=team_a, agent="lead", input="x", script=script))
+    second = finish(run_start(team=team_a, agent="lead", input="x", script=script))
+    for run in (first, second):
+        assert [e.data["content"] for e in events(run, "tool_result")] == ["3"]
+    reused = [{e.data["server"]: e.data["reused"] for e in events(run, "mcp_connect")} for run in (first, second)]
+    assert reused == [{"demo-stdio": False, "demo-http": False}, {"demo-stdio": False, "demo-http": True}]
+    kept = [{e.data["server"]: e.data["kept_open"] for e in events(run, "mcp_disconnect")} for run in (first, second)]
+    assert kept == [{"demo-stdio": False, "demo-http": True}] * 2

@@ -129,10 +129,9 @@ class SessionServers:
             await self.emit("mcp_connect", {"server": slug, "ok": False, "error": reason, "tools": []})
             return []
         started = time.perf_counter()
-        connection = Connection(config)
         try:
             breaker_check(config)
-            await connection.open()
+            connection, reused = await pool_acquire(config)
         except MCPError as error:
             breaker_record(config, ok=False)
             await self.emit("mcp_connect", {"server": slug, "transport": config.spec.transport, "ok": False,
@@ -157,13 +156,68 @@ class SessionServers:
         await self.emit("mcp_connect", {
             "server": slug, "transport": config.spec.transport, "ok": True, "error": None,
             "tools": names, "bridged_as": [tool.name for tool in offered], "awaiting_approval": held,
+            "reused": reused,
             "duration_ms": round((time.perf_counter() - started) * 1000, 1)})
         return offered
 
     async def close(self) -> None:
         for connection in self.connections:
             started = time.perf_counter()
-            await connection.close()
-            await self.emit("mcp_disconnect", {"server": connection.config.slug,
+            kept = await pool_release(connection)
+            await self.emit("mcp_disconnect", {"server": connection.config.slug, "kept_open": kept,
                                                "duration_ms": round((time.perf_counter() - started) * 1000, 1)})
         self.connections.clear()
+
+
+# -- connections kept open between sessions (HTTP transports only) ---------------------------------------------
+
+# A stdio server is a process of the session's own (its state is the session's); an HTTP server's connection
+# is kept for the next session of the same worker that uses the same config, while it stays healthy.
+_pool: dict[tuple, dict] = {}
+REUSABLE = {"streamable-http", "sse"}
+
+
+def _pool_key(config) -> tuple:
+    import hashlib
+    import json
+
+    spec = json.dumps([config.spec.model_dump(mode="json"), config.secret_headers], sort_keys=True)
+    return (id(asyncio.get_running_loop()), config.team_id, config.slug, hashlib.sha256(spec.encode()).hexdigest())
+
+
+async def pool_acquire(config) -> tuple[Connection, bool]:
+    """An open connection for ``config``: the worker's idle one when there is a healthy one, else a new one."""
+    from django.conf import settings
+
+    idle_s = float(settings.MAS_MCP_IDLE_S)
+    now = time.monotonic()
+    for key, entry in list(_pool.items()):  # close what has been idle too long
+        if entry["users"] == 0 and now - entry["last_used"] > idle_s:
+            _pool.pop(key, None)
+            await entry["connection"].close()
+    key = _pool_key(config)
+    entry = _pool.get(key)
+    if entry is not None and entry["connection"].alive:
+        entry["users"] += 1
+        return entry["connection"], True
+    connection = Connection(config)
+    await connection.open()
+    if config.spec.transport in REUSABLE and idle_s > 0:
+        if entry is not None:
+            await entry["connection"].close()
+        _pool[key] = {"connection": connection, "users": 1, "last_used": now}
+    return connection, False
+
+
+async def pool_release(connection: Connection) -> bool:
+    """Give the connection back (kept open when pooled and healthy); returns whether it stays open."""
+    for key, entry in list(_pool.items()):
+        if entry["connection"] is connection:
+            entry["users"] -= 1
+            entry["last_used"] = time.monotonic()
+            if connection.alive:
+                return True
+            _pool.pop(key, None)
+            break
+    await connection.close()
+    return False

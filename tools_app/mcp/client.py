@@ -206,6 +206,10 @@ class Connection:
         self.tools = [DiscoveredTool(tool.name, tool.description or "", dict(tool.input_schema or {}))
                       for tool in listed.tools]
 
+    @property
+    def alive(self) -> bool:
+        return self._session is not None and self._task is not None and not self._task.done()
+
     async def call(self, tool: str, arguments: dict[str, Any]) -> str:
         _, _, max_chars = _limits()
         if self._session is None:
