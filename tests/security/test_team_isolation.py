@@ -520,6 +520,12 @@ def test_an_agents_tools_reach_nothing_of_another_team(team_a, team_b, celery_wo
 
     # Team B's rows, written directly (no run of B's executes during the test).
     save(team_b, f"---\nname: Bravo Helper\n---\n\nYou help. {MARK}\n")
+    from agents_app.definitions.kinds import SKILL, TOOL
+
+    for kind, text in ((SKILL, f"---\nname: Launch codes\ndescription: launch codes {MARK}\n---\n\n{MARK}\n"),
+                       (TOOL, f"---\nname: launch_codes\ndescription: Find launch codes {MARK}\n"
+                              f"parameters:\n  q: {{}}\nprompt: '{MARK} {{{{q}}}}'\n---\n")):
+        definition_save(kind=kind, team=team_b, parsed=definition_parse(kind=kind, team=team_b, text=text))
     theirs = Run.objects.create(team=team_b, agent="bravo-helper", input=f"task {MARK}")
     WorkspaceFile.objects.create(run=theirs, path="out/report.md", content=f"report {MARK}", author="x")
     BlackboardEntry.objects.create(run=theirs, key="plan", value=f"plan {MARK}", author="x")
@@ -531,11 +537,12 @@ def test_an_agents_tools_reach_nothing_of_another_team(team_a, team_b, celery_wo
     before = db_snapshot()
 
     save(team_a, "---\nname: Lead\ntools: [knowledge_query, memory_recall, delegate, vfs_read, vfs_list, "
-                 "blackboard_read, subscribe]\n---\n\nYou look around.\n")
+                 "blackboard_read, subscribe, skill_load, tool_search]\n---\n\nYou look around.\n")
     calls = [("knowledge_query", {"query": "launch code"}), ("memory_recall", {"query": "launch code"}),
              ("delegate", {"agent": "bravo-helper", "task": "help"}), ("vfs_read", {"path": "out/report.md"}),
              ("vfs_list", {}), ("blackboard_read", {"key": "plan"}), ("blackboard_read", {}),
-             ("subscribe", {"channel": "news", "check": True})]
+             ("subscribe", {"channel": "news", "check": True}), ("skill_load", {"name": "launch-codes"}),
+             ("skill_load", {"name": "Launch codes"}), ("tool_search", {"query": "launch codes"})]
     script = {"lead": [{"tool_calls": [{"name": n, "arguments": a} for n, a in calls]}, {"text": "done"}]}
     run = run_start(team=team_a, agent="lead", input="Find the launch code", script=script)
     deadline = time.monotonic() + 60
