@@ -120,6 +120,13 @@ def event_line(event: dict[str, Any], *, started: float, verbose: bool = False) 
     return f"{time.monotonic() - started:6.1f}s #{event['seq']:<4} {event['agent'] or '-':<14} {text}"
 
 
+def usage_rows(run: Run) -> list[tuple[str, str]]:
+    """Tokens and cost, then the notice and error when there are any, and the result: the end of a summary."""
+    rows = [("Tokens", f"{run.prompt_tokens} in / {run.completion_tokens} out"), ("Cost", money(run.cost_usd))]
+    rows += [(label, value) for label, value in (("Notice", run.notice), ("Error", run.error)) if value]
+    return rows + [("Result", run.result or "-")]
+
+
 # -- the command ----------------------------------------------------------------------
 
 
@@ -235,15 +242,18 @@ class Command(BaseCommand):
         duration = run_duration_s(run)
         style = self.style.SUCCESS if run.status == "succeeded" else self.style.ERROR
         self.stdout.write("")
-        self.stdout.write(f"Status:     {style(run.status)}")
-        self.stdout.write(f"Duration:   {duration if duration is not None else '-'} s")
-        self.stdout.write(f"Sessions:   {len(sessions)}" + (f" ({by_status})" if sessions else ""))
-        self.stdout.write(f"Tool calls: {tool_calls}")
-        self.stdout.write(f"Tokens:     {run.prompt_tokens} in / {run.completion_tokens} out")
-        self.stdout.write(f"Cost:       {money(run.cost_usd)}")
-        self.stdout.write(f"Files:      {files}")
-        if run.notice:
-            self.stdout.write(f"Notice:     {run.notice}")
-        if run.error:
-            self.stdout.write(f"Error:      {run.error}")
-        self.stdout.write(f"Result:     {run.result or '-'}")
+        self.write_rows([
+            ("Status", style(run.status)),
+            ("Duration", f"{duration if duration is not None else '-'} s"),
+            ("Sessions", f"{len(sessions)}" + (f" ({by_status})" if sessions else "")),
+            ("Tool calls", str(tool_calls)),
+            *usage_rows(run)[:2],
+            ("Files", str(files)),
+            *usage_rows(run)[2:],
+        ])
+
+    def write_rows(self, rows: list[tuple[str, str]]) -> None:
+        """``Label: value`` lines, the values aligned."""
+        width = max(len(label) for label, _ in rows) + 2
+        for label, value in rows:
+            self.stdout.write(f"{label + ':':<{width}}{value}")

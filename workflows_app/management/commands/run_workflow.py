@@ -28,6 +28,7 @@ from agents_app.management.commands.run_agent import (
     _short,
     event_line,
     money,
+    usage_rows,
 )
 from agents_app.models import Run
 from agents_app.models.runs import FINISHED_RUN_STATUSES
@@ -157,12 +158,5 @@ class Command(RunAgentCommand):
         succeeded = sum(s["status"] == "succeeded" for s in steps)
         duration = run_duration_s(run)
         self.stdout.write("")
-        self.stdout.write(f"Status:   {style(run.status)} — {succeeded}/{len(steps)} steps succeeded")
-        self.stdout.write(f"Duration: {duration if duration is not None else '-'} s")
-        self.stdout.write(f"Tokens:   {run.prompt_tokens} in / {run.completion_tokens} out")
-        self.stdout.write(f"Cost:     {money(run.cost_usd)}")
-        if run.notice:
-            self.stdout.write(f"Notice:   {run.notice}")
-        if run.error:
-            self.stdout.write(f"Error:    {run.error}")
-        self.stdout.write(f"Result:   {run.result or '-'}")
+        self.write_rows([("Status", f"{style(run.status)} — {succeeded}/{len(steps)} steps succeeded"),
+                         ("Duration", f"{duration if duration is not None else '-'} s"), *usage_rows(run)])
