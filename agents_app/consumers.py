@@ -12,20 +12,26 @@ even a lost last push reaches the client. The kernel never waits for a
 client: pushes go to the channel layer, and a slow socket only loses live
 copies it then reads back.
 
+Events travel in lists: one message carries whatever is ready for the socket
+— a page of the replay, a committed batch, or all a busy socket has waiting —
+up to ``MAX_MESSAGE_CHARS``. A quiet run costs one message per event; a busy
+one does not cost one websocket frame per event and socket.
+
 ``/ws/runs/?team=<slug>&since=<unix seconds>`` sends the team's runs as they
 change (started, status, totals); with ``since``, first every run that is
 still going or was created or finished since then, so a page rendered at
 ``since`` misses no change made before its socket joined.
 
 Messages are JSON objects with a ``message`` key:
-``{"message": "event", "event": <the REST events endpoint's JSON>}``,
-``{"message": "replayed", "last_seq": n}`` once the replay is done,
-``{"message": "ping"}``, and on ``/ws/runs/``
+``{"message": "events", "events": [<the REST events endpoint's JSON>, ...]}``
+(in seq order, never empty), ``{"message": "replayed", "last_seq": n}`` once
+the replay is done, ``{"message": "ping", "last_seq": n}``, and on ``/ws/runs/``
 ``{"message": "run", "run": <the run as GET /api/runs lists it>}``.
 
 Close codes: 4401 not authenticated (a browser's session cookie counts only
 from one of our own pages: its ``Origin`` must be an allowed host), 4404 no
-such run in the caller's team (or no such team), 4400 a malformed ``after``.
+such run in the caller's team (or no such team), 4400 a malformed ``after``
+or ``since``, 1011 the channel layer could not be joined (the client retries).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from django.conf import settings
 from agents_app.events import run_group, team_runs_group
 
 REPLAY_PAGE = 500
+MAX_MESSAGE_CHARS = 256_000  # events per message stop here (an event's data is bounded well below)
 SINCE_LIMIT = 100  # runs sent on connect to /ws/runs/?since=
 
 logger = logging.getLogger(__name__)
@@ -107,12 +114,10 @@ def _run_team(run_id: str, team_ids: list[int]) -> int | None:
         return None
 
 
-def _events_after(run_id: str, after: int, limit: int) -> list[dict[str, Any]]:
-    from agents_app.events import event_to_dict
-    from agents_app.models import Event
+def _events_after(run_id: str, after: int, limit: int, before: int | None = None) -> list[dict[str, Any]]:
+    from agents_app.events import events_after
 
-    rows = Event.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit]
-    return [event_to_dict(event) for event in rows]
+    return events_after(run_id=run_id, after=after, limit=limit, before=before)
 
 
 def _run_summary(run_id: str, team_id: int) -> dict[str, Any] | None:
@@ -127,6 +132,11 @@ def _run_summary(run_id: str, team_id: int) -> dict[str, Any] | None:
 # -- one subscription per run and process ---------------------------------------------------------
 
 
+def encoded(events: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    """(seq, JSON) of each event: encoded once per process, whatever the number of sockets."""
+    return [(event["seq"], json.dumps(event, default=str)) for event in events]
+
+
 class Room:
     """The sockets of one process that follow one run, fed by a single channel-layer subscription.
 
@@ -135,7 +145,18 @@ class Room:
     socket the frames, already encoded. A socket that falls behind (its
     queue full) drops what it cannot take and reads it back from the
     database.
+
+    Pushes of one run can reach Redis out of order (its sessions push
+    concurrently, after their own commits), and a busy process can lose some
+    (the channel layer drops what overflows its capacity). A batch that comes
+    before the one preceding it is held here, for at most ``HOLD_S``, until
+    the gap fills; a gap still open then is read from the database once, for
+    every socket — not by each socket, which under load would multiply the
+    work by the number of sockets just when the process can least afford it.
     """
+
+    HOLD_S = 0.05
+    SETTLE_S = 0.25  # quiet this long after events came: check the database once for a lost last push
 
     def __init__(self, run_id: str, layer) -> None:
         self.run_id, self.layer = run_id, layer
@@ -144,6 +165,11 @@ class Room:
         self.reader: asyncio.Task | None = None
         self.ready = asyncio.Event()
         self.failed = False
+        self.next_seq: int | None = None  # the first seq not handed out yet (None: nothing seen)
+        self.held: dict[int, list[tuple[int, str]]] = {}  # batches waiting for a gap, by first seq
+        self.hold_timer: asyncio.TimerHandle | None = None
+        self.filler: asyncio.Task | None = None  # reading a gap from the database
+        self.settle_timer: asyncio.TimerHandle | None = None
 
     async def open(self) -> None:
         try:
@@ -169,12 +195,88 @@ class Room:
                 continue
             if message.get("type") != "run.events":
                 continue
-            frames = [(event["seq"], json.dumps({"message": "event", "event": event}, default=str))
-                      for event in sorted(message["events"], key=lambda event: event["seq"])]
-            for socket in list(self.sockets):
-                socket.offer(frames)
+            frames = encoded(sorted(message["events"], key=lambda event: event["seq"]))
+            if frames:
+                self.arrive(frames)
+
+    def expect(self, seq: int) -> None:
+        """A socket has sent everything before ``seq``: the room starts from there if it has seen nothing."""
+        if self.next_seq is None:
+            self.next_seq = seq
+
+    def arrive(self, frames: list[tuple[int, str]]) -> None:
+        if self.filler is None and (self.next_seq is None or frames[0][0] <= self.next_seq):
+            self.hand_out(frames)
+            self.hand_out_held()
+        else:
+            self.held[frames[0][0]] = frames
+            if self.hold_timer is None and self.filler is None:
+                self.hold_timer = asyncio.get_running_loop().call_later(self.HOLD_S, self.fill)
+
+    def hand_out_held(self) -> None:
+        while self.held and min(self.held) <= self.next_seq:
+            self.hand_out(self.held.pop(min(self.held)))
+        if not self.held and self.hold_timer is not None:
+            self.hold_timer.cancel()
+            self.hold_timer = None
+
+    def fill(self) -> None:
+        self.hold_timer = None
+        if self.filler is None:
+            self.filler = asyncio.ensure_future(self.fill_from_database())
+
+    async def fill_from_database(self) -> None:
+        """Read from ``next_seq`` up to the first held batch (everything, when none is held) and hand it out.
+
+        Batches arriving meanwhile are held, then handed out in order.
+        """
+        try:
+            while True:
+                until = min(self.held) if self.held else None
+                if until is not None and until <= self.next_seq:
+                    break  # the gap closed while the database was read
+                events = await database_sync_to_async(_events_after)(self.run_id, self.next_seq - 1,
+                                                                     REPLAY_PAGE, until)
+                if events:
+                    self.hand_out(encoded(events))
+                if len(events) < REPLAY_PAGE:
+                    if until is not None:
+                        # Still missing is not in the database: go on (each socket checks again).
+                        self.next_seq = max(self.next_seq, until)
+                    break
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.warning("monitor room database read failed", extra={"run": self.run_id}, exc_info=True)
+            for first in sorted(self.held):
+                self.hand_out(self.held.pop(first))
+        finally:
+            self.filler = None
+        self.hand_out_held()
+        if self.held and self.hold_timer is None:  # a new gap opened while the database was read
+            self.hold_timer = asyncio.get_running_loop().call_later(self.HOLD_S, self.fill)
+
+    def hand_out(self, frames: list[tuple[int, str]]) -> None:
+        self.next_seq = max(self.next_seq or 0, frames[-1][0] + 1)
+        for socket in list(self.sockets):
+            socket.offer(frames)
+        if self.settle_timer is not None:
+            self.settle_timer.cancel()
+        self.settle_timer = asyncio.get_running_loop().call_later(self.SETTLE_S, self.settle)
+
+    def settle(self) -> None:
+        # The last pushes of a burst are the ones a busy process loses, and nothing after them shows
+        # the gap: one read, a moment after the run went quiet, finds them (else the ping, 15 s later).
+        self.settle_timer = None
+        if self.filler is None and not self.held:
+            self.filler = asyncio.ensure_future(self.fill_from_database())
 
     async def close(self) -> None:
+        for timer in (self.hold_timer, self.settle_timer):
+            if timer is not None:
+                timer.cancel()
+        if self.filler is not None:
+            self.filler.cancel()
         if self.reader is not None:
             self.reader.cancel()
         if self.channel is not None:
@@ -205,6 +307,12 @@ async def room_join(run_id: str, socket: "RunEventsConsumer") -> None:
         await room.ready.wait()
         if room.failed:
             raise RoomUnavailable("the channel layer is unavailable")
+
+
+def room_expect(run_id: str, seq: int) -> None:
+    room = _rooms.get((id(asyncio.get_running_loop()), run_id))
+    if room is not None:
+        room.expect(seq)
 
 
 async def room_leave(run_id: str, socket: "RunEventsConsumer") -> None:
@@ -255,6 +363,7 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
             return
         self.joined = True
         await self.catch_up()
+        room_expect(self.run_id, self.last_seq + 1)
         await self.send_json({"message": "replayed", "last_seq": self.last_seq})
         self.tasks = [asyncio.ensure_future(self.deliver_forever()), asyncio.ensure_future(self.ping_forever())]
 
@@ -277,14 +386,21 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
 
     async def deliver_forever(self) -> None:
         while True:
-            frames = await self.inbox.get()
+            batches = [await self.inbox.get()]
+            while not self.inbox.empty():  # all that waits goes out together
+                batches.append(self.inbox.get_nowait())
             async with self.lock:
-                for seq, frame in frames:
-                    if seq > self.last_seq + 1:  # a gap: a lost push, or batches dropped above
-                        await self._read_database(until=seq - 1)
-                    if seq == self.last_seq + 1:
-                        await self.send(text_data=frame)
-                        self.last_seq = seq
+                ready: list[str] = []
+                for frames in batches:
+                    for seq, text in frames:
+                        if seq > self.last_seq + 1:  # a gap: a lost push, or batches dropped above
+                            await self.send_events(ready)
+                            ready = []
+                            await self._read_database(until=seq - 1)
+                        if seq == self.last_seq + 1:
+                            ready.append(text)
+                            self.last_seq = seq
+                await self.send_events(ready)
                 if self.behind and self.inbox.empty():
                     # What was dropped may have been the run's last events: read them now, not at the next ping.
                     self.behind = False
@@ -295,18 +411,28 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
             await self._read_database()
 
     async def _read_database(self, until: int | None = None) -> None:
+        """Send the events after ``last_seq`` (up to ``until``) from the database, a page per query."""
         while True:
-            page = await database_sync_to_async(_events_after)(self.run_id, self.last_seq, REPLAY_PAGE)
-            for event in page:
-                if until is not None and event["seq"] > until:
-                    return
-                await self.send_event(event)
+            page = await database_sync_to_async(_events_after)(
+                self.run_id, self.last_seq, REPLAY_PAGE, None if until is None else until + 1)
+            if page:
+                await self.send_events([text for _, text in encoded(page)])
+                self.last_seq = page[-1]["seq"]
             if len(page) < REPLAY_PAGE:
                 return
 
-    async def send_event(self, event: dict[str, Any]) -> None:
-        await self.send_json({"message": "event", "event": event})
-        self.last_seq = event["seq"]
+    async def send_events(self, texts: list[str]) -> None:
+        """Events (their JSON) in as few messages as ``MAX_MESSAGE_CHARS`` allows."""
+        chunk: list[str] = []
+        size = 0
+        for text in texts:
+            if chunk and size + len(text) > MAX_MESSAGE_CHARS:
+                await self.send(text_data='{"message": "events", "events": [' + ", ".join(chunk) + "]}")
+                chunk, size = [], 0
+            chunk.append(text)
+            size += len(text) + 2
+        if chunk:
+            await self.send(text_data='{"message": "events", "events": [' + ", ".join(chunk) + "]}")
 
     async def ping_forever(self) -> None:
         while True:

@@ -34,15 +34,35 @@ RUN_CHANGES = frozenset({"run_start", "run_complete", "session_start", "session_
 
 def event_to_dict(event: Event) -> dict[str, Any]:
     """The JSON of an event: the same for the REST API and websockets."""
+    return _event_json(event.run_id, event.seq, event.type, event.agent, event.session_id, event.data,
+                       event.created_at)
+
+
+def _event_json(run_id, seq, type, agent, session_id, data, created_at) -> dict[str, Any]:
     return {
-        "run": str(event.run_id),
-        "seq": event.seq,
-        "type": event.type,
-        "agent": event.agent,
-        "session": str(event.session_id) if event.session_id else None,
-        "data": event.data,
-        "created_at": event.created_at.isoformat(),
+        "run": str(run_id),
+        "seq": seq,
+        "type": type,
+        "agent": agent,
+        "session": str(session_id) if session_id else None,
+        "data": data,
+        "created_at": created_at.isoformat(),
     }
+
+
+EVENT_FIELDS = ("run_id", "seq", "type", "agent", "session_id", "data", "created_at")
+
+
+def events_after(*, run_id, after: int, limit: int, before: int | None = None) -> list[dict[str, Any]]:
+    """The run's events with ``after < seq < before``, in order, as :func:`event_to_dict` gives them.
+
+    Read as plain rows, not model instances: websockets catching up call this often.
+    The caller has checked that the run is its team's.
+    """
+    rows = Event.objects.filter(run_id=run_id, seq__gt=after)
+    if before is not None:
+        rows = rows.filter(seq__lt=before)
+    return [_event_json(*row) for row in rows.order_by("seq").values_list(*EVENT_FIELDS)[:limit]]
 
 
 def _bounded(data: dict[str, Any]) -> dict[str, Any]:

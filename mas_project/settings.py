@@ -151,8 +151,11 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            # Hundreds of sessions push at once: a pool larger than redis-py's 100.
-            "hosts": [{"address": os.environ.get("CHANNELS_REDIS_URL", REDIS_URL), "max_connections": 1000}],
+            # Hundreds of sessions push at once: a pool larger than redis-py's 100. Reads must outlast
+            # channels_redis's 5 s blocking pop: at redis-py's default socket_timeout (5 s) an idle
+            # receive raises at random and takes its websocket down (close 1011).
+            "hosts": [{"address": os.environ.get("CHANNELS_REDIS_URL", REDIS_URL), "max_connections": 1000,
+                       "socket_timeout": 15}],
             "prefix": os.environ.get("MAS_CHANNELS_PREFIX", "mas"),
         },
     }

@@ -14,7 +14,8 @@ from mas_project.settings import CHANNEL_LAYERS, REDIS_URL  # noqa: E402
 TEST_REDIS_URL = os.environ.get("MAS_TEST_REDIS_URL", REDIS_URL.rsplit("/", 1)[0] + "/9")
 CELERY_BROKER_URL = TEST_REDIS_URL
 CELERY_RESULT_BACKEND = TEST_REDIS_URL
-CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [{"address": TEST_REDIS_URL, "max_connections": 1000}]
+CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [{**CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0],
+                                                 "address": TEST_REDIS_URL}]
 CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = "mas-test"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # The suite makes many bad-token and run-start calls from one address: tests of the limits set their own.

@@ -81,3 +81,81 @@ def test_a_user_in_two_teams_picks_one_with_team(team_a, team_b, make_member):
     assert "b task" in client.get(f"/runs/?team={team_b.slug}").content.decode()
     assert client.get("/runs/?team=nobody").status_code == 404
     assert client.get(f"/runs/{theirs.id}/").status_code == 200
+
+
+def json_script(page: str, element_id: str):
+    import json
+    import re
+
+    match = re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', page, re.S)
+    assert match, f"no json_script {element_id}"
+    return json.loads(match.group(1))
+
+
+WORKFLOW_TEXT = """---
+name: Research chain
+inputs: [topic]
+steps:
+  - id: research
+    agent: researcher
+    prompt: "Research {topic}"
+    outputs: [findings]
+  - id: review
+    agent: reviewer
+    depends_on: [research]
+    prompt: "Review {research.findings}"
+  - id: summary
+    agent: reviewer
+    depends_on: [research, review]
+    prompt: "Sum up"
+---
+"""
+
+
+def test_a_workflow_runs_page_carries_its_own_teams_dag(team_a, team_b, make_member):
+    from agents_app.definitions.kinds import WORKFLOW
+
+    for team in (team_a, team_b):
+        agent(team, "Researcher")
+        agent(team, "Reviewer")
+    definition_save(kind=WORKFLOW, team=team_a, parsed=definition_parse(kind=WORKFLOW, team=team_a,
+                                                                        text=WORKFLOW_TEXT))
+    # Another team's workflow of the same slug, with other steps: never shown to team_a.
+    definition_save(kind=WORKFLOW, team=team_b, parsed=definition_parse(
+        kind=WORKFLOW, team=team_b,
+        text="---\nname: Research chain\nsteps:\n  - id: theirs\n    agent: researcher\n---\n"))
+    flow = Run.objects.create(team=team_a, workflow="research-chain", input="topic: tides")
+    plain = Run.objects.create(team=team_a, agent="researcher", input="x")
+    client = browser(make_member(team_a, role="viewer"))
+
+    page = client.get(f"/runs/{flow.id}/").content.decode()
+    assert json_script(page, "workflow") == {"name": "Research chain", "steps": [
+        {"id": "research", "agent": "researcher", "depends_on": []},
+        {"id": "review", "agent": "reviewer", "depends_on": ["research"]},
+        {"id": "summary", "agent": "reviewer", "depends_on": ["research", "review"]},
+    ]}
+    assert '<svg id="dag"' in page and json_script(page, "run-id") == str(flow.id)
+    page = client.get(f"/runs/{plain.id}/").content.decode()
+    assert json_script(page, "workflow") is None and '<svg id="dag"' not in page
+
+
+def test_cancel_needs_the_csrf_token_and_a_refused_post_changes_nothing(team_a, make_member):
+    from agents_app.models import Event
+
+    run = Run.objects.create(team=team_a, agent="lead", input="x")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(make_member(team_a, role="operator"))
+    assert client.post(f"/runs/{run.id}/cancel").status_code == 403
+    assert client.get(f"/runs/{run.id}/cancel").status_code == 405
+    run.refresh_from_db()
+    assert (run.status, run.finished_at, run.error) == ("queued", None, "")
+    assert not Event.objects.filter(run=run).exists()
+
+
+def test_the_runs_page_tells_its_socket_when_it_was_drawn(team_a, make_member):
+    import time
+
+    before = time.time()
+    page = browser(make_member(team_a, role="viewer")).get("/runs/").content.decode()
+    assert before <= json_script(page, "since") <= time.time()
+    assert json_script(page, "team-slug") == team_a.slug

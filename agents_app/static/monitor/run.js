@@ -79,8 +79,13 @@
         break;
       }
       case "signal": {
+        // The sender: its session when the event names one, else the running child of the same
+        // parent whose agent is ``from`` (the signal is sent from inside that child's session).
         const node = state.nodes.get(d.activation);
-        if (node) node.from = state.sessions.get(e.session);
+        if (!node) break;
+        const senders = [...state.nodes.values()].filter((n) => n.id !== node.id && n.parent === node.parent
+                                                                && n.agent === d.from && n.status === "running");
+        node.from = state.sessions.get(e.session) || senders.at(-1)?.id;
         break;
       }
       case "stream_chunk": stream(e); break;
@@ -179,9 +184,12 @@
     let maxX = 0, maxY = 0;
     for (const [l, list] of rows) list.forEach((s, i) => pos.set(s.id, { x: i * (W + GX), y: l * (H + GY) }));
     for (const s of workflow.steps) for (const d of s.depends_on) {
-      const a = pos.get(d), b = pos.get(s.id);
-      el("path", { class: "edge", "data-from": d, "data-to": s.id,
-                   d: `M${a.x + W / 2},${a.y + H} L${b.x + W / 2},${b.y}` }, svg);
+      const a = pos.get(d), b = pos.get(s.id), span = level.get(s.id) - level.get(d);
+      // An edge that skips levels bows out to the right so it does not run through the steps between.
+      const path = span <= 1 ? `M${a.x + W / 2},${a.y + H} L${b.x + W / 2},${b.y}`
+        : `M${a.x + W},${a.y + H / 2} C${a.x + W + 30 * span},${a.y + H / 2} ${b.x + W + 30 * span},${b.y + H / 2} ${b.x + W},${b.y + H / 2}`;
+      maxX = Math.max(maxX, a.x + W + 24 * span, b.x + W + 24 * span);
+      el("path", { class: "edge", "data-from": d, "data-to": s.id, d: path }, svg);
     }
     for (const s of workflow.steps) {
       const p = pos.get(s.id), status = state.steps.get(s.id) || "pending";
@@ -207,9 +215,13 @@
     lastSeq: () => state.lastSeq,
     onState: setLive,
     onMessage(m) {
-      if (m.message !== "event" || (state.lastSeq !== null && m.event.seq <= state.lastSeq)) return;
-      state.lastSeq = m.event.seq; state.count += 1;
-      logEvent(m.event); apply(m.event); redraw();
+      if (m.message !== "events") return;
+      for (const e of m.events) {
+        if (state.lastSeq !== null && e.seq <= state.lastSeq) continue;
+        state.lastSeq = e.seq; state.count += 1;
+        logEvent(e); apply(e);
+      }
+      redraw();
     },
   });
   drawDag();
