@@ -10,6 +10,10 @@ STAMP  := $(VENV)/.installed
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
 DEMO_TOPIC ?= How do ocean tides work?
+# The environment variables the demo team's definitions may name (README, "Secrets"): the keys of the
+# providers the README describes and the GitHub MCP server's token, for team demo only. Set
+# MAS_TEAM_SECRETS yourself to declare others; `make test` uses its own (mas_project/settings_test.py).
+export MAS_TEAM_SECRETS ?= OPENAI_API_KEY=demo,ANTHROPIC_API_KEY=demo,GEMINI_API_KEY=demo,GITHUB_TOKEN=demo
 
 .PHONY: demo test stop status setup install services migrate clean-var browser sandbox
 

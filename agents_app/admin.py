@@ -13,6 +13,7 @@ from django.db.models import Count, Q
 from django.utils.html import format_html, format_html_join
 
 from agents_app.admin_base import DefinitionAdmin, ReadOnlyTeamAdmin, TeamScopedAdmin, team_ids, teams_with
+from agents_app.definitions import storage
 from agents_app.models import (
     ROLE_CAPABILITIES,
     Agent,
@@ -121,8 +122,23 @@ class TeamMemberAdmin(TeamScopedAdmin):
     use_model_perms = False
 
 
+class TeamForm(forms.ModelForm):
+    class Meta:
+        model = Team
+        fields = ("slug", "name", "defs_dir")
+
+    def clean_defs_dir(self):
+        defs_dir = self.cleaned_data["defs_dir"]
+        if defs_dir:
+            reason = storage.read_only_reason(storage.team_defs_dir(Team(slug="-", defs_dir=defs_dir)))
+            if reason:
+                raise forms.ValidationError(f"Not this folder: {reason}.")
+        return defs_dir
+
+
 @admin.register(Team)
 class TeamAdmin(TeamMemberAdmin):
+    form = TeamForm
     team_lookup = "pk"
     list_display = ("slug", "name", "member_count", "created_at")
     search_fields = ("slug", "name")

@@ -14,12 +14,14 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 from django.urls import reverse
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.timezone import localtime
 
+from agents_app.definitions import storage
 from agents_app.definitions.kinds import Kind, kind_for_model
 from agents_app.definitions.selectors import SYNC_STATUS_LABELS, definition_sync_status
 from agents_app.definitions.markdown import DefinitionError, ParsedDefinition
@@ -221,6 +223,10 @@ class DefinitionForm(forms.ModelForm):
         team, text = self.team, cleaned.get("markdown")
         if team is None or text is None:
             return cleaned
+        read_only = storage.read_only_reason(storage.team_defs_dir(team))
+        if read_only:
+            self.add_error(None, f"Team {team} cannot save definitions: {read_only}.")
+            return cleaned
         kind = self.model_admin.kind
         path = str(kind.relative_path(self.instance.slug)) if self.instance.pk else ""
         try:
@@ -375,9 +381,13 @@ class DefinitionAdmin(TeamScopedAdmin):
         return super().construct_change_message(request, form, [], add)
 
     def delete_model(self, request, obj):
-        warnings = definition_delete(
-            kind=self.kind, team=obj.team, slug=obj.slug, allow_stdio=self.allow_stdio(request, obj.team)
-        )
+        try:
+            warnings = definition_delete(
+                kind=self.kind, team=obj.team, slug=obj.slug, allow_stdio=self.allow_stdio(request, obj.team)
+            )
+        except storage.ReadOnlyFolderError as error:
+            # Rolled back, the row stays; a 403 rather than the admin's "deleted" message.
+            raise PermissionDenied(str(error)) from error
         for warning in warnings:
             self.message_user(request, warning, messages.WARNING)
 

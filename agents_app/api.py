@@ -130,7 +130,7 @@ def _markdown_text(request: HttpRequest) -> str:
         raise NinjaValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in error.errors(include_url=False)]
         ) from None
-    except (ValueError, RecursionError) as error:
+    except ValueError as error:
         # Bad JSON, bad UTF-8, NUL characters: worded by the HttpError handler.
         raise HttpError(400, "Cannot parse request body") from error
     raise UnsupportedMediaType(f"send the markdown as text/markdown, or as JSON {{\"markdown\": …}}, not {content_type!r}")

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from agents_app.events import event_to_dict
 from agents_app.execution.replay import run_script_export
-from agents_app.execution.services import RunError, run_cancel, run_start
+from agents_app.execution.services import RunError, ScriptError, run_cancel, run_start
 from agents_app.models import Agent, ModelProvider, Run
 from agents_app.models.runs import FINISHED_RUN_STATUSES
 from agents_app.permissions import Actor
@@ -162,6 +162,8 @@ def start(request: HttpRequest, payload: RunIn):
         run = run_start(team=actor.team, agent=payload.agent, input=payload.input, user=actor.user,
                         limits=payload.limits_data(), budget=payload.budget_data(), provider=payload.provider,
                         script=payload.script)
+    except ScriptError as error:
+        raise _invalid("script", str(error), "invalid_script") from None
     except RunError as error:
         raise _invalid("agent", str(error), "run_refused") from None
     return Status(201, run_out(run_get(team=actor.team, run_id=run.id), detail=True))

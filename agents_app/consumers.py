@@ -29,9 +29,13 @@ the replay is done, ``{"message": "ping", "last_seq": n}``, and on ``/ws/runs/``
 ``{"message": "run", "run": <the run as GET /api/runs lists it>}``.
 
 Close codes: 4401 not authenticated (a browser's session cookie counts only
-from one of our own pages: its ``Origin`` must be an allowed host), 4404 no
-such run in the caller's team (or no such team), 4400 a malformed ``after``
-or ``since``, 1011 the channel layer could not be joined (the client retries).
+from one of our own pages: its ``Origin`` must pass Django's CSRF origin
+check, see ``mas_project/ws_security.py``), 4429 a wrong token from an
+address past ``MAS_AUTH_FAILURES_PER_MIN`` failed token authentications this
+minute (HTTP and websockets count together; the reason says when to retry),
+4404 no such run in the caller's team (or no such team), 4400 a malformed
+``after`` or ``since``, 1011 the channel layer could not be joined (the
+client retries).
 """
 
 from __future__ import annotations
@@ -72,37 +76,36 @@ def _bearer(scope) -> str | None:
     return None
 
 
-def _same_site(scope) -> bool:
-    """A cookie-authenticated socket must come from one of our own pages (no cross-site hijacking)."""
-    from urllib.parse import urlparse
+def _team_ids(scope) -> tuple[list[int], tuple[int, str] | None]:
+    """The teams the connection may see — the bearer token's team, or the session user's — or the close
+    code and reason that refuse it.
 
-    from django.http.request import validate_host
-
-    origin = next((value.decode("latin-1") for name, value in scope.get("headers", []) if name == b"origin"), "")
-    if not origin:
-        return False
-    trusted = {urlparse(o).netloc for o in settings.CSRF_TRUSTED_ORIGINS}
-    host = urlparse(origin).netloc
-    return host in trusted or validate_host(host.rsplit(":", 1)[0] if host.count(":") == 1 else host,
-                                            settings.ALLOWED_HOSTS)
-
-
-def _team_ids(scope) -> list[int] | None:
-    """The teams the connection may see: the bearer token's team, or the session user's teams; None if anonymous."""
+    A session counts only from one of our own pages (``ws_security.origin_allowed``). A wrong token is a
+    failed token authentication of the socket's address, counted with those over HTTP: past the limit
+    the socket is closed 4429 (the reason says how long to wait) instead of 4401. A right token is never
+    refused for its address's failures.
+    """
     from agents_app.models import Team
     from agents_app.permissions import memberships
     from agents_app.services import api_token_authenticate
+    from mas_project import ratelimit
+    from mas_project.ws_security import client_address, origin_allowed
 
     token = _bearer(scope)
     if token is not None:
         row = api_token_authenticate(token)
-        return [row.team_id] if row is not None else None
+        if row is not None:
+            return [row.team_id], None
+        wait = ratelimit.token_failure(client_address(scope))
+        if wait is None:
+            return [], (4401, "")
+        return [], (4429, f"too many failed token authentications from your address; retry in {wait} s")
     user = scope.get("user")
-    if user is None or not user.is_authenticated or not _same_site(scope):
-        return None
+    if user is None or not user.is_authenticated or not origin_allowed(scope):
+        return [], (4401, "")
     if user.is_superuser:
-        return list(Team.objects.values_list("id", flat=True))
-    return [membership.team_id for membership in memberships(user)]
+        return list(Team.objects.values_list("id", flat=True)), None
+    return [membership.team_id for membership in memberships(user)], None
 
 
 def _run_team(run_id: str, team_ids: list[int]) -> int | None:
@@ -343,9 +346,9 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
         self.behind = False  # batches were dropped since the last read from the database
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         await self.accept()
-        team_ids = await database_sync_to_async(_team_ids)(self.scope)
-        if team_ids is None:
-            await self.close(code=4401)
+        team_ids, refused = await database_sync_to_async(_team_ids)(self.scope)
+        if refused is not None:
+            await self.close(*refused)
             return
         try:
             self.last_seq = max(0, int(query.get("after", ["0"])[0] or 0))
@@ -457,9 +460,9 @@ class TeamRunsConsumer(AsyncWebsocketConsumer):
         self.pending: set[str] = set()
         self.flusher: asyncio.Task | None = None
         await self.accept()
-        team_ids = await database_sync_to_async(_team_ids)(self.scope)
-        if team_ids is None:
-            await self.close(code=4401)
+        team_ids, refused = await database_sync_to_async(_team_ids)(self.scope)
+        if refused is not None:
+            await self.close(*refused)
             return
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         since = None

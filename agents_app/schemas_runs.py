@@ -110,7 +110,7 @@ class SessionOut(BaseModel):
     tier: str
     provider: str
     model: str
-    status: Literal["running", "ok", "failed", "cancelled"]
+    status: Literal["running", "waiting", "ok", "failed", "cancelled"]
     prompt_tokens: int
     completion_tokens: int
     cost_usd: Decimal
@@ -128,12 +128,20 @@ class ActivationOut(BaseModel):
     kind: str = Field(description="root | spawn | delegate | signal | step | tool")
     depth: int
     priority: int
-    status: Literal["queued", "dispatched", "running", "done", "failed", "cancelled"]
+    status: Literal["queued", "dispatched", "running", "waiting", "done", "failed", "cancelled"]
     attempts: int
     input: str
     result: str
     created_at: datetime
     sessions: list[SessionOut]
+
+
+class StepRoundOut(BaseModel):
+    """One finished round of a step in a loop."""
+
+    round: int
+    status: Literal["succeeded", "failed", "skipped"]
+    outputs: dict[str, str]
 
 
 class StepOut(BaseModel):
@@ -143,8 +151,12 @@ class StepOut(BaseModel):
     agent: str
     depends_on: list[str]
     status: Literal["pending", "running", "succeeded", "failed", "skipped"]
-    attempts: int
-    outputs: dict[str, str]
+    attempts: int = Field(description="Attempts in its current round.")
+    outputs: dict[str, str] = Field(description="Its latest outputs (in a loop: of the latest round that produced "
+                                                "them).")
+    round: int = Field(description="The round of its loop it is in; 1 for a step in no loop.")
+    rounds: list[StepRoundOut] = Field(description="A loop step's finished rounds, oldest first; empty for a step "
+                                                   "in no loop.")
     partial: bool = Field(description="It ran although a step it depends on had failed (on_failure: continue).")
     error: str = Field(description="Why its last attempt failed, if it did.")
     tier: str = Field(description="Tier of its latest attempt when it was escalated, else empty.")
@@ -164,7 +176,9 @@ class RunDetailOut(RunOut):
     provider: str
     limits: dict[str, Any]
     budget: dict[str, Any]
-    versions: dict[str, Any] = Field(description='Definition versions used, e.g. {"agent:lead": 3}.')
+    versions: dict[str, Any] = Field(description=(
+        'Definition versions the run pinned (every session, retry and resume uses them), e.g. '
+        '{"agent:lead": 3, "tool:summarize": 1, "mcp:files": 2, "skill:citation-style": 1}.'))
     uses_script: bool = Field(description="The run plays a script with the scripted provider.")
     activations: list[ActivationOut] = Field(description="Oldest first; follow ``parent`` for the tree.")
     steps: list[StepOut] | None = Field(description="A workflow run's steps in definition order; null for an "

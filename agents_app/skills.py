@@ -39,13 +39,34 @@ class SkillDoc:
                 if "://" not in path and not path.startswith("#") and path not in self.references]
 
 
-def skills_for(*, team_id: int, names: list[str]) -> list[SkillDoc]:
-    """The agent's skills (by slug or name) and the team's rules, in that order, each once."""
+def skills_for(*, team_id: int, names: list[str], run=None) -> list[SkillDoc]:
+    """The agent's skills (by slug or name) and the team's rules, in that order, each once.
+
+    With ``run``: each at the version the run pinned (pinning the ones it uses now).
+    """
+    if run is not None:
+        return _skills_pinned(run, names)
     rows = list(Skill.objects.filter(team_id=team_id).order_by("slug"))
     wanted = [row for name in names for row in rows if name in (row.slug, row.name)]
     always = [row for row in rows if (row.extra or {}).get("always") is True and row not in wanted]
     return [SkillDoc(row.slug, row.name, row.description, row.body, dict(row.references or {}),
                      always=(row.extra or {}).get("always") is True) for row in [*always, *wanted]]
+
+
+def _skills_pinned(run, names: list[str]) -> list[SkillDoc]:
+    from agents_app.definitions.kinds import SKILL
+    from agents_app.execution.versions import definitions_pinned, pins_record
+
+    rows = {row.slug: row for row in Skill.objects.filter(team_id=run.team_id)}
+    held = [key.split(":", 1)[1] for key in run.versions or {} if key.startswith("skill:")]  # deleted since?
+    found = definitions_pinned(run=run, kind=SKILL, slugs=sorted({*rows, *held}), rows=rows, pin=False)
+    docs = {slug: SkillDoc(slug, pinned.spec.get("name", slug), pinned.spec.get("description", ""), pinned.body,
+                           pinned.references, always=pinned.extra.get("always") is True)
+            for slug, pinned in sorted(found.items())}
+    wanted = [doc.slug for name in names for doc in docs.values() if name in (doc.slug, doc.name)]
+    used = list(dict.fromkeys([*[slug for slug, doc in docs.items() if doc.always and slug not in wanted], *wanted]))
+    pins_record(run=run, pins={found[slug].key: found[slug].number for slug in used})
+    return [docs[slug] for slug in used]
 
 
 def _ranked_references(skill: SkillDoc, query: str) -> list[tuple[float, str]]:

@@ -20,6 +20,9 @@ from pydantic import (
     model_validator,
 )
 
+from agents_app.kernel.outputs import schema_problem
+from mas_project.netpolicy import private_url_refusal
+from mas_project.secrets import env_refusal
 from tools_app.catalog import BUILTIN_TOOLS, TOOL_NAME_RE
 
 TIERS = ("small", "medium", "large")
@@ -42,6 +45,15 @@ def check_model_ref(value: str | None) -> str | None:
 
 
 ModelRef = Annotated[str, AfterValidator(check_model_ref)]
+MAX_LADDER = 8
+
+
+def checked_schema(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An output schema, checked against its draft's meta-schema and the size and depth bounds."""
+    problem = schema_problem(value) if value is not None else None
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
 class AgentLimits(Strict):
@@ -108,7 +120,8 @@ class AgentSpec(Strict):
     description: str = ""
     model: ModelRef | None = None
     tier: Tier | None = None
-    escalation: list[Tier] = Field(default_factory=list)
+    # Rungs tried in order after failed attempts: tiers or provider:model references (agents_app.execution.escalation).
+    escalation: list[ModelRef] = Field(default_factory=list, max_length=MAX_LADDER)
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
     tools: list[str] | None = None
@@ -119,6 +132,14 @@ class AgentSpec(Strict):
     context: str = ""
     examples: list[AgentExample] = Field(default_factory=list)
     skills: list[str] = Field(default_factory=list)
+    output_schema: dict[str, Any] | None = Field(default=None, description=(
+        "A JSON Schema the final answer must match (read as JSON unless the schema asks for a string): an answer "
+        "that does not gets one corrective turn, then the session fails as validation_failed."))
+
+    @field_validator("output_schema")
+    @classmethod
+    def _output_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return checked_schema(value)
 
     @field_validator("tools")
     @classmethod
@@ -132,6 +153,19 @@ class AgentSpec(Strict):
         if unknown:
             known = ", ".join([*BUILTIN_TOOLS, *sorted(team_tools)])
             raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known tools are: {known}")
+        return value
+
+    @field_validator("escalation")
+    @classmethod
+    def _ladder_climbs(cls, value: list[str]) -> list[str]:
+        # Tiers must climb; a model's tier is its provider row's, checked when the ladder is used.
+        repeated = sorted({rung for rung in value if value.count(rung) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} appears more than once: each rung is tried once")
+        tiers = [rung for rung in value if rung in TIERS]
+        for lower, higher in zip(tiers, tiers[1:]):
+            if TIERS.index(higher) < TIERS.index(lower):
+                raise ValueError(f"{higher} comes after {lower}: a ladder never steps down")
         return value
 
     @model_validator(mode="after")
@@ -164,18 +198,9 @@ class ProviderModelSpec(Strict):
     output_price: Decimal = Field(default=Decimal(0), ge=0, max_digits=12, decimal_places=4)
 
 
-# The server's own configuration: a provider row naming one of these would send it, as an API key, to
-# whatever base_url the row names.
-SERVER_ENV_PREFIXES = ("DJANGO_", "MAS_", "CELERY_", "CHANNELS_", "DATABASE_", "REDIS_", "POSTGRES", "PG",
-                       "AWS_", "GOOGLE_APPLICATION_", "AZURE_")
-
-
-def server_env_refusal(name: str) -> str | None:
-    """Why ``name`` may not hold a provider's API key (None when it may)."""
-    if name.upper().startswith(SERVER_ENV_PREFIXES):
-        return (f"{name} is a setting of the MAS server itself, not a provider key: name a variable that holds "
-                f"only this provider's key (e.g. OPENAI_API_KEY)")
-    return None
+def team_of(info: ValidationInfo) -> str | None:
+    """The slug of the team a definition is validated for on save (None: read back, not saved)."""
+    return (info.context or {}).get("team")
 
 
 class ProviderSpec(Strict):
@@ -186,10 +211,21 @@ class ProviderSpec(Strict):
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     models: list[ProviderModelSpec] = Field(default_factory=list)
 
+    # On save only: the operator may change the declarations and the allow-list later, and a row saved before
+    # is then refused when used (agents_app.llm.registry), not unreadable.
     @field_validator("api_key_env")
     @classmethod
-    def _not_a_server_setting(cls, value: str | None) -> str | None:
-        refusal = server_env_refusal(value) if value else None
+    def _declared_for_the_team(cls, value: str | None, info: ValidationInfo) -> str | None:
+        team = team_of(info)
+        refusal = env_refusal(value, team=team) if value and team is not None else None
+        if refusal:
+            raise ValueError(refusal)
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _address_allowed(cls, value: str | None, info: ValidationInfo) -> str | None:
+        refusal = private_url_refusal(value) if value and team_of(info) is not None else None
         if refusal:
             raise ValueError(refusal)
         return value

@@ -8,6 +8,7 @@ last checkpoint (see ``services.session_begin``).
 from celery import shared_task
 
 from agents_app.execution import services
+from agents_app.execution.recovery import recovery_sweep
 from agents_app.runner import db, runner
 
 
@@ -26,9 +27,8 @@ def dispatch_run(run_id: str) -> None:
 
 @shared_task(ignore_result=True)
 def reap_sessions() -> None:
-    """Beat: resume sessions whose worker died, dispatch work whose message was lost (see ``services``)."""
-    runner.run(db(services.sessions_reap)())
-    runner.run(db(services.runs_unstick)())
+    """Beat: the recovery sweep every worker also runs by itself (see ``execution.recovery``)."""
+    runner.run(db(recovery_sweep)())
 
 
 @shared_task(ignore_result=True)

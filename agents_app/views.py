@@ -105,8 +105,10 @@ def _workflow_graph(run: Run) -> dict | None:
     row = flow.workflow if flow else Workflow.objects.filter(team_id=run.team_id, slug=run.workflow).first()
     if flow is None and (row is None or not run.workflow):
         return None
-    steps = flow.spec.get("steps", []) if flow else row.spec.get("steps", [])
+    spec = flow.spec if flow else row.spec
     name = row.spec.get("name", run.workflow) if row else f"plan by {run.agent}"
     return {"name": name,
             "steps": [{"id": s["id"], "agent": s.get("agent", ""), "depends_on": s.get("depends_on", [])}
-                      for s in steps]}
+                      for s in spec.get("steps", [])],
+            "loops": [{"steps": loop["steps"], "until": loop.get("until"), "max_rounds": loop["max_rounds"]}
+                      for loop in spec.get("loops", [])]}

@@ -108,8 +108,9 @@ async def plain_session(steps: int) -> MemoryStore:
         return ToolResult(ok=outcome.ok, content=outcome.content, error_kind=outcome.error_kind)
 
     system = build_system_prompt(body="You work.", context="", examples=[], tier="medium")
-    state = SessionState(messages=build_messages(system=system, execution=ExecutionContext(
-        task="Write notes", output_dir=f"out/{AGENT}/")))
+    messages, _ = build_messages(system=system, execution=ExecutionContext(task="Write notes",
+                                                                         output_dir=f"out/{AGENT}/"))
+    state = SessionState(messages=messages)
     store = MemoryStore()
     outcome = await run_session(state=state, model=PlainModel(ScriptedProvider(script(steps))),
                                 tools=registry.schemas(), call_tool=call_tool, store=store,

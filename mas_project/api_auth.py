@@ -8,7 +8,8 @@ Two ways in, tried in order:
   in is answered 404, so the header cannot probe which teams exist. CSRF is
   enforced for unsafe methods, as for any cookie-authenticated request.
 
-Anything else is a 401, and a role without the operation's capability a
+Anything else is a 401 (a 429 once the address has sent too many wrong tokens,
+see ``ratelimit``), and a role without the operation's capability a
 403 — both before the request body is read.
 """
 
@@ -37,7 +38,7 @@ class TokenAuth(HttpBearer):
         super().__init__()
 
     def authenticate(self, request: HttpRequest, token: str) -> Actor | None:
-        ratelimit.auth_failures_check(request)
+        # The token is checked before the address's failure count: a valid one always works (see ratelimit).
         row = api_token_authenticate(token.strip())
         if row is None:
             ratelimit.auth_failure(request)

@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+from itertools import accumulate
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError, IntegrityError
@@ -26,6 +28,8 @@ from ninja.errors import ValidationError as NinjaValidationError
 
 from agents_app.definitions.markdown import DefinitionError
 from agents_app.definitions.services import DefinitionPermissionError
+from agents_app.definitions.storage import ReadOnlyFolderError
+from mas_project import ratelimit
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +48,10 @@ class UnstorableBody(ValueError):
 
 def _reject_constant(name: str):
     raise UnstorableBody(f"{name} is not a JSON number")
+
+
+class JsonTooComplex(ValueError):
+    """A JSON body nested deeper, or holding more values, than MAS_MAX_JSON_DEPTH / MAS_MAX_JSON_VALUES."""
 
 
 def check_storable(value: Any, *, where: str = "body") -> None:
@@ -69,8 +77,40 @@ def check_storable(value: Any, *, where: str = "body") -> None:
             todo.extend(item)
 
 
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_BRACKET_STEP = [0] * 256
+for _open, _close in (b"[]", b"{}"):
+    _BRACKET_STEP[_open], _BRACKET_STEP[_close] = 1, -1
+
+
+def json_shape_problem(raw: bytes, *, max_depth: int, max_values: int) -> str | None:
+    """What is wrong with the shape of ``raw`` JSON, read from its bytes before it is parsed.
+
+    Parsing a megabyte of nested lists takes ``json.loads`` alone close to half
+    a second; with its strings blanked out, counting commas and brackets is a
+    few C passes over the bytes.
+    """
+    skeleton = _JSON_STRING.sub(b"0", raw)
+    values = skeleton.count(b",") + skeleton.count(b"[") + skeleton.count(b"{") + 1
+    if values > max_values:
+        return f"the JSON body holds more than {max_values} values (limit MAS_MAX_JSON_VALUES)"
+    brackets = skeleton.translate(None, _NOT_BRACKETS)
+    if max(accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0) > max_depth:
+        return f"the JSON body is nested more than {max_depth} levels deep (limit MAS_MAX_JSON_DEPTH)"
+    return None
+
+
 def load_json(raw: bytes) -> Any:
-    """Parse a JSON request body strictly: no NaN/Infinity, nothing unstorable."""
+    """Parse a JSON request body strictly: bounded shape, no NaN/Infinity, nothing unstorable.
+
+    Every endpoint (through the API's parser) and the markdown upload read
+    their JSON here, so no body past MAS_MAX_JSON_DEPTH or MAS_MAX_JSON_VALUES
+    reaches ``json.loads``, the validators or the YAML renderer (which recurse).
+    """
+    problem = json_shape_problem(raw, max_depth=settings.MAS_MAX_JSON_DEPTH, max_values=settings.MAS_MAX_JSON_VALUES)
+    if problem:
+        raise JsonTooComplex(problem)
     data = json.loads(raw, parse_constant=_reject_constant)
     check_storable(data)
     return data
@@ -146,6 +186,13 @@ def register_error_handlers(api: NinjaAPI) -> None:
     def not_permitted(request, exc: DefinitionPermissionError):
         return respond(request, 403, str(exc))
 
+    @api.exception_handler(ReadOnlyFolderError)
+    def folder_read_only(request, exc: ReadOnlyFolderError):
+        # The team's folder is the repository's defs/: the server refuses to change it (403, which every
+        # writing endpoint declares). The save's transaction was rolled back: nothing changed.
+        logger.warning("definitions folder is read-only", extra={"path": request.path, "error": str(exc)[:300]})
+        return respond(request, 403, str(exc))
+
     @api.exception_handler(Http404)
     def not_found(request, exc: Http404):
         # The same answer for "does not exist" and "belongs to another team".
@@ -184,6 +231,12 @@ def register_error_handlers(api: NinjaAPI) -> None:
     def wrong_media_type(request, exc: UnsupportedMediaType):
         return respond(request, 415, str(exc))
 
+    @api.exception_handler(ratelimit.RateLimited)
+    def rate_limited(request, exc: ratelimit.RateLimited):
+        response = respond(request, 429, str(exc))
+        response["Retry-After"] = str(exc.retry_after)
+        return response
+
     @api.exception_handler(HttpError)
     def http_error(request, exc: HttpError):
         # ninja wraps body parse failures in a 400 "Cannot parse request body";
@@ -191,10 +244,8 @@ def register_error_handlers(api: NinjaAPI) -> None:
         cause = exc.__cause__
         if isinstance(cause, UnsupportedMediaType):
             return respond(request, 415, str(cause))
-        if isinstance(cause, UnstorableBody):
+        if isinstance(cause, (UnstorableBody, JsonTooComplex)):
             return respond(request, 400, str(cause))
-        if isinstance(cause, RecursionError):
-            return respond(request, 400, "the JSON is nested too deeply")
         if isinstance(cause, json.JSONDecodeError):
             return respond(request, 400, f"invalid JSON: {cause.msg} at line {cause.lineno} column {cause.colno}")
         if isinstance(cause, UnicodeDecodeError):

@@ -11,6 +11,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from agents_app.consumers import RunEventsConsumer, TeamRunsConsumer  # noqa: E402
+from mas_project.http_limits import UrlLengthLimit, answer_overlong_lines  # noqa: E402
+
+answer_overlong_lines()
 
 # The live monitor (agents_app/consumers.py). Browsers authenticate with their
 # session cookie (checked against the Origin header there), scripts with
@@ -20,7 +23,7 @@ websocket_urlpatterns = [
     path("ws/runs/<str:run_id>/", RunEventsConsumer.as_asgi()),
 ]
 
-application = ProtocolTypeRouter({
+application = UrlLengthLimit(ProtocolTypeRouter({
     "http": django_asgi_app,
     "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
-})
+}))

@@ -24,11 +24,12 @@ def _django_logging(**_kwargs) -> None:
 
 @worker_ready.connect
 def _recover_on_start(**_kwargs) -> None:
-    # A worker that replaces a dead one picks up its sessions right away,
-    # without waiting for the next beat.
-    from agents_app.tasks import reap_sessions
+    # Every worker sweeps for the work of dead workers when it starts and then
+    # every MAS_REAP_INTERVAL_S, one sweep at a time across workers: crash
+    # recovery needs no beat process (agents_app/execution/recovery.py).
+    from agents_app.execution.recovery import sweeper_start
 
-    reap_sessions.delay()
+    sweeper_start()
 
 
 @worker_init.connect

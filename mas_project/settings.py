@@ -120,10 +120,18 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 # Sessions heartbeat every 10 s; one silent this long lost its worker and is resumed elsewhere.
 MAS_SESSION_STALE_S = float(os.environ.get("MAS_SESSION_STALE_S", 30))
+# Every worker sweeps for dead sessions and lost work this often (one sweep at a time across workers,
+# through a PostgreSQL advisory lock): recovery needs no beat. 0 sweeps only when a worker starts.
+MAS_REAP_INTERVAL_S = float(os.environ.get("MAS_REAP_INTERVAL_S", 10))
 # Rate limits (mas_project/ratelimit.py): failed token authentications per client address, and run starts
 # per team, in a minute.
 MAS_AUTH_FAILURES_PER_MIN = int(os.environ.get("MAS_AUTH_FAILURES_PER_MIN", 10))
 MAS_RUNS_PER_MIN = int(os.environ.get("MAS_RUNS_PER_MIN", 120))
+# Password sign-ins (mas_project/sign_in.py, the admin's and the site's login): failures counted per account
+# and per client address for MAS_LOGIN_WINDOW_S from the first; at a limit, sign-ins wait until it ends.
+MAS_LOGIN_FAILURES_PER_ACCOUNT = int(os.environ.get("MAS_LOGIN_FAILURES_PER_ACCOUNT", 10))
+MAS_LOGIN_FAILURES_PER_ADDRESS = int(os.environ.get("MAS_LOGIN_FAILURES_PER_ADDRESS", 30))
+MAS_LOGIN_WINDOW_S = float(os.environ.get("MAS_LOGIN_WINDOW_S", 900))
 # /metrics (mas_project/metrics.py): a bearer token to ask for; without one, only local requests are answered.
 MAS_METRICS_TOKEN = os.environ.get("MAS_METRICS_TOKEN", "")
 # Retention (agents_app/retention.py): events, checkpoints and files of runs finished this many days ago go
@@ -186,6 +194,17 @@ MAS_WS_PING_S = float(os.environ.get("MAS_WS_PING_S", 15))
 
 # Payload sizes are bounded (SPEC §7).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("MAS_MAX_REQUEST_BYTES", 2 * 1024 * 1024))
+# Path + query string: longer is a 414 (mas_project/http_limits.py).
+MAS_MAX_URL_CHARS = int(os.environ.get("MAS_MAX_URL_CHARS", 8192))
+# A JSON request body: lists and objects inside each other, and values in all.
+MAS_MAX_JSON_DEPTH = int(os.environ.get("MAS_MAX_JSON_DEPTH", 64))
+MAS_MAX_JSON_VALUES = int(os.environ.get("MAS_MAX_JSON_VALUES", 100_000))
+# Every YAML frontmatter (agents_app/definitions/yaml_loader.py): nesting, keys and values (an
+# alias counts all it repeats), and the length of one key and of one value.
+MAS_YAML_MAX_DEPTH = int(os.environ.get("MAS_YAML_MAX_DEPTH", 32))
+MAS_YAML_MAX_NODES = int(os.environ.get("MAS_YAML_MAX_NODES", 10_000))
+MAS_YAML_MAX_KEY_CHARS = int(os.environ.get("MAS_YAML_MAX_KEY_CHARS", 256))
+MAS_YAML_MAX_SCALAR_CHARS = int(os.environ.get("MAS_YAML_MAX_SCALAR_CHARS", 128 * 1024))
 
 # Definitions mirrored as markdown. A team's files live in its own folder:
 # Team.defs_dir when set, else MAS_DEFS_ROOT/<team slug>.
@@ -207,15 +226,38 @@ LOGGING = {
         "plain": {"()": "mas_project.logs.KeyValueFormatter", "format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "mas_project.logs.JsonFormatter"},
     },
-    "filters": {"context": {"()": "mas_project.logs.ContextFilter"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": MAS_LOG_FORMAT, "filters": ["context"]}},
+    # redact: values of the variables declared for teams (MAS_TEAM_SECRETS) never reach a log line.
+    "filters": {"context": {"()": "mas_project.logs.ContextFilter"},
+                "redact": {"()": "mas_project.secrets.RedactFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": MAS_LOG_FORMAT,
+                             "filters": ["context", "redact"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("MAS_LOG_LEVEL", "INFO")},
     # Celery's own INFO lines (every task received and finished) would drown the sessions' lines.
     "loggers": {"pgserver": {"level": "WARNING"}, "celery": {"level": os.environ.get("MAS_CELERY_LOG_LEVEL", "WARNING")}},
 }
 
 # web_fetch may reach these hosts/CIDRs even when they are private or loopback (comma-separated).
-MAS_WEB_FETCH_ALLOW = [h.strip() for h in os.environ.get("MAS_WEB_FETCH_ALLOW", "").split(",") if h.strip()]
+MAS_WEB_FETCH_ALLOW = env_list("MAS_WEB_FETCH_ALLOW")
+# MCP server URLs and provider base_urls may reach these hosts/addresses/CIDRs (each with an optional :port)
+# although they are private or loopback: a local model server (127.0.0.1:11434 for Ollama), MCP servers on the
+# operator's network. Apart from MAS_WEB_FETCH_ALLOW, whose URLs a model chooses (mas_project/netpolicy.py).
+MAS_PRIVATE_URL_ALLOW = env_list("MAS_PRIVATE_URL_ALLOW")
+# The environment variables teams may name (a provider's api_key_env, ${NAME} in an MCP server's env and
+# headers): "NAME, PREFIX_*, NAME=team|team" — nothing else, whatever its name (mas_project/secrets.py).
+MAS_TEAM_SECRETS = os.environ.get("MAS_TEAM_SECRETS", "")
+
+from mas_project.netpolicy import parse_allow  # noqa: E402
+from mas_project.secrets import DeclarationError, parse_declarations  # noqa: E402
+
+try:
+    parse_declarations(MAS_TEAM_SECRETS)
+    for _name in ("MAS_WEB_FETCH_ALLOW", "MAS_PRIVATE_URL_ALLOW"):
+        try:
+            parse_allow(tuple(globals()[_name]))
+        except ValueError as _error:
+            raise DeclarationError(f"{_name}: {_error}") from None
+except DeclarationError as _error:
+    raise ImproperlyConfigured(str(_error)) from None
 # web_search backend: "searxng" (MAS_SEARXNG_URL) or "brave" (MAS_BRAVE_API_KEY); empty = not configured.
 MAS_WEB_SEARCH_BACKEND = os.environ.get("MAS_WEB_SEARCH_BACKEND", "")
 # MCP servers (tools_app/mcp/): connecting and listing tools each wait at most this long (a call waits the
@@ -236,6 +278,14 @@ MAS_CODE_EXEC_MEMORY_MB = int(os.environ.get("MAS_CODE_EXEC_MEMORY_MB", 256))
 MAS_CODE_EXEC_PROCESSES = int(os.environ.get("MAS_CODE_EXEC_PROCESSES", 64))
 MAS_CODE_EXEC_MAX_OUTPUT = int(os.environ.get("MAS_CODE_EXEC_MAX_OUTPUT", 64 * 1024))
 MAS_CODE_EXEC_MAX_FILE_BYTES = int(os.environ.get("MAS_CODE_EXEC_MAX_FILE_BYTES", 1024 * 1024))
+# What one program may store: its working directory holds the workspace copy plus at most WRITE_BYTES,
+# /tmp at most TMP_BYTES (both size-limited tmpfs in the sandbox, nothing on the host's disk); at most
+# MAX_FILES created or changed files come back, else none do.
+MAS_CODE_EXEC_WRITE_BYTES = int(os.environ.get("MAS_CODE_EXEC_WRITE_BYTES", 32 * 1024 * 1024))
+MAS_CODE_EXEC_TMP_BYTES = int(os.environ.get("MAS_CODE_EXEC_TMP_BYTES", 32 * 1024 * 1024))
+MAS_CODE_EXEC_MAX_FILES = int(os.environ.get("MAS_CODE_EXEC_MAX_FILES", 100))
+# A run's workspace files together (UTF-8 bytes): a write that would pass it is refused (a tool error).
+MAS_WORKSPACE_MAX_BYTES = int(os.environ.get("MAS_WORKSPACE_MAX_BYTES", 32 * 1024 * 1024))
 MAS_SEARXNG_URL = os.environ.get("MAS_SEARXNG_URL", "")
 MAS_BRAVE_API_KEY = os.environ.get("MAS_BRAVE_API_KEY", "")
 MAS_BRAVE_URL = os.environ.get("MAS_BRAVE_URL", "")

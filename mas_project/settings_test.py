@@ -6,6 +6,15 @@ os.environ.setdefault("MAS_CELERY_QUEUE", f"mas-test-{os.getpid()}")
 # Backoffs short enough for tests; worker processes inherit them.
 os.environ.setdefault("MAS_PROVIDER_BACKOFF_S", "0.05")
 os.environ.setdefault("MAS_RETRY_BACKOFF_S", "0.2")
+# Set, not defaulted, so a shell that ran the demo changes nothing; worker processes inherit both.
+# MCP and provider URLs (mas_project/netpolicy.py): the suite's fake model servers and MCP servers listen on
+# 127.0.0.1. The tests of the policy set their own lists, empty first.
+os.environ["MAS_PRIVATE_URL_ALLOW"] = "127.0.0.1"
+# The variables the suite's definitions name, declared for teams as an operator would (mas_project/secrets.py).
+# Tests of the declaration set their own (the settings fixture, or a worker's env); names the probe of
+# issue 13 used (HOME, OPENAI_API_KEY, GITHUB_TOKEN, SECRET_KEY, …) are not among these.
+os.environ["MAS_TEAM_SECRETS"] = ("OPENAI_KEY,ANTHROPIC_KEY,GEMINI_KEY,ANTHROPIC_API_KEY,LOCAL_*,SECURITY_SWEEP_*,"
+                                  "ALPHA_*,BRAVO_*,ORG_ID,SEARCH_*,MCP_*,GREETING_SOURCE,NOT_SET_ANYWHERE")
 
 from mas_project.settings import *  # noqa: E402,F401,F403
 from mas_project.settings import CHANNEL_LAYERS, REDIS_URL  # noqa: E402
@@ -18,8 +27,9 @@ CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [{**CHANNEL_LAYERS["default"]["CO
                                                  "address": TEST_REDIS_URL}]
 CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = "mas-test"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-# The suite makes many bad-token and run-start calls from one address: tests of the limits set their own.
-MAS_AUTH_FAILURES_PER_MIN = 1_000_000
+# The suite makes many bad-token and run-start calls from one address: tests of the limits set their own
+# (a test starting its own server passes MAS_TEST_AUTH_FAILURES_PER_MIN).
+MAS_AUTH_FAILURES_PER_MIN = int(os.environ.get("MAS_TEST_AUTH_FAILURES_PER_MIN", 1_000_000))
 MAS_RUNS_PER_MIN = 1_000_000
 
 # Each pytest process gets its own test database, so parallel runs (and the

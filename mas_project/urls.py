@@ -6,13 +6,16 @@ from django.views.generic import TemplateView
 from agents_app import views as monitor
 from mas_project.api import api
 from mas_project.metrics import metrics_view
+from mas_project.sign_in import AdminSignInForm, SignInForm
+
+admin.site.login_form = AdminSignInForm  # throttled per account and address, as the site's login
 
 urlpatterns = [
     path("", TemplateView.as_view(template_name="home.html"), name="home"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("metrics", metrics_view, name="metrics"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", auth_views.LoginView.as_view(authentication_form=SignInForm), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page="/accounts/login/"), name="logout"),
     path("runs/", monitor.runs_page, name="monitor-runs"),
     path("runs/<str:run_id>/", monitor.run_page, name="monitor-run"),

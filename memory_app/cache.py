@@ -114,7 +114,7 @@ def replayed(entry: CachedResponse) -> ModelResponse:
                       raw_arguments=call.get("raw_arguments"))
              for index, call in enumerate(data.get("tool_calls") or [])]
     return ModelResponse(text=data.get("text") or "", tool_calls=calls, usage=Usage(), model=data.get("model") or "",
-                         finish_reason=data.get("finish_reason") or "stop")
+                         finish_reason=data.get("finish_reason") or "stop", cached=True)
 
 
 class CachedModel:

@@ -1,9 +1,10 @@
-"""The example definitions shipped in defs/ are valid, canonical and coherent.
+"""The example definitions shipped in defs/, and the built-in workflow templates, are valid, canonical and coherent.
 
-A new team sees these files first, and `make demo` imports them: each must
-parse without a warning, already be in the canonical form the markdown
-mirror writes (so `sync_markdown --check` has nothing to do), and refer only
-to agents, skills and MCP servers that are shipped too.
+A new team sees these files first, and `make demo` copies and imports them:
+each must parse without a warning, already be in the canonical form the
+markdown mirror writes (so `sync_markdown --check` has nothing to do), and
+refer only to agents, skills and MCP servers that are shipped too. They are
+read where they are, in the repository, and never written.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from agents_app.definitions import storage
 from agents_app.definitions.kinds import AGENT, KINDS, MCP, PROVIDER, SKILL, TOOL, WORKFLOW, Kind
 from agents_app.definitions.markdown import ParsedDefinition, parse_definition, render_parsed
 from agents_app.definitions.services import definition_parse, definition_save, definition_slug
+from tests.listing import listed, markdown_files
 from tools_app.catalog import BUILTIN_TOOLS
+from workflows_app.templates import templates_folder
 
 DEFS = Path(__file__).resolve().parents[1] / "defs"
+TEMPLATES = Path(templates_folder())
 
 
 def kind_of(relative: Path) -> Kind | None:
@@ -41,6 +45,15 @@ def parse_shipped(relative: Path) -> ParsedDefinition:
     return parse_definition(kind, text, path=str(relative), context=context)
 
 
+def parse_template(path: Path) -> ParsedDefinition:
+    text = path.read_bytes().decode("utf-8")
+    return parse_definition(WORKFLOW, text, path=f"workflows/{path.name}", context={"known_agents": slugs(AGENT)})
+
+
+def templates() -> dict[str, ParsedDefinition]:
+    return {path.stem: parse_template(path) for path in markdown_files(TEMPLATES)}
+
+
 def shipped(kind: Kind) -> dict[str, ParsedDefinition]:
     return {
         kind.slug_from_path(relative): parse_shipped(relative)
@@ -52,6 +65,8 @@ def shipped(kind: Kind) -> dict[str, ParsedDefinition]:
 def test_the_issue_examples_are_all_shipped():
     assert slugs(AGENT) == {"researcher", "writer", "reviewer", "orchestrator"}
     assert slugs(WORKFLOW) == {"chain", "fan-out", "debate", "review-loop", "research-and-review"}
+    assert [path.name for path in markdown_files(TEMPLATES)] == ["chain.md", "debate.md", "fan-out.md",
+                                                                 "review-loop.md"]
     assert slugs(TOOL) == {"summarize"}
     assert slugs(SKILL) == {"citation-style"}
     assert slugs(PROVIDER) == {"scripted", "openai"}
@@ -70,7 +85,12 @@ def test_every_file_is_a_definition_or_a_file_beside_a_skill():
     assert strays == []
 
 
-@pytest.mark.parametrize("relative", definition_files(), ids=str)
+def test_the_parametrized_lists_are_not_empty():
+    assert len(definition_files()) == 14
+    assert len(markdown_files(TEMPLATES)) == 4
+
+
+@pytest.mark.parametrize("relative", listed(definition_files(), "definition files in defs/"), ids=str)
 def test_file_parses_without_warnings_and_is_canonical(relative: Path):
     parsed = parse_shipped(relative)
     assert parsed.warnings == []
@@ -78,6 +98,16 @@ def test_file_parses_without_warnings_and_is_canonical(relative: Path):
     # Named by the slug its name gives, as the mirror names the files it writes.
     assert definition_slug(parsed.spec.name) == kind_of(relative).slug_from_path(relative)
     assert parsed.body, "every shipped definition explains itself in its body"
+
+
+@pytest.mark.parametrize("path", markdown_files(TEMPLATES), ids=lambda path: path.stem)
+def test_template_parses_without_warnings_and_is_canonical(path: Path):
+    parsed = parse_template(path)
+    assert parsed.warnings == []
+    # Created from as it is, a template is saved byte for byte (the mirror writes the same file).
+    assert render_parsed(parsed).encode("utf-8") == path.read_bytes()
+    assert definition_slug(parsed.spec.name) == path.stem
+    assert parsed.body
 
 
 def test_agents_are_complete_examples():
@@ -105,15 +135,16 @@ def test_agents_are_complete_examples():
 
 
 def test_workflow_levels_are_the_intended_shapes():
-    levels = {slug: parsed.spec.levels() for slug, parsed in shipped(WORKFLOW).items()}
+    workflows = shipped(WORKFLOW)
+    levels = {slug: parsed.spec.levels() for slug, parsed in workflows.items()}
     assert levels == {
         "chain": [["research"], ["write"], ["review"]],
         "fan-out": [["plan"], ["research_a", "research_b", "research_c"], ["merge"]],
         "debate": [["case_for", "case_against"], ["rebuttal_for", "rebuttal_against"], ["judge"]],
-        "review-loop": [["draft"], ["review"], ["revise"]],
+        "review-loop": [["draft"], ["review"], ["final"]],
         "research-and-review": [["research"], ["check_facts", "check_clarity"], ["report"]],
     }
-    agents = {slug: {step.id: step.agent for step in parsed.spec.steps} for slug, parsed in shipped(WORKFLOW).items()}
+    agents = {slug: {step.id: step.agent for step in parsed.spec.steps} for slug, parsed in workflows.items()}
     assert agents["debate"] == {
         "case_for": "researcher",
         "case_against": "reviewer",
@@ -122,11 +153,22 @@ def test_workflow_levels_are_the_intended_shapes():
         "judge": "orchestrator",
     }
     assert set(agents["review-loop"].values()) == {"writer", "reviewer"}
+    # The review loop loops: draft and review repeat until the reviewer approves, three rounds at most.
+    loops = {slug: [loop.model_dump() for loop in parsed.spec.loops] for slug, parsed in shipped(WORKFLOW).items()}
+    assert loops == {"chain": [], "fan-out": [], "debate": [], "research-and-review": [], "review-loop": [
+        {"steps": ["draft", "review"], "until": 'review.verdict == "approve"', "max_rounds": 3}]}
+
+
+def test_the_demo_team_starts_with_copies_of_the_built_in_templates():
+    """defs/workflows/ holds the demo team's own copies (edited as the team likes once copied to var/defs/demo);
+    the templates themselves are the package's. A template changed without its demo copy is caught here."""
+    copies = {path.name: path.read_bytes() for path in markdown_files(DEFS / "workflows") if path.stem != "research-and-review"}
+    assert copies == {path.name: path.read_bytes() for path in markdown_files(TEMPLATES)}
 
 
 def test_workflows_are_rejected_without_the_shipped_agents():
     relative = Path("workflows/chain.md")
-    text = (DEFS / relative).read_text(encoding="utf-8")
+    text = (TEMPLATES / "chain.md").read_text(encoding="utf-8")
     with pytest.raises(ValueError, match="agent 'researcher' does not exist in this team"):
         parse_definition(WORKFLOW, text, path=str(relative), context={"known_agents": {"writer", "reviewer"}})
 
@@ -153,16 +195,25 @@ def test_mcp_example_holds_no_literal_secret():
     assert server.enabled is False
 
 
+def repository_files() -> dict[Path, bytes]:
+    return {p.relative_to(DEFS): p.read_bytes() for p in DEFS.rglob("*") if p.is_file()}
+
+
 @pytest.mark.django_db
-def test_saving_every_shipped_definition_leaves_the_files_untouched(make_team, tmp_path):
-    """The save service renders each row to exactly the shipped bytes (skill references included)."""
-    copy = tmp_path / "defs"
-    shutil.copytree(DEFS, copy)
-    team = make_team("shipped", defs_dir=str(copy))
+def test_saving_every_shipped_definition_leaves_the_files_untouched(make_team, settings):
+    """The save service renders each row to exactly the shipped bytes (skill references included).
+
+    The team works on the repository's defs/ itself: a save that wanted to
+    write anything there would be refused (ReadOnlyFolderError) and fail this.
+    """
+    # The variables the shipped provider and MCP server name, declared for this team (as `make demo` does).
+    settings.MAS_TEAM_SECRETS = "OPENAI_API_KEY=shipped,GITHUB_TOKEN=shipped"
+    before = repository_files()
+    team = make_team("shipped", defs_dir=str(DEFS))
     statuses = {}
     for kind in KINDS:  # import order: agents before the workflows that use them
         for slug in sorted(slugs(kind)):
-            item = storage.read_item(kind, copy, slug)
+            item = storage.read_item(kind, DEFS, slug)
             parsed = definition_parse(kind=kind, team=team, text=item.text, path=str(kind.relative_path(slug)))
             references = item.references if kind is SKILL else None
             result = definition_save(
@@ -172,6 +223,28 @@ def test_saving_every_shipped_definition_leaves_the_files_untouched(make_team, t
             statuses[f"{kind.name}:{slug}"] = (result.created, result.file_status)
     assert set(statuses.values()) == {(True, "unchanged")}
     assert len(statuses) == len(definition_files())
-    assert {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()} == {
-        p.relative_to(DEFS): p.read_bytes() for p in DEFS.rglob("*") if p.is_file()
-    }
+    assert repository_files() == before
+
+
+@pytest.mark.django_db
+def test_make_demo_declares_every_variable_the_shipped_definitions_name_for_team_demo_only(make_team, tmp_path,
+                                                                                         settings):
+    """`make demo` imports defs/ into team demo: what they name must be declared for it (Makefile), and no more
+    than that team gets them."""
+    import re
+
+    from agents_app.definitions.sync import markdown_sync
+    from mas_project.secrets import env_refusal, references
+
+    [declared] = re.findall(r"^export MAS_TEAM_SECRETS \?= (.+)$", (DEFS.parent / "Makefile").read_text(), re.M)
+    settings.MAS_TEAM_SECRETS = declared
+    named = {shipped(PROVIDER)["openai"].spec.api_key_env}
+    named |= {name for value in shipped(MCP)["github"].spec.headers.values() for name in references(value)}
+    assert named == {"OPENAI_API_KEY", "GITHUB_TOKEN"}
+    assert [env_refusal(name, team="demo") for name in sorted(named)] == [None, None]
+    assert all(env_refusal(name, team="alpha") for name in named)  # the demo's keys are the demo team's
+
+    copy = tmp_path / "defs"
+    shutil.copytree(DEFS, copy)
+    report = markdown_sync(team=make_team("demo", defs_dir=str(copy)), mode="import")
+    assert (report.errors, len(report.imported)) == ([], len(definition_files()))

@@ -51,6 +51,11 @@ class ToolError(Exception):
     """A failure the model should read as the tool's result (not a crash)."""
 
 
+class ToolSuspended(Exception):
+    """The call's result comes later (a child agent's outcome): the session checkpoints and waits,
+    holding no worker, and calls the tool again when it resumes. Raised by kernel services."""
+
+
 class Tool(ABC):
     """Subclass per tool, one module each, with ``name``, ``description``, ``Parameters``."""
 

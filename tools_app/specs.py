@@ -5,16 +5,18 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from agents_app.specs import CustomToolSpec, Name, Strict, server_env_refusal
+from agents_app.specs import CustomToolSpec, Name, Strict
+from mas_project.netpolicy import private_url_refusal
+from mas_project.secrets import ENV_REFERENCE_RE, env_refusal, references
 
 __all__ = ["CustomToolSpec", "MCPServerSpec", "ENV_REFERENCE_RE"]
 
 # Markdown never holds a secret: env values and headers there refer to
-# environment variables of the server, written ${NAME} (``Bearer ${TOKEN}``).
+# environment variables of the server, written ${NAME} (``Bearer ${TOKEN}``),
+# which the operator declared for the team (MAS_TEAM_SECRETS).
 # A value with no reference is a literal secret: stored, never shown.
-ENV_REFERENCE_RE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 
 class MCPServerSpec(Strict):
@@ -46,15 +48,28 @@ class MCPServerSpec(Strict):
                 raise ValueError("command/args/env: only for the stdio transport")
         return self
 
-    @model_validator(mode="after")
-    def _no_server_settings_in_headers(self) -> "MCPServerSpec":
-        # A header goes to whatever url the row names: ${DJANGO_SECRET_KEY} there would hand it over.
-        for key, value in self.headers.items():
-            for ref in ENV_REFERENCE_RE.findall(value):
-                refusal = server_env_refusal(ref[2:-1])
-                if refusal:
-                    raise ValueError(f"headers.{key}: {refusal}")
-        return self
+    # On save only (see ProviderSpec): a row saved before the operator changed the policy is refused when used.
+    @field_validator("env", "headers")
+    @classmethod
+    def _declared_for_the_team(cls, values: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        # A header goes to whatever url the row names, an env value to whatever command it runs.
+        team = (info.context or {}).get("team")  # set when saving for a team (see ProviderSpec)
+        if team is not None:
+            for key, value in values.items():
+                for name in references(value):
+                    refusal = env_refusal(name, team=team)
+                    if refusal:
+                        raise ValueError(f"{key}: {refusal}")
+        return values
+
+    @field_validator("url")
+    @classmethod
+    def _address_allowed(cls, value: str | None, info: ValidationInfo) -> str | None:
+        saving = (info.context or {}).get("team") is not None
+        refusal = private_url_refusal(value) if value and saving else None
+        if refusal:
+            raise ValueError(refusal)
+        return value
 
     def secret_values(self) -> tuple[dict[str, str], dict[str, str]]:
         """Env values and headers that are literals (secrets), not ${NAME} references."""

@@ -15,7 +15,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents_app.api_runs import READ_ERRORS, START_ERRORS, run_out
-from agents_app.execution.services import RunError
+from agents_app.execution.services import RunError, ScriptError
 from agents_app.llm.scripted import validate_script
 from agents_app.models import ModelProvider
 from agents_app.permissions import Actor
@@ -107,6 +107,8 @@ def start_workflow(request: HttpRequest, slug: str, payload: WorkflowRunIn):
         run = workflow_run_start(team=actor.team, workflow=workflow, inputs=payload.inputs, **settings)
     except WorkflowInputError as error:
         raise _invalid("inputs", str(error), "bad_inputs") from None
+    except ScriptError as error:
+        raise _invalid("script", str(error), "invalid_script") from None
     except RunError as error:
         raise _invalid("workflow", str(error), "run_refused") from None
     return _started(actor, run)
@@ -121,6 +123,8 @@ def orchestrate(request: HttpRequest, payload: OrchestrateIn):
         run = orchestrate_run_start(
             team=actor.team, planner=payload.planner, task=payload.task, synthesizer=payload.synthesizer,
             max_adaptations=payload.max_adaptations, subtask_retries=payload.subtask_retries, **settings)
+    except ScriptError as error:
+        raise _invalid("script", str(error), "invalid_script") from None
     except RunError as error:
         field = "synthesizer" if str(error).startswith("synthesizer") else "planner"
         raise _invalid(field, str(error), "run_refused") from None

@@ -103,6 +103,7 @@ def orchestrate_run_start(
     for role, slug in (("planner", planner), ("synthesizer", synthesizer or planner)):
         if slug not in agents:
             raise kernel.RunError(f"{role} agent {slug!r} does not exist in this team")
+    kernel.script_check(team=team, script=script, agents=sorted({planner, synthesizer or planner}))
     run = Run.objects.create(
         team=team, agent=planner, input=task, created_by=user if getattr(user, "pk", None) else None,
         limits={**kernel.DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,

@@ -12,6 +12,7 @@ When nothing is left to run the kernel calls :func:`workflow_finish`.
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 from decimal import Decimal
@@ -25,10 +26,10 @@ from agents_app.execution import services as kernel
 from agents_app.execution.eventlog import event_append as event_emit
 from agents_app.models import Activation, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus, RunStatus
-from workflows_app.engine.scheduler import Engine, Failure
+from workflows_app.engine.scheduler import Engine, Failure, LoopEvent
 from workflows_app.models import Workflow, WorkflowMode, WorkflowRun
 from workflows_app.orchestrate import PLAN, plan_settled, subtask_failed
-from workflows_app.specs import WorkflowSpec, WorkflowStep
+from workflows_app.specs import WorkflowLoop, WorkflowSpec, WorkflowStep
 
 STEP = "step"
 
@@ -91,17 +92,20 @@ def workflow_run_start(
     row = workflow_resolve(team=team, workflow=workflow)
     spec = workflow_spec(team=team, row=row)
     values = inputs_check(spec, inputs or {})
+    kernel.script_check(team=team, script=script, agents=sorted({step.agent for step in spec.steps}))
     run = Run.objects.create(
         team=team, workflow=row.slug, input="\n".join(f"{name}: {value}" for name, value in values.items()),
         created_by=user if getattr(user, "pk", None) else None,
         limits={**kernel.DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
-        versions={f"workflow:{row.slug}": row.version},
+        versions={f"workflow:{row.slug}": row.version, **_agent_versions(team, {step.agent for step in spec.steps})},
     )
     steps = [step.model_dump() for step in spec.steps]
+    loops = [loop.model_dump() for loop in spec.loops]
     engine = Engine(spec.steps, inputs=values, on_failure=spec.on_failure, backoff=_backoff(),
-                    started_at=time.time())
+                    started_at=time.time(), loops=spec.loops)
     flow = WorkflowRun.objects.create(run=run, workflow=row, mode=WorkflowMode.WORKFLOW, trigger=trigger,
-                                      spec={"on_failure": spec.on_failure, "steps": steps}, state=engine.to_dict())
+                                      spec={"on_failure": spec.on_failure, "steps": steps, "loops": loops},
+                                      state=engine.to_dict())
     event_emit(run_id=run.id, type="run_start", agent="", data={
         "workflow": row.slug, "input": run.input, "limits": run.limits, "budget": run.budget})
     event_emit(run_id=run.id, type="workflow_start", agent="", data={
@@ -109,11 +113,17 @@ def workflow_run_start(
         "on_failure": spec.on_failure,
         "steps": [{"id": s["id"], "agent": s["agent"], "depends_on": s["depends_on"], "outputs": s["outputs"]}
                   for s in steps],
-        "levels": spec.levels(),
+        "levels": spec.levels(), "loops": loops,
     })
     _advance(run, flow, engine)
     kernel._dispatch(run)
     return run
+
+
+def _agent_versions(team: Team, slugs: set[str]) -> dict[str, int]:
+    """The step agents, pinned at their versions now: every attempt of every step runs those."""
+    rows = Agent.objects.filter(team=team, slug__in=slugs).values_list("slug", "version")
+    return {f"agent:{slug}": version for slug, version in rows}
 
 
 def _backoff() -> float:
@@ -125,22 +135,39 @@ def _steps(flow: WorkflowRun) -> list[WorkflowStep]:
 
 
 def _engine(flow: WorkflowRun) -> Engine:
+    loops = [WorkflowLoop.model_validate(loop) for loop in flow.spec.get("loops", [])]
     return Engine.from_dict(_steps(flow), flow.state, on_failure=flow.spec.get("on_failure", "stop"),
-                            backoff=_backoff())
+                            backoff=_backoff(), loops=loops)
 
 
 # -- advancing ----------------------------------------------------------------------------
 
 
 def _advance(run: Run, flow: WorkflowRun, engine: Engine) -> None:
-    """Queue every ready step (the budget permitting) and save the scheduler's state."""
+    """Start the next round of a loop whose round ended, queue every ready step (the budget permitting)
+    and save the scheduler's state."""
+    _loop_events(run, engine, engine.advance_loops())
     reason = _over_budget(run)
     if reason and not engine.stopped and engine.ready():
         _stopped_events(run, engine, engine.stop(reason))
+        _loop_events(run, engine, engine.advance_loops())  # a round cut short ends its loop
     for step_id in engine.ready(now=time.time()):
         _step_queue(run, flow, engine, step_id)
     flow.state = engine.to_dict()
     flow.save(update_fields=["state", "steps_meta", "spec", "adaptations"])
+
+
+def _loop_events(run: Run, engine: Engine, events: list[LoopEvent]) -> None:
+    for event in events:
+        loop = engine.loops[event.loop]
+        outputs = {sid: {name: value[:2000] for name, value in values.items()} for sid, values in event.outputs.items()}
+        data: dict[str, Any] = {"loop": event.loop, "steps": list(event.steps), "until": loop.until,
+                                "max_rounds": loop.max_rounds}
+        if event.type == "loop_round":
+            data |= {"round": event.round, "previous": outputs}
+        else:
+            data |= {"rounds": event.round, "status": event.status, "outputs": outputs}
+        event_emit(run_id=run.id, type=event.type, agent="", data=data)
 
 
 def _over_budget(run: Run) -> str:
@@ -151,17 +178,25 @@ def _over_budget(run: Run) -> str:
     return ""
 
 
-def _step_queue(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, *, tier: str | None = None,
+def _step_queue(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, *, rung: dict[str, Any] | None = None,
                 delay_s: float = 0.0) -> Activation:
     step = engine.steps[step_id]
     prompt = engine.start(step_id)
     if len(step.outputs) > 1:
         prompt += ("\n\nWhen you are done, call set_output once for each of these outputs: "
                    + ", ".join(step.outputs) + ".")
+    schemas = {name: step.output_schemas[name] for name in step.outputs if name in step.output_schemas}
+    if schemas:
+        prompt += "\n\nEach of these outputs must match its JSON Schema (a value that does not is refused):\n" + \
+            "\n".join(f"- {name}: {json.dumps(schema, ensure_ascii=False)}" for name, schema in schemas.items())
     state = engine.states[step_id]
-    context: dict[str, Any] = {"step": step_id, "attempt": state.attempts}
-    if tier:
-        context["tier"] = tier
+    loop = engine.loop_of.get(step_id)
+    context: dict[str, Any] = {"step": step_id, "attempt": state.attempts, "round": state.round,
+                               "dependencies": _dependency_results(flow, engine, step)}
+    context |= rung or {}  # a retry's escalation rung ({"rung", "tier"}), or the one the last attempt ran on
+    tier = context.get("tier") or ""
+    if schemas:  # the session checks set_output values, and the final answer when it fills the only output
+        context |= {"output_schemas": schemas, "answer_output": step.outputs[0] if len(step.outputs) == 1 else None}
     activation = kernel.activation_create(run=run, agent=step.agent, input=prompt, kind=STEP, parent=None,
                                           context=context)
     if delay_s:
@@ -175,14 +210,51 @@ def _step_queue(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, *, ti
         "cost_usd": meta.get("cost_usd", "0"),
     }}
     event_emit(run_id=run.id, type="step_start", agent=step.agent, data={
-        "step": step_id, "attempt": state.attempts, "activation": str(activation.id), "partial": state.partial,
-        "prompt": prompt[:2000], "delay_s": delay_s, **({"tier": tier} if tier else {}),
+        "step": step_id, "attempt": state.attempts, "round": state.round, "activation": str(activation.id),
+        "partial": state.partial, "prompt": prompt[:2000], "delay_s": delay_s, **({"tier": tier} if tier else {}),
+        **({"loop": loop} if loop is not None else {}),
     })
     return activation
 
 
+def _dependency_results(flow: WorkflowRun, engine: Engine, step) -> dict[str, str]:
+    """What each step this one depends on produced: its named outputs and its final answer (execution context)."""
+    answers = dict(Activation.objects.filter(
+        pk__in=[flow.steps_meta.get(dep, {}).get("activation") for dep in step.depends_on
+                if flow.steps_meta.get(dep, {}).get("activation")]).values_list("id", "result"))
+    results = {}
+    for dep in step.depends_on:
+        state = engine.states[dep]
+        parts = [f"**{name}**:\n{value}" for name, value in state.outputs.items()]
+        answer = answers.get(_uuid(flow.steps_meta.get(dep, {}).get("activation")), "")
+        if answer and list(state.outputs.values()) != [answer]:
+            parts.append(f"**final answer**:\n{answer}")
+        if state.status != "succeeded":
+            parts.insert(0, f"(this step {state.status}{': ' + state.error if state.error else ''})")
+        results[dep] = "\n\n".join(parts) or "(no output)"
+    loop = engine.loop_of.get(step.id)
+    if loop is not None and engine.states[step.id].round > 1:
+        # The loop's previous round, including this step's own: what the new round works from.
+        for sid in engine.loops[loop].steps:
+            last = engine.states[sid].rounds[-1] if sid not in step.depends_on and engine.states[sid].rounds else None
+            if last is not None:
+                results[f"{sid} (round {last['round']})"] = "\n\n".join(
+                    f"**{name}**:\n{value}" for name, value in last["outputs"].items()) or f"(it {last['status']})"
+    return results
+
+
+def _uuid(value):
+    import uuid
+
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
 def workflow_activation_settled(*, run: Run, activation: Activation, tier: str, meta: dict[str, Any],
-                                failure: dict[str, Any] | None, ladder: list[str]) -> None:
+                                failure: dict[str, Any] | None, ladder: list[str],
+                                escalation: kernel.Escalation | None = None) -> None:
     """A step's session ended (``run`` is locked): record it, retry or go on, queue what became ready."""
     if activation.kind == PLAN:
         return plan_settled(run=run, activation=activation, failure=failure)
@@ -203,11 +275,11 @@ def workflow_activation_settled(*, run: Run, activation: Activation, tier: str, 
         "cost_usd": str(Decimal(step_meta.get("cost_usd", "0")) + usage["cost_usd"]),
     }}
     tokens, cost = usage["prompt_tokens"] + usage["completion_tokens"], float(usage["cost_usd"])
-    escalation = len(ladder)
+    rungs = len(ladder)
     if activation.status == ActivationStatus.DONE:
-        outputs = {name: _text(value) for name, value in (activation.context.get("outputs") or {}).items()}
+        outputs = dict(activation.context.get("outputs") or {})  # JSON values, checked and made text by the engine
         decision = engine.succeed(step_id, set_outputs=outputs, final_answer=activation.result, tokens=tokens,
-                                  cost=cost, now=time.time(), escalation_tiers=escalation)
+                                  cost=cost, now=time.time(), escalation_tiers=rungs)
     elif activation.status == ActivationStatus.CANCELLED:
         return
     else:
@@ -215,9 +287,9 @@ def workflow_activation_settled(*, run: Run, activation: Activation, tier: str, 
                  else f"the session ended {activation.status}")
         # A policy (the budget, a limit) refuses the same way every time: no retry.
         decision = engine.fail(step_id, error=error, tokens=tokens, cost=cost, now=time.time(),
-                               escalation_tiers=escalation,
+                               escalation_tiers=rungs,
                                retry=not (failure and failure.get("kind") == "policy_denied"))
-    _settled_events(run, flow, engine, step_id, activation, decision, tier=tier, ladder=ladder)
+    _settled_events(run, flow, engine, step_id, activation, decision, tier=tier, escalation=escalation)
     if (decision is not None and not decision.retry and flow.mode == WorkflowMode.ORCHESTRATE
             and engine.states[step_id].status == "failed"):
         subtask_failed(run=run, flow=flow, engine=engine, step_id=step_id)
@@ -225,30 +297,34 @@ def workflow_activation_settled(*, run: Run, activation: Activation, tier: str, 
 
 
 def _settled_events(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, activation: Activation,
-                    decision: Failure | None, *, tier: str, ladder: list[str]) -> None:
+                    decision: Failure | None, *, tier: str, escalation: kernel.Escalation | None) -> None:
     state = engine.states[step_id]
     usage = flow.steps_meta[step_id]
+    loop = {"loop": engine.loop_of[step_id]} if step_id in engine.loop_of else {}
     if decision is None:
         event_emit(run_id=run.id, type="step_complete", agent=activation.agent, data={
-            "step": step_id, "attempt": state.attempts, "outputs": {k: v[:2000] for k, v in state.outputs.items()},
+            "step": step_id, "attempt": state.attempts, "round": state.round,
+            "outputs": {k: v[:2000] for k, v in state.outputs.items()},
             "partial": state.partial, "prompt_tokens": usage["prompt_tokens"],
-            "completion_tokens": usage["completion_tokens"], "cost_usd": usage["cost_usd"],
+            "completion_tokens": usage["completion_tokens"], "cost_usd": usage["cost_usd"], **loop,
         })
         return
     event_emit(run_id=run.id, type="step_failed", agent=activation.agent, data={
-        "step": step_id, "attempt": decision.attempt, "error": decision.error, "retry": decision.retry,
-        "on_failure": engine.policy(step_id),
+        "step": step_id, "attempt": decision.attempt, "round": state.round, "error": decision.error,
+        "retry": decision.retry, "on_failure": engine.policy(step_id), **loop,
     })
     if decision.retry:
-        next_tier = kernel._next_tier(tier, ladder) if ladder else None
-        if next_tier:
+        # The kernel found the ladder's next rung (never a step down); the step's next attempt runs on it.
+        if escalation:
             event_emit(run_id=run.id, type="escalation", agent=activation.agent,
-                       data={"step": step_id, "from": tier, "to": next_tier})
+                       data={"step": step_id, **escalation.data})
         event_emit(run_id=run.id, type="step_retry", agent=activation.agent, data={
-            "step": step_id, "attempt": decision.attempt + 1, "delay_s": decision.delay, "reason": decision.error,
-            **({"tier": next_tier} if next_tier else {}),
+            "step": step_id, "attempt": decision.attempt + 1, "round": state.round, "delay_s": decision.delay,
+            "reason": decision.error, **({"tier": escalation.data["to"]} if escalation else {}), **loop,
         })
-        _step_queue(run, flow, engine, step_id, tier=next_tier or tier, delay_s=decision.delay)
+        rung = escalation.context if escalation else {key: activation.context[key] for key in ("rung", "tier")
+                                                          if activation.context.get(key)}
+        _step_queue(run, flow, engine, step_id, rung=rung, delay_s=decision.delay)
     elif engine.stopped:
         _stopped_events(run, engine, [sid for sid in engine.order if engine.states[sid].status == "skipped"])
 
@@ -264,14 +340,6 @@ def _usage(meta: dict[str, Any]) -> dict[str, Any]:
     return {"prompt_tokens": int(meta.get("prompt_tokens") or 0),
             "completion_tokens": int(meta.get("completion_tokens") or 0),
             "cost_usd": Decimal(str(meta.get("cost_usd") or "0"))}
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
 
 
 # -- finishing -----------------------------------------------------------------------------
@@ -291,6 +359,7 @@ def workflow_finish(run: Run) -> bool:
         engine.stop(f"step(s) {', '.join(waiting)} could not run")
         for sid in waiting:
             engine.states[sid].status = "skipped"
+        _loop_events(run, engine, engine.advance_loops())
         flow.state = engine.to_dict()
         flow.save(update_fields=["state"])
     outcome = "failed" if flow.spec.get("error") else engine.outcome()
@@ -311,7 +380,8 @@ def workflow_finish(run: Run) -> bool:
         "skipped": stats.skipped, "failed_steps": failed, "skipped_steps": skipped,
         "duration_s": round(duration, 3), "prompt_tokens": run.prompt_tokens,
         "completion_tokens": run.completion_tokens, "tokens": run.prompt_tokens + run.completion_tokens,
-        "cost_usd": str(run.cost_usd), "reason": engine.stopped,
+        "cost_usd": str(run.cost_usd), "reason": engine.stopped, "loops": list(stats.loops),
+        "rounds": sum(loop["rounds"] for loop in stats.loops),
     })
     event_emit(run_id=run.id, type="run_complete", agent="", data={
         "status": run.status, "result": run.result[:2000], "error": run.error,
@@ -370,8 +440,8 @@ def workflow_steps(run: Run) -> list[dict[str, Any]] | None:
         step, state, meta = engine.steps[sid], engine.states[sid], flow.steps_meta.get(sid, {})
         steps.append({
             "id": sid, "agent": step.agent, "depends_on": list(step.depends_on), "status": state.status,
-            "attempts": state.attempts, "outputs": dict(state.outputs),
-            "partial": state.partial, "error": state.error, "tier": meta.get("tier", ""),
+            "attempts": state.attempts, "outputs": dict(state.outputs), "round": state.round,
+            "rounds": [dict(entry) for entry in state.rounds], "partial": state.partial, "error": state.error, "tier": meta.get("tier", ""),
             "prompt_tokens": meta.get("prompt_tokens", 0), "completion_tokens": meta.get("completion_tokens", 0),
             "cost_usd": meta.get("cost_usd", "0"), "started_at": meta.get("started_at"),
             "finished_at": meta.get("finished_at"),

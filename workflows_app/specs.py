@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from agents_app.kernel.outputs import schema_problem
 from agents_app.specs import Name, Strict
 from workflows_app.engine.dag import topological_levels, validate_graph
 
@@ -18,8 +19,33 @@ class WorkflowStep(Strict):
     prompt: str = ""
     depends_on: list[str] = Field(default_factory=list)
     outputs: list[str] = Field(default_factory=list)
+    output_schemas: dict[str, dict[str, Any]] = Field(default_factory=dict, description=(
+        "A JSON Schema per declared output: a value that does not match gets one corrective turn, then the step's "
+        "session fails as validation_failed."))
     max_retries: int = Field(default=0, ge=0, le=10)
     on_failure: Literal["stop", "continue"] | None = None
+
+    @field_validator("output_schemas")
+    @classmethod
+    def _schemas(cls, value: dict[str, dict[str, Any]], info: ValidationInfo) -> dict[str, dict[str, Any]]:
+        outputs = info.data.get("outputs") or []
+        for name, schema in value.items():
+            if name not in outputs:
+                raise ValueError(f"{name!r} is not a declared output (outputs: {', '.join(outputs) or 'none'})")
+            problem = schema_problem(schema)
+            if problem:
+                raise ValueError(f"{name}: {problem}")
+        return value
+
+
+class WorkflowLoop(Strict):
+    """A group of steps that repeats until ``until`` holds or ``max_rounds`` rounds have run."""
+
+    steps: list[str] = Field(min_length=1, max_length=50, description="The steps that repeat together.")
+    until: str | None = Field(default=None, min_length=1, max_length=300, description=(
+        'Ends the loop when it holds on the round\'s outputs: <step>.<output> == "text" (or != "text", or '
+        'contains "text").'))
+    max_rounds: int = Field(ge=1, le=20, description="Rounds at most (1 to 20).")
 
 
 class WorkflowSpec(Strict):
@@ -31,6 +57,8 @@ class WorkflowSpec(Strict):
     inputs: list[str] = Field(default_factory=list)
     on_failure: Literal["stop", "continue"] = "stop"
     steps: list[WorkflowStep] = Field(min_length=1)
+    loops: list[WorkflowLoop] = Field(default_factory=list, max_length=10, description=(
+        "Bounded loops: groups of steps that repeat, each round's prompts reading the latest round's outputs."))
 
     @field_validator("schedule")
     @classmethod
@@ -48,7 +76,7 @@ class WorkflowSpec(Strict):
         if self.trigger == "channel" and not self.channel:
             raise ValueError("channel: required when trigger is channel")
         known_agents = (info.context or {}).get("known_agents")
-        errors = validate_graph(self.steps, inputs=self.inputs, known_agents=known_agents)
+        errors = validate_graph(self.steps, inputs=self.inputs, known_agents=known_agents, loops=self.loops)
         if errors:
             raise ValueError("; ".join(str(error) for error in errors))
         return self
@@ -58,4 +86,4 @@ class WorkflowSpec(Strict):
         return topological_levels({step.id: list(step.depends_on) for step in self.steps})
 
 
-__all__ = ["WorkflowSpec", "WorkflowStep"]
+__all__ = ["WorkflowLoop", "WorkflowSpec", "WorkflowStep"]

@@ -1,21 +1,28 @@
-"""The built-in workflow templates — chain, fan-out/fan-in, debate, review-loop — shipped in defs/workflows/.
+"""The built-in workflow templates — chain, fan-out/fan-in, debate, review-loop.
 
-A template is an ordinary workflow file; creating a workflow from one saves
-its markdown (optionally under another name) through the same definition
-services as the admin and the API, so it is checked against the team's agents.
+They ship read-only with the code, as package data in
+``workflows_app/builtin_templates/`` (see pyproject's package-data), never in
+a team's definitions folder: a team deleting or editing its own ``chain``
+workflow changes nothing for anyone's templates. A template is an ordinary
+workflow file; creating a workflow from one saves its markdown (optionally
+under another name) into the team through the same definition services as
+the admin and the API, so it is checked against the team's agents.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import resources
 
 import yaml
-from django.conf import settings
 
-TEMPLATES_DIR = Path(settings.BASE_DIR) / "defs" / "workflows"
-TEMPLATE_SLUGS = ("chain", "debate", "fan-out", "review-loop")  # the other file there is the demo's workflow
+from agents_app.definitions.yaml_loader import yaml_load
+
+TEMPLATES_PACKAGE = "workflows_app"
+TEMPLATES_FOLDER = "builtin_templates"
+TEMPLATE_SLUGS = ("chain", "debate", "fan-out", "review-loop")
 NAME_LINE = re.compile(r"^name:.*$", re.M)
 
 
@@ -32,14 +39,25 @@ class Template:
                              self.markdown, count=1)
 
 
-def workflow_templates() -> list[Template]:
+def templates_folder():
+    """Where the templates are installed (a Traversable: a folder, or a place inside a zip)."""
+    return resources.files(TEMPLATES_PACKAGE) / TEMPLATES_FOLDER
+
+
+@functools.cache
+def _load() -> tuple[Template, ...]:
+    # Read once per process: package data does not change while the server runs.
     found = []
-    for path in (TEMPLATES_DIR / f"{slug}.md" for slug in TEMPLATE_SLUGS):
-        text = path.read_text(encoding="utf-8")
-        front = yaml.safe_load(text.split("---", 2)[1]) or {}
-        found.append(Template(path.stem, str(front.get("name", path.stem)), str(front.get("description", "")), text))
-    return found
+    for slug in TEMPLATE_SLUGS:
+        text = (templates_folder() / f"{slug}.md").read_text(encoding="utf-8")
+        front = yaml_load(text.split("---", 2)[1])[0] or {}
+        found.append(Template(slug, str(front.get("name", slug)), str(front.get("description", "")), text))
+    return tuple(found)
+
+
+def workflow_templates() -> list[Template]:
+    return list(_load())
 
 
 def workflow_template(slug: str) -> Template | None:
-    return next((template for template in workflow_templates() if template.slug == slug), None)
+    return next((template for template in _load() if template.slug == slug), None)

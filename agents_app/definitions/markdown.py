@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from agents_app.definitions.kinds import AGENT, Kind
+from agents_app.definitions.yaml_loader import YamlLimitError, YamlLimits, data_limit_problem, yaml_load
 
 FRONTMATTER_FENCE = "---"
 
@@ -90,7 +91,9 @@ def normalize_body(body: str) -> str:
 
 
 class _Dumper(yaml.SafeDumper):
-    pass
+    def ignore_aliases(self, data: Any) -> bool:
+        # The loader counts what aliases repeat; the canonical form has none.
+        return True
 
 
 _YAML_ONLY_BREAKS = "\x85\u2028\u2029"
@@ -177,18 +180,25 @@ def _yaml_error(error: yaml.YAMLError, yaml_text: str, *, path: str) -> Definiti
     return DefinitionError(f"invalid YAML: {problem}", path=path, line=line)
 
 
+def _limit_error(error: YamlLimitError, *, path: str) -> DefinitionError:
+    mark = error.problem_mark
+    return DefinitionError(error.problem, path=path, line=mark.line + 2 if mark is not None else None)
+
+
 def load_frontmatter(yaml_text: str, *, path: str) -> tuple[dict[str, Any], yaml.Node | None, list[str]]:
     warnings: list[str] = []
     try:
-        data = yaml.safe_load(yaml_text)
-        node = yaml.compose(yaml_text, Loader=yaml.SafeLoader)
+        data, node = yaml_load(yaml_text)
+    except YamlLimitError as error:
+        raise _limit_error(error, path=path) from None
     except yaml.YAMLError as error:
         relaxed, changed = _relaxed_yaml(yaml_text)
         if not changed:
             raise _yaml_error(error, yaml_text, path=path) from None
         try:
-            data = yaml.safe_load(relaxed)
-            node = yaml.compose(relaxed, Loader=yaml.SafeLoader)
+            data, node = yaml_load(relaxed)
+        except YamlLimitError as relaxed_error:
+            raise _limit_error(relaxed_error, path=path) from None
         except yaml.YAMLError as relaxed_error:
             # The lenient reading keeps every line where it was, and what it
             # still cannot read is the error worth showing.
@@ -282,6 +292,11 @@ def validate_definition(
 ) -> ParsedDefinition:
     """Validate frontmatter ``data`` against the kind's schema; split off unknown keys."""
     warnings = list(warnings or [])
+    # Data from JSON meets the limits of the YAML it is stored as (from YAML it already did).
+    problem = data_limit_problem(data)
+    if problem is not None:
+        loc, message = problem
+        raise DefinitionError(message, path=path, line=_line_of(node, loc), field=".".join(map(str, loc)))
     # PostgreSQL text and jsonb cannot hold NUL, and UTF-8 no lone surrogate;
     # YAML escapes can make both ("\0", "\ud800"): refuse them here.
     if _UNSTORABLE.search(body):
@@ -329,7 +344,15 @@ def validate_definition(
                 return_field, message = head["path"], head["rest"]
                 line = _line_of(node, _field_loc(return_field.split("/", 1)[0]))
         raise DefinitionError(message, path=path, line=line, field=return_field) from None
-    return ParsedDefinition(kind=kind, spec=spec, extra=extra, body=normalize_body(body), warnings=warnings)
+    parsed = ParsedDefinition(kind=kind, spec=spec, extra=extra, body=normalize_body(body), warnings=warnings)
+    # Block style indents: a small JSON body nested deep can render to megabytes
+    # of YAML, which no later import or edit of the file could load.
+    size, limit = len(dump_yaml({**parsed.spec_data(), **extra})), YamlLimits.from_settings().max_chars
+    if size > limit:
+        raise DefinitionError(
+            f"the YAML frontmatter is {size} characters in canonical form; YAML is limited to {limit} "
+            "(limit MAS_MAX_DEFINITION_BYTES)", path=path)
+    return parsed
 
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")

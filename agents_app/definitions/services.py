@@ -54,6 +54,10 @@ def validation_context(*, kind: Kind, team: Team, extra_agents: set[str] = froze
         return {"known_agents": known | set(extra_agents)}
     if kind is AGENT:
         return {"known_tools": set(TOOL.model.objects.filter(team=team).values_list("name", flat=True))}
+    if kind is PROVIDER or kind is MCP:
+        # The environment variables the team may name and the addresses its URLs may reach are checked on
+        # save for this team (mas_project.secrets, mas_project.netpolicy).
+        return {"team": team.slug}
     return None
 
 
@@ -192,6 +196,7 @@ def definition_save(
             slug=slug,
             number=row.version,
             content=files.text,
+            references=files.references,
             content_hash=new_hash,
             author=author if getattr(author, "pk", None) else None,
             source=source,

@@ -1,4 +1,9 @@
-"""Reading and writing a team's definition files, atomically."""
+"""Reading and writing a team's definition files, atomically.
+
+Nothing here writes or deletes under the repository's own ``defs/``: those
+are tracked files (the examples the demo team is seeded from), and the server
+never changes tracked files at run time, whatever a team's folder points at.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,35 @@ from django.conf import settings
 
 from agents_app.definitions.kinds import Kind
 from agents_app.definitions.markdown import content_hash
+
+
+class ReadOnlyFolderError(PermissionError):
+    """A write or delete aimed at the repository's tracked ``defs/``."""
+
+
+def shipped_defs_dir() -> Path:
+    """The repository's example definitions: read-only at run time."""
+    return (Path(settings.BASE_DIR) / "defs").resolve()
+
+
+def read_only_reason(path: Path) -> str | None:
+    """Why files under ``path`` may not be written or deleted, or None when they may."""
+    # resolve() follows symlinks, so a link into the repository's defs/ is refused too.
+    if not Path(path).resolve().is_relative_to(shipped_defs_dir()):
+        return None
+    return (
+        "defs/ is the repository's tracked folder of shipped examples, which the server never writes or "
+        "deletes; give the team a definitions folder of its own (its defs_dir, or a blank defs_dir for "
+        "MAS_DEFS_ROOT/<team slug>; `manage.py setup_demo` copies the examples into one)"
+    )
+
+
+def _check_writable(path: Path, action: str) -> None:
+    reason = read_only_reason(path)
+    if reason:
+        # Named from the repository's root: an absolute server path means nothing to an API client.
+        where = Path(path).resolve().relative_to(shipped_defs_dir().parent).as_posix()
+        raise ReadOnlyFolderError(f"refusing to {action} {where}: {reason}")
 
 
 def team_defs_dir(team) -> Path:
@@ -60,6 +94,23 @@ def read_item(kind: Kind, root: Path, slug: str) -> ItemFiles | None:
     return ItemFiles(text=text, references=references, binary=binary)
 
 
+def item_exists(kind: Kind, root: Path, slug: str) -> bool:
+    path = root / kind.relative_path(slug)
+    return (path.parent if kind.directory_per_item else path).exists()
+
+
+def rename_item(kind: Kind, root: Path, old: str, new: str) -> None:
+    """Move the files of ``old`` to ``new``: a skill's whole folder (binary files too), else the one file."""
+    source, target = root / kind.relative_path(old), root / kind.relative_path(new)
+    if kind.directory_per_item:
+        source, target = source.parent, target.parent
+    _check_writable(source, "rename")
+    _check_writable(target, "write")
+    if target.exists():
+        raise FileExistsError(17, "the target exists", str(target))
+    source.rename(target)
+
+
 def _reference_files(main: Path) -> list[Path]:
     """The files beside a SKILL.md, hidden files (editor swap files, our temp files) left out."""
     base = main.parent
@@ -71,6 +122,7 @@ def _reference_files(main: Path) -> list[Path]:
 
 
 def atomic_write(path: Path, text: str) -> None:
+    _check_writable(path, "write")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -89,6 +141,7 @@ def write_item(kind: Kind, root: Path, slug: str, item: ItemFiles) -> None:
     in ``item`` (binary files are not references and stay).
     """
     path = root / kind.relative_path(slug)
+    _check_writable(path, "write")
     if kind.directory_per_item:
         base = path.parent.resolve()
         targets = {}
@@ -116,6 +169,7 @@ def _is_text(path: Path) -> bool:
 
 def delete_item(kind: Kind, root: Path, slug: str) -> None:
     path = root / kind.relative_path(slug)
+    _check_writable(path, "delete")
     if kind.directory_per_item and path.parent.is_dir():
         for ref in sorted(path.parent.rglob("*"), reverse=True):
             ref.unlink() if ref.is_file() else ref.rmdir()

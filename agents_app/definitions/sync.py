@@ -46,6 +46,7 @@ from typing import Literal
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import transaction
+from django.utils.text import slugify
 
 from agents_app.definitions import storage
 from agents_app.definitions.kinds import AGENT, KINDS, SKILL, TOOL, Kind
@@ -213,6 +214,8 @@ class _Run:
     # when ``check`` saved none of them.
     agents: set[str] = field(default_factory=set)
     tools: set[str] = field(default_factory=set)
+    # (kind, slug) that files with non-slug names import as in this run: two such files never share one.
+    claimed: set[tuple[str, str]] = field(default_factory=set)
 
     @property
     def writes(self) -> bool:
@@ -230,6 +233,10 @@ class _Run:
             outcome = ("errors", SyncItem(kind.name, slug, path, "; ".join(error.messages)))
         except UnicodeDecodeError:
             outcome = ("errors", SyncItem(kind.name, slug, path, "not UTF-8 text"))
+        except storage.ReadOnlyFolderError as error:
+            outcome = ("errors", SyncItem(kind.name, slug, path, str(error)))
+        except OSError as error:  # renaming a file whose name is not a slug; the row was rolled back
+            outcome = ("errors", SyncItem(kind.name, slug, path, f"cannot rename the file: {error.strerror}"))
         if outcome is None:
             return
         bucket, entry = outcome
@@ -286,43 +293,50 @@ class _Run:
         return rows.first()
 
     def _import(self, kind: Kind, slug: str, path: str, files: storage.ItemFiles, *, created: bool):
-        try:
-            validate_slug(slug)
-        except ValidationError:
-            raise DefinitionError(
-                "file name must be a slug (letters, digits, '-' and '_') followed by .md", path=path
-            ) from None
+        target = slug if _is_slug(slug) else self._slug_for(kind, slug, path)
         parsed = self._parse(kind, files.text, path)
         warnings = [_located(path, warning) for warning in parsed.warnings]
+        target_path = kind.relative_path(target).as_posix()
+        if target != slug:
+            self.claimed.add((kind.name, target))
+            renamed = "would be renamed" if not self.writes else "renamed"
+            warnings.append(f"{path}: the file name is not a slug: imported as {kind.label.lower()} {target!r}, "
+                            f"the file {renamed} to {target_path}")
         if not self.writes:
-            self._remember(kind, slug, parsed.spec.name)
+            self._remember(kind, target, parsed.spec.name)
             self.report.warnings.extend(warnings)
-            return "imported", SyncItem(kind.name, slug, path, "new" if created else "changed on disk")
+            return "imported", SyncItem(kind.name, target, path, "new" if created else "changed on disk")
         result = definition_save(
             kind=kind,
             team=self.team,
             parsed=parsed,
-            slug=slug,
+            slug=target,
             author=self.author,
             source="import",
             references=files.references if kind is SKILL else None,
             write_file=False,
         )
         row = result.row
+        if target != slug:
+            # The row is saved (in this transaction): the file follows its slug.
+            storage.rename_item(kind, self.root, slug, target)
         canonical = row_files(kind, row)
         rewritten = canonical.hash != files.hash
         if rewritten:
             # The row renders differently from the file (other tool's format,
             # key order, secrets that must not stay on disk): write the
             # canonical text so file and row agree from now on.
-            storage.atomic_write(self.root / kind.relative_path(slug), canonical.text)
+            storage.atomic_write(self.root / kind.relative_path(target), canonical.text)
         row.synced_hash = canonical.hash
         row.save(update_fields=["synced_hash"])
-        self._remember(kind, slug, row.name)
-        if rewritten:
+        self._remember(kind, target, row.name)
+        if target != slug:
+            detail = f"renamed from {path}" + (", rewritten in canonical MAS form" if rewritten else "")
+            self.report.rewritten.append(SyncItem(kind.name, target, target_path, detail))
+        elif rewritten:
             self.report.rewritten.append(SyncItem(kind.name, slug, path, "rewritten in canonical MAS form"))
-        # Parse warnings are already in the save result; keep each once.
-        self.report.warnings.extend(dict.fromkeys(_located(path, w) for w in result.warnings))
+        # The save result repeats the parse warnings; keep each once.
+        self.report.warnings.extend(dict.fromkeys([*warnings, *(_located(path, w) for w in result.warnings)]))
         if created:
             detail = f"created (version {row.version})"
         elif result.changed:
@@ -330,7 +344,21 @@ class _Run:
         else:
             detail = f"same content, reformatted (version {row.version})"
         logger.debug("definition imported", extra={"team": self.team.slug, "path": path, "version": row.version})
-        return "imported", SyncItem(kind.name, slug, path, detail)
+        return "imported", SyncItem(kind.name, target, path, detail)
+
+    def _slug_for(self, kind: Kind, name: str, path: str) -> str:
+        """The slug a file whose name is not one imports as; refused if it names nothing or is taken."""
+        slug = slugify(name)[:100]
+        if not slug:
+            raise DefinitionError(
+                "the file name has no letter or digit to make a slug of: rename it to <slug>.md "
+                "(letters, digits, '-' and '_')", path=path)
+        taken = storage.item_exists(kind, self.root, slug) or (kind.name, slug) in self.claimed
+        if taken or kind.model.objects.filter(team=self.team, slug=slug).exists():
+            raise DefinitionError(
+                f"the file name is not a slug and would import as {kind.label.lower()} {slug!r}, which "
+                f"{kind.relative_path(slug).as_posix()} already is: rename one of them", path=path)
+        return slug
 
     def _parse(self, kind: Kind, text: str, path: str) -> ParsedDefinition:
         if kind is AGENT and self.tools:
@@ -372,6 +400,14 @@ class _Run:
             self.agents.add(slug)
         elif kind is TOOL:
             self.tools.add(name)
+
+
+def _is_slug(name: str) -> bool:
+    try:
+        validate_slug(name)
+    except ValidationError:
+        return False
+    return len(name) <= 100
 
 
 def _with(item: SyncItem, detail: str) -> SyncItem:

@@ -7,6 +7,7 @@ sessions of one run never double-dispatch or double-finish it.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,27 +16,35 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Exists, F, Func, OuterRef, Q
 from django.utils import timezone
 
 from agents_app.definitions.kinds import AGENT
 from agents_app.definitions.markdown import DefinitionError, parse_definition
+from agents_app.execution.escalation import Escalation, escalation_next
 from agents_app.execution.eventlog import event_append as event_emit
+from agents_app.execution.versions import VersionMissing, definition_pinned
+from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.models import Activation, Agent, Run, Session, Team, WorkspaceFile
 from agents_app.models.runs import (
     ACTIVE_ACTIVATION_STATUSES,
     FINISHED_RUN_STATUSES,
     OPEN_ACTIVATION_STATUSES,
+    UNSETTLED_ACTIVATION_STATUSES,
     ActivationStatus,
     RunStatus,
     SessionStatus,
 )
-from agents_app.specs import AgentSpec
+from agents_app.kernel.outputs import describe, schema_text, value_errors
+from agents_app.kernel.prompt import ExecutionContext, WorkspaceEntry
+from agents_app.specs import TIERS, AgentSpec
 from tools_app.catalog import SAFE_DEFAULT_TOOLS
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_LIMITS = {"max_depth": 3, "max_fanout": 5, "max_concurrency": 8, "max_retries": 2}
+# Activations are dispatched lowest priority number first (then oldest first): 0 before 100.
+DEFAULT_PRIORITY = 100
 
 
 class RunError(ValueError):
@@ -44,6 +53,38 @@ class RunError(ValueError):
 
 class LimitExceeded(RunError):
     pass
+
+
+class InvalidOutput(RunError):
+    """A step output its declared schema refuses (the message lists why, for the model to correct)."""
+
+
+class ScriptError(RunError):
+    """A run's script the kernel cannot play (its message names the agent and turn)."""
+
+
+def script_check(*, team: Team, script: dict[str, Any] | None, agents: list[str]) -> None:
+    """Check a run's script: its shape and bounds, and no turn slower than its agent's session timeout.
+
+    ``agents`` are the ones the run starts with; the script's ``"*"`` turns are
+    held to the shortest of their timeouts.
+    """
+    if script is None:
+        return
+    from agents_app.llm.scripted import script_check_latency, validate_script
+
+    try:
+        validate_script(script)
+        named = set(script) - {"*"}
+        timeouts = {slug: float((spec.get("limits") or {}).get("timeout_s", 600))
+                    for slug, spec in Agent.objects.filter(team=team, slug__in=named | set(agents))
+                    .values_list("slug", "spec")}
+        starting = [timeouts[slug] for slug in agents if slug in timeouts and slug not in named]
+        if starting:
+            timeouts["*"] = min(starting)
+        script_check_latency(script, timeouts)
+    except ValueError as error:
+        raise ScriptError(str(error)) from None
 
 
 # -- agents of a run -------------------------------------------------------------
@@ -59,22 +100,31 @@ class AgentDefinition:
 
 
 def agent_resolve(*, run: Run, slug: str) -> AgentDefinition:
-    """The run's own agent (``agents/<slug>.md`` in its workspace) or the team's."""
+    """The run's own agent (``agents/<slug>.md`` in its workspace) or the team's, at the version the run pinned."""
     local = WorkspaceFile.objects.filter(run=run, path=f"agents/{slug}.md").values_list("content", flat=True).first()
     if local is not None:
-        parsed = parse_definition(AGENT, local, path=f"agents/{slug}.md")
+        path = f"agents/{slug}.md"
+        try:
+            parsed = parse_definition(AGENT, local, path=path)
+        except DefinitionError as error:
+            # Written by the run (a refused vfs_write stays written): a refusal for the caller, not a crash.
+            raise RunError(f"{path} is not a valid agent definition: {error}") from None
         return AgentDefinition(slug, parsed.spec, parsed.body, None, "workspace")
-    row = Agent.objects.filter(team_id=run.team_id, slug=slug).values_list(
-        "id", "version", "content_hash", "spec", "body").first()
-    if row is None:
+    try:
+        pinned = definition_pinned(run=run, kind=AGENT, slug=slug)
+    except VersionMissing as error:
+        raise RunError(str(error)) from None
+    if pinned is None:
         raise RunError(f"agent {slug!r} does not exist in this team or run")
-    key = (row[0], row[1], row[2])
+    key = (run.team_id, slug, pinned.number, pinned.content_hash)
     found = _validated.get(key)
     if found is None:
-        spec = AgentSpec.model_validate(row[3], context={"known_tools": _team_tool_names(run.team_id)})
+        # Valid when saved; the custom tools it names are pinned (or missing) on their own.
+        tools = pinned.spec.get("tools")
+        spec = AgentSpec.model_validate(pinned.spec, context={"known_tools": set(tools or [])})
         if len(_validated) > 1000:
             _validated.clear()
-        found = _validated[key] = AgentDefinition(slug, spec, row[4], row[1], "team")
+        found = _validated[key] = AgentDefinition(slug, spec, pinned.body, pinned.number, "team")
     return found
 
 
@@ -108,14 +158,8 @@ def _grant(activation_id) -> tuple[set[str], list]:
     return set(spec.tools if spec.tools is not None else SAFE_DEFAULT_TOOLS), list(spec.mcp_servers)
 
 
-# Validated team agents by (id, version, content hash): a saved change is a new key.
+# Validated team agents by (team, slug, version, content hash): a saved change is a new key.
 _validated: dict[tuple, AgentDefinition] = {}
-
-
-def _team_tool_names(team_id: int) -> set[str]:
-    from tools_app.models import CustomTool
-
-    return set(CustomTool.objects.filter(team_id=team_id).values_list("name", flat=True))
 
 
 def worker_definition_resolve(worker: dict[str, Any]) -> AgentDefinition:
@@ -159,12 +203,12 @@ def run_start(
     budget: dict[str, Any] | None = None, provider: str = "", script: dict[str, Any] | None = None,
 ) -> Run:
     """Create a run with its root activation and send that to a worker (after commit)."""
+    script_check(team=team, script=script, agents=[agent])
     run = Run(
         team=team, agent=agent, input=input, created_by=user if getattr(user, "pk", None) else None,
         limits={**DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
     )
-    definition = agent_resolve(run=run, slug=agent)
-    run.versions = {f"agent:{agent}": definition.version}
+    agent_resolve(run=run, slug=agent)  # exists? (pins it: the run is not saved yet, so at its current version)
     run.save(force_insert=True)
     event_emit(run_id=run.id, type="run_start", agent=agent,
                data={"agent": agent, "input": input, "limits": run.limits, "budget": run.budget})
@@ -176,7 +220,7 @@ def run_start(
 
 
 def activation_create(*, run: Run, agent: str, input: str, kind: str, parent: Activation | None,
-                      priority: int = 100, context: dict[str, Any] | None = None,
+                      priority: int = DEFAULT_PRIORITY, context: dict[str, Any] | None = None,
                       status: str = ActivationStatus.QUEUED) -> Activation:
     activation = Activation.objects.create(
         run=run, agent=agent, input=input, kind=kind, parent=parent, status=status,
@@ -220,11 +264,11 @@ def _dispatch(run: Run) -> list[str]:
         run.save(update_fields=["status", "started_at"])
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FILTER (WHERE status = ANY(%s)), count(*) FILTER (WHERE status = %s) "
-            "FROM agents_app_activation WHERE run_id = %s",
-            [list(ACTIVE_ACTIVATION_STATUSES), ActivationStatus.QUEUED, run.id],
+            "SELECT count(*) FILTER (WHERE status = ANY(%s)), count(*) FILTER (WHERE status = %s), "
+            "count(*) FILTER (WHERE status = %s) FROM agents_app_activation WHERE run_id = %s",
+            [list(ACTIVE_ACTIVATION_STATUSES), ActivationStatus.QUEUED, ActivationStatus.WAITING, run.id],
         )
-        active, waiting = cursor.fetchone()
+        active, waiting, suspended = cursor.fetchone()
     room = max(0, int(run.limits.get("max_concurrency", DEFAULT_LIMITS["max_concurrency"])) - active)
     ids: list = []
     if waiting and room:
@@ -237,7 +281,8 @@ def _dispatch(run: Run) -> list[str]:
         later = (run.activations.filter(status=ActivationStatus.QUEUED).exclude(not_before__isnull=True)
                  .order_by("not_before").values_list("not_before", flat=True).first() if waiting else None)
         if later is None:
-            _run_finish(run)
+            if not suspended:  # a suspended session is resumed by what it waits for, not by dispatch
+                _run_finish(run)
         else:  # only backed-off retries are left: come back when the first is due
             delay = max(0.0, (later - now).total_seconds())
             transaction.on_commit(lambda: run_dispatch_async(run_id=run.id, countdown=delay))
@@ -302,8 +347,15 @@ def run_cancel(*, run: Run, user=None) -> Run:
     run.error = f"cancelled by {user}" if user else "cancelled"
     run.save(update_fields=["status", "finished_at", "error"])
     # Waiting work is cancelled now; running sessions stop within a second (their worker's monitor).
-    run.activations.filter(status__in=[ActivationStatus.QUEUED, ActivationStatus.DISPATCHED]).update(
-        status=ActivationStatus.CANCELLED)
+    run.activations.filter(status__in=[ActivationStatus.QUEUED, ActivationStatus.DISPATCHED,
+                                       ActivationStatus.WAITING]).update(status=ActivationStatus.CANCELLED)
+    for session in Session.objects.filter(run=run, status=SessionStatus.WAITING):
+        # Suspended sessions hold no worker: they end here, keeping their partial result.
+        session.status, session.finished_at = SessionStatus.CANCELLED, timezone.now()
+        session.save(update_fields=["status", "finished_at"])
+        event_emit(run_id=run.id, type="session_end", agent=session.agent, session_id=session.id,
+                   data={"status": "cancelled", "result": session.result[:2000], "meta": session.meta,
+                         "failure": None})
     from workflows_app.services import workflow_cancelled
 
     workflow_cancelled(run)
@@ -342,10 +394,12 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
                 activation.save(update_fields=["status"])
             return None
         session = next(iter(Session.objects.raw(
-            "SELECT * FROM agents_app_session WHERE activation_id = %s AND status = %s ORDER BY attempt DESC LIMIT 1",
-            [activation_id, SessionStatus.RUNNING])), None)
-        if session is not None and session.worker != worker and not _stale(session):
-            # A live worker has it (a redelivered message): never run one session twice.
+            "SELECT * FROM agents_app_session WHERE activation_id = %s AND status = ANY(%s) "
+            "ORDER BY attempt DESC LIMIT 1", [activation_id, [SessionStatus.RUNNING, SessionStatus.WAITING]])), None)
+        if session is not None and session.status == SessionStatus.RUNNING and not _stale(session):
+            # A live worker has it — maybe this very process, when a message came twice (a dispatch
+            # sent again by the sweep while the first waited in the queue): never run one session twice.
+            # (A suspended session, waiting, holds no worker: it is resumed.)
             return None
         resumed = session is not None
         worker_agent = activation.context.get("worker")
@@ -356,20 +410,17 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
             activation.attempts += 1  # the row is locked
             session = Session.objects.create(
                 run=run, activation=activation, agent=activation.agent, attempt=activation.attempts,
-                tier=activation.context.get("tier") or definition.spec.tier or "medium", worker=worker,
+                tier=nominal_tier(definition.spec, activation.context), worker=worker,
                 heartbeat_at=now,
             )
         else:
-            session.worker, session.heartbeat_at = worker, now
-            session.save(update_fields=["worker", "heartbeat_at"])
+            session.worker, session.heartbeat_at, session.status = worker, now, SessionStatus.RUNNING
+            session.save(update_fields=["worker", "heartbeat_at", "status"])
         activation.status = ActivationStatus.RUNNING
         activation.save(update_fields=["status", "attempts"])
         changed: dict[str, Any] = {}
         if run.status == RunStatus.QUEUED:
             changed |= {"status": RunStatus.RUNNING, "started_at": now}
-        key = f"agent:{definition.slug}"
-        if definition.version is not None and (run.versions or {}).get(key) != definition.version:
-            changed["versions"] = _merged(run.versions, key, definition.version)
         if changed:
             Run.objects.filter(pk=run.pk).update(**changed)
             for field, value in changed.items():
@@ -380,6 +431,31 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
             "parent": str(activation.parent_id) if activation.parent_id else None,
         })
     return SessionStart(session=session, activation=activation, run=run, agent=definition, resumed=resumed)
+
+
+def nominal_tier(spec: AgentSpec, context: dict[str, Any]) -> str:
+    """The tier a session starts from: its escalation rung's, the agent's ``tier``, a tier named as its
+    ``model``, else medium. The session's tier becomes its model's once the model is resolved."""
+    return (context.get("tier") or spec.tier or (spec.model if spec.model in TIERS else None)
+            or "medium")
+
+
+def execution_context(*, activation: Activation) -> ExecutionContext:
+    """The execution context of an activation's first session: its task, what its parent passed along,
+    the results of the workflow steps it depends on, and the run's files so far (path, size, author)."""
+    context = activation.context or {}
+    passed = context.get("parent_context")
+    if passed is not None and not isinstance(passed, str):
+        passed = json.dumps(passed, ensure_ascii=False, indent=2)
+    parent = (Activation.objects.filter(pk=activation.parent_id).values_list("agent", flat=True).first()
+              if activation.parent_id and activation.kind in CHILD_KINDS else "")
+    files = (WorkspaceFile.objects.filter(run_id=activation.run_id).order_by("path")
+             .annotate(size=Func(F("content"), function="octet_length")).values_list("path", "size", "author"))
+    return ExecutionContext(
+        task=activation.input, output_dir=f"out/{activation.agent}/", parent_context=passed or "",
+        parent=parent or "", dependency_results=dict(context.get("dependencies") or {}),
+        files=[WorkspaceEntry(path, size, author) for path, size, author in files],
+    )
 
 
 def session_stale_after_s() -> float:
@@ -399,20 +475,26 @@ def sessions_reap() -> list[str]:
     resumes it from its last checkpoint. A session whose worker has died
     ``MAS_MAX_RESUMES`` times is failed instead, with that reason (a session
     that kills its worker must not take worker after worker down).
+
+    Only an activation still ``running`` (claimed by the dead worker) is
+    reaped: once queued again it waits for a worker to claim it, however many
+    sweeps pass meanwhile (each would otherwise count one more death); if
+    that dispatch is lost, ``runs_unstick`` sends it again.
     """
     cutoff = timezone.now() - timedelta(seconds=session_stale_after_s())
     max_resumes = int(getattr(settings, "MAS_MAX_RESUMES", 3))
     reaped: list[str] = []
-    stale = (Session.objects.filter(status=SessionStatus.RUNNING, run__status=RunStatus.RUNNING)
-             .filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
+    stale_sessions = Session.objects.filter(status=SessionStatus.RUNNING).filter(
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
+    stale = (stale_sessions.filter(run__status=RunStatus.RUNNING, activation__status=ActivationStatus.RUNNING)
              .values_list("activation_id", "run_id", "agent", "id", "worker"))
     for activation_id, run_id, agent, session_id, worker in stale:
         reason = f"worker {worker or '?'} stopped answering"
         with transaction.atomic():
-            run = _run_locked(run_id)
+            run = _run_locked(run_id)  # a claim (session_begin) locks the run first too: none is under way
             activation = Activation.objects.select_for_update().filter(
-                pk=activation_id, status__in=ACTIVE_ACTIVATION_STATUSES).first()
-            if activation is None:
+                pk=activation_id, status=ActivationStatus.RUNNING).first()
+            if activation is None or not stale_sessions.filter(pk=session_id).exists():
                 continue
             resumes = int(activation.context.get("resumes", 0))
             if resumes >= max_resumes:
@@ -450,9 +532,12 @@ def runs_unstick() -> list[str]:
       finishes the run. Dispatching is idempotent.
     """
     cutoff = timezone.now() - timedelta(seconds=session_stale_after_s())
+    # A session of the activation may still be ``running`` when its worker died and the reaper queued
+    # it again: that dispatch can be lost too. Only a session with a recent heartbeat means a worker has it.
+    live = Session.objects.filter(activation=OuterRef("pk"), status=SessionStatus.RUNNING, heartbeat_at__gte=cutoff)
     lost = (Activation.objects.filter(status=ActivationStatus.DISPATCHED, dispatched_at__lt=cutoff,
                                       run__status__in=[RunStatus.QUEUED, RunStatus.RUNNING])
-            .exclude(kind="tool").exclude(sessions__status=SessionStatus.RUNNING)
+            .exclude(kind="tool").exclude(Exists(live))
             .values_list("id", "run_id", "agent"))
     runs: dict[str, None] = {}
     for activation_id, run_id, agent in lost:
@@ -473,10 +558,6 @@ def runs_unstick() -> list[str]:
     if runs:
         logger.info("runs dispatched again", extra={"runs": list(runs)})
     return list(runs)
-
-
-def _merged(data: dict, key: str, value: Any) -> dict:
-    return {**(data or {}), key: value}
 
 
 def budget_check(*, run_id, tier: str, agent: str, session_id) -> str | None:
@@ -504,14 +585,14 @@ def budget_check(*, run_id, tier: str, agent: str, session_id) -> str | None:
 @dataclass
 class SessionEnd:
     retry_in_s: float | None = None  # the activation was re-queued after this delay
-    escalated_to: str | None = None
+    escalation: Escalation | None = None  # where a retry escalates to (the kernel's, or a workflow step's)
     activation: Activation | None = None
     tier: str = ""
 
 
 def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dict[str, Any],
                     failure: dict[str, Any] | None, ladder: list[str]) -> SessionEnd:
-    """Record the outcome; retry with backoff, escalate up the tier ladder, or settle the activation.
+    """Record the outcome; retry with backoff, escalate up the ladder, or settle the activation.
 
     ``run``'s row is locked by the caller's transaction.
     """
@@ -533,12 +614,11 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
     elif (failure and failure.get("suggested_retry") and activation.attempts <= max_retries
           and activation.kind not in {"tool", "step"}):  # a tool's caller (a step's workflow) decides
         end.retry_in_s = settings.MAS_RETRY_BACKOFF_S * 2 ** (activation.attempts - 1)
-        next_tier = _next_tier(session.tier, ladder)
-        if next_tier:
-            end.escalated_to = next_tier
-            activation.context = {**activation.context, "tier": next_tier}
+        end.escalation = escalation_next(run=run, session=session, activation=activation, ladder=ladder)
+        if end.escalation:
+            activation.context = {**activation.context, **end.escalation.context}
             event_emit(run_id=run.id, type="escalation", agent=session.agent, session_id=session.id,
-                       data={"from": session.tier, "to": next_tier})
+                       data=end.escalation.data)
         activation.status = ActivationStatus.QUEUED
         activation.not_before = timezone.now() + timedelta(seconds=end.retry_in_s)
         event_emit(run_id=run.id, type="retry", agent=session.agent, session_id=session.id, data={
@@ -547,6 +627,8 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
         })
     else:
         activation.status, activation.result = ActivationStatus.FAILED, result
+        if activation.kind == "step":  # its workflow may retry it, escalated
+            end.escalation = escalation_next(run=run, session=session, activation=activation, ladder=ladder)
         if activation.parent_id is None and activation.kind != "step" and not run.error:
             run.error = f"{failure.get('kind') if failure else 'failed'}: {failure.get('message') if failure else ''}"
             run.save(update_fields=["error"])
@@ -561,36 +643,133 @@ def session_settle(*, run_id, session_id, status: str, result: str, meta: dict[s
         run = _run_locked(run_id)
         end = _session_finish(run=run, session_id=session_id, status=status, result=result, meta=meta,
                               failure=failure, ladder=ladder)
-        _settled_hooks(run, end.activation, tier=end.tier, meta=meta, failure=failure, ladder=ladder)
+        _settled_hooks(run, end.activation, tier=end.tier, meta=meta, failure=failure, ladder=ladder,
+                       escalation=end.escalation)
         _dispatch(run)
     return end
 
 
 def _settled_hooks(run: Run, activation: Activation, *, tier: str = "", meta: dict[str, Any] | None = None,
-                   failure: dict[str, Any] | None = None, ladder: list[str] | None = None) -> None:
+                   failure: dict[str, Any] | None = None, ladder: list[str] | None = None,
+                   escalation: Escalation | None = None) -> None:
+    if activation.kind in CHILD_KINDS and activation.status in SETTLED_ACTIVATION_STATUSES:
+        _child_settled(run, activation)
     if activation.kind in {"step", "plan"}:  # only workflows create these
         from workflows_app.services import workflow_activation_settled
 
         workflow_activation_settled(run=run, activation=activation, tier=tier, meta=meta or {}, failure=failure,
-                                    ladder=ladder or [])
+                                    ladder=ladder or [], escalation=escalation)
 
 
-def _next_tier(tier: str, ladder: list[str]) -> str | None:
-    if tier in ladder:
-        index = ladder.index(tier)
-        return ladder[index + 1] if index + 1 < len(ladder) else None
-    return ladder[0] if ladder and ladder[0] != tier else None
+CHILD_KINDS = frozenset({"spawn", "delegate"})
+SETTLED_ACTIVATION_STATUSES = (ActivationStatus.DONE, ActivationStatus.FAILED, ActivationStatus.CANCELLED)
+
+
+OUTCOME_KEYS = ("agent", "status", "result", "outputs", "files", "failure")
+
+
+def child_outcome_of(run: Run, activation: Activation) -> dict[str, Any]:
+    """What a settled child hands back: status, result, named outputs, files it wrote, failure report."""
+    failure = (Session.objects.filter(activation=activation).order_by("-attempt")
+               .values_list("failure", flat=True).first())
+    files = (WorkspaceFile.objects.filter(run=run, session__activation=activation).order_by("path")
+             .annotate(size=Func(F("content"), function="octet_length")).values_list("path", "size"))
+    status = {ActivationStatus.DONE: "ok", ActivationStatus.FAILED: "failed"}.get(activation.status, "cancelled")
+    return {"agent": activation.agent, "status": status, "result": activation.result,
+            "outputs": activation.context.get("outputs", {}),
+            "files": [{"path": path, "bytes": size} for path, size in files],
+            "failure": failure if status == "failed" else None}
+
+
+def _child_settled(run: Run, child: Activation) -> None:
+    """A spawned or delegated child has its outcome: wake the parent waiting for it, or send it as a signal.
+
+    The caller holds the run's lock, so a parent suspending at the same
+    moment either sees this child settled or is woken here — never neither.
+    """
+    outcome = child_outcome_of(run, child)
+    child.context = {**child.context, "outcome": outcome}
+    Activation.objects.filter(pk=child.pk).update(context=child.context)
+    parent = Activation.objects.select_for_update().get(pk=child.parent_id)
+    if child.context.get("wait"):
+        if parent.status == ActivationStatus.WAITING and not _awaited(parent):
+            parent.status = ActivationStatus.QUEUED
+            parent.save(update_fields=["status"])
+    elif child.context.get("notify") and parent.status not in {ActivationStatus.CANCELLED}:
+        signal = activation_create(
+            run=run, agent=parent.agent, kind="signal", parent=parent, priority=parent.priority,
+            input=(f"The {child.kind} to {child.agent} you started (activation {child.id}) has ended:\n\n"
+                   f"{json.dumps(outcome, ensure_ascii=False)}\n\n(Your original task: {parent.input})"),
+        )
+        sender = Session.objects.filter(activation=child).order_by("-attempt").values_list("id", flat=True).first()
+        event_emit(run_id=run.id, type="signal", agent=child.agent, session_id=sender, data={
+            "from": child.agent, "to": parent.agent, "activation": str(signal.id),
+            "message": f"{child.kind} ended: {outcome['status']}"})
+
+
+def _awaited(parent: Activation) -> list[str]:
+    """The children the parent's suspended session still waits for."""
+    session_id = (Session.objects.filter(activation=parent, status__in=[SessionStatus.WAITING, SessionStatus.RUNNING])
+                  .order_by("-attempt").values_list("id", flat=True).first())
+    if session_id is None:
+        return []
+    return [str(pk) for pk in parent.children.filter(
+        context__wait=True, context__tool_call__startswith=f"{session_id}:",
+        status__in=UNSETTLED_ACTIVATION_STATUSES).values_list("id", flat=True)]
+
+
+def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) -> list[str]:
+    """The session checkpointed with calls whose results come later: it ends holding nothing.
+
+    Its activation waits until every child it waits for has settled (then it
+    is queued and the same session resumes from its checkpoint) — at once if
+    they all settled already. Returns the ids of the children it waits for.
+    """
+    with transaction.atomic():
+        run = _run_locked(run_id)
+        session = Session.objects.raw("SELECT * FROM agents_app_session WHERE id = %s FOR UPDATE", [session_id])[0]
+        activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
+                                            [session.activation_id])[0]
+        if run.status in FINISHED_RUN_STATUSES:  # cancelled meanwhile
+            session.status, session.finished_at = SessionStatus.CANCELLED, timezone.now()
+            session.save(update_fields=["status", "finished_at"])
+            Activation.objects.filter(pk=activation.pk).update(status=ActivationStatus.CANCELLED)
+            return []
+        session.status, session.result, session.meta = SessionStatus.WAITING, result, meta
+        session.save(update_fields=["status", "result", "meta"])
+        awaited = _awaited(activation)
+        activation.status = ActivationStatus.WAITING if awaited else ActivationStatus.QUEUED
+        activation.save(update_fields=["status"])
+        event_emit(run_id=run.id, type="session_suspended", agent=session.agent, session_id=session.id,
+                   data={"waiting_for": awaited, "reason": "children"})
+        _dispatch(run)
+    return awaited
 
 
 # -- what tools ask of the kernel -----------------------------------------------------------
 
 
-def child_spawn(*, activation_id, agent: str, task: str, kind: str, priority: int = 100,
-                context: dict[str, Any] | None = None) -> Activation:
-    """A child activation of ``activation_id`` (spawn or delegate), within depth and fan-out limits."""
+def child_for_call(*, activation_id, call_key: str) -> Activation | None:
+    """The child that tool call ``call_key`` of ``activation_id`` started, if it did (a resumed call)."""
+    return Activation.objects.filter(parent_id=activation_id, context__tool_call=call_key).first()
+
+
+def child_spawn(*, activation_id, agent: str, task: str, kind: str, priority: int = DEFAULT_PRIORITY,
+                context: dict[str, Any] | None = None, call_key: str = "", wait: bool = False) -> Activation:
+    """A child activation of ``activation_id`` (spawn or delegate), within depth and fan-out limits.
+
+    ``call_key`` identifies the tool call that asks for it: asked again (the
+    session resumed), the same child is returned and nothing new starts.
+    With ``wait`` the parent's session waits for its outcome (the tool's
+    result); without, the outcome reaches the parent's agent as a signal.
+    """
     with transaction.atomic():
         parent = Activation.objects.select_related("run").get(pk=activation_id)
         run = Run.objects.select_for_update().get(pk=parent.run_id)
+        if call_key:
+            existing = child_for_call(activation_id=activation_id, call_key=call_key)
+            if existing is not None:
+                return existing
         max_depth = int(run.limits.get("max_depth", DEFAULT_LIMITS["max_depth"]))
         max_fanout = int(run.limits.get("max_fanout", DEFAULT_LIMITS["max_fanout"]))
         if parent.depth + 1 > max_depth:
@@ -599,11 +778,12 @@ def child_spawn(*, activation_id, agent: str, task: str, kind: str, priority: in
         if parent.children.filter(kind__in=["spawn", "delegate"]).count() >= max_fanout:
             raise LimitExceeded(f"fan-out limit reached: {parent.agent} already has {max_fanout} children")
         agent_resolve(run=run, slug=agent)  # exists?
+        marks = {"tool_call": call_key, "wait": True} if wait else {"tool_call": call_key, "notify": True}
         child = activation_create(run=run, agent=agent, input=task, kind=kind, parent=parent, priority=priority,
-                                  context=context)
+                                  context={**(context or {}), **(marks if call_key else {})})
         event_emit(run_id=run.id, type=kind, agent=parent.agent, data={
             "from": parent.agent, "to": agent, "activation": str(child.id), "task": task[:2000],
-            "priority": priority,
+            "priority": priority, "wait": wait,
         })
     transaction.on_commit(lambda: run_dispatch_async(run_id=run.id))
     return child
@@ -630,14 +810,23 @@ def parent_signal(*, activation_id, message: str) -> Activation:
 
 
 def output_set(*, activation_id, name: str, value: Any) -> None:
+    """Set a workflow step's named output; :class:`InvalidOutput` when the step's schema for it refuses it."""
     with transaction.atomic():
         activation = Activation.objects.select_for_update().get(pk=activation_id)
+        schema = (activation.context.get("output_schemas") or {}).get(name)
+        errors = value_errors(schema, value) if schema is not None else []
+        if errors:
+            raise InvalidOutput(f"Output {name} was not set: its value does not match the output's schema:\n"
+                                f"{describe(errors)}\n\nCall set_output again with a value that matches this JSON "
+                                f"Schema (this is your one chance to correct it):\n{schema_text(schema)}")
         activation.context = {**activation.context, "outputs": {**activation.context.get("outputs", {}), name: value}}
         activation.save(update_fields=["context"])
 
 
 def workspace_write(*, run_id, path: str, content: str, agent: str, session_id) -> WorkspaceFile:
+    """Write a run's file and its ``file_change`` event; WorkspaceFull when the workspace would pass its limit."""
     with transaction.atomic():
+        list(Run.objects.select_for_update().filter(pk=run_id).values_list("pk"))  # one writer of the run at a time
         file, created = WorkspaceFile.objects.select_for_update().get_or_create(
             run_id=run_id, path=path,
             defaults={"content": content, "author": agent, "session_id": session_id},
@@ -650,6 +839,9 @@ def workspace_write(*, run_id, path: str, content: str, agent: str, session_id) 
             "path": path, "version": file.version, "action": "created" if created else "updated",
             "bytes": len(content.encode("utf-8")),
         })
+        with connection.cursor() as cursor:
+            cursor.execute(USED_SQL, [run_id])
+            workspace_check(path=path, used=cursor.fetchone()[0])
     return file
 
 

@@ -15,21 +15,23 @@ import os
 import socket
 from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
 from agents_app.execution import services
-from agents_app.execution.store import DatabaseStore, DatabaseWorkspace, monitor
-from agents_app.kernel.loop import SessionConfig, SessionState, ToolResult, run_session
-from agents_app.kernel.prompt import ExecutionContext, build_messages, build_system_prompt
+from agents_app.execution.modelchoice import model_resolve
+from agents_app.execution.store import DatabaseStore, DatabaseWorkspace, WriteRefused, monitor
+from agents_app.execution.versions import mcp_pinned, tools_pinned
+from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
+from agents_app.kernel.outputs import INVALID_OUTPUT, answer_check, answer_format
+from agents_app.kernel.prompt import build_messages, build_system_prompt
 from agents_app.kernel.results import Limits, Meta
-from agents_app.llm.pricing import Prices, usage_cost
-from agents_app.llm.registry import Resolved, provider_for
-from agents_app.llm.scripted import MemoryCursor, ScriptedProvider
+from agents_app.llm.pricing import usage_cost
+from agents_app.llm.registry import Resolved
+from agents_app.llm.scripted import MemoryCursor
 from agents_app.llm.types import ModelRequest, ModelResponse, ProviderError, ToolCall
-from agents_app.models import Activation, ModelProvider, ProviderModel, Run, Session
+from agents_app.models import Activation, Run, Session
 from agents_app.specs import CustomToolSpec
 from agents_app.runner import db
 from mas_project import telemetry
@@ -37,21 +39,16 @@ from mas_project.logs import bind
 from agents_app.skills import skill_text, skills_for, skills_section
 from memory_app.cache import cached_model
 from tools_app.catalog import BUILTIN_TOOLS
-from tools_app.plugin import ToolContext, ToolError
+from tools_app.plugin import ToolContext, ToolError, ToolSuspended
 from tools_app.custom import custom_tool, worker_definition
-from tools_app.mcp.bridge import SessionServers, rows_for
+from tools_app.mcp.bridge import SessionServers, agent_servers, rows_for
 from tools_app.registry import DATABASE_ERRORS, registry_for_agent
 
 logger = logging.getLogger(__name__)
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
-DEMO_RECORDING = Path(__file__).resolve().parent.parent / "llm" / "demo_recording.json"
 # Tools that touch nothing but the run's files, which are written through the session's store.
 WORKSPACE_TOOLS = frozenset({"vfs_read", "vfs_write", "vfs_edit", "vfs_list", "vfs_delete", "vfs_search"})
-NO_PROVIDER_NOTICE = (
-    "No model provider is configured for this team (or its API key is not set): "
-    "this run replays the bundled demo recording with the scripted provider."
-)
 
 
 # -- the model --------------------------------------------------------------------------
@@ -92,32 +89,13 @@ class ModelHandle:
         return usage_cost(response.usage, self.resolved.prices)
 
 
-def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor) -> tuple[Resolved, str]:
-    """The provider a session calls, and a notice when the demo recording stands in."""
-    if run.script is not None:
-        # A run's own script plays through the scripted provider, billed at the
-        # team's scripted model of the session's tier when there is one.
-        row = (ProviderModel.objects.filter(provider__team_id=run.team_id, provider__provider_type="scripted", tier=tier)
-               .order_by("provider__slug", "name").values_list("name", "input_price", "output_price").first())
-        prices = Prices.of(row[1], row[2]) if row else Prices()
-        name = row[0] if row else "scripted"
-        return Resolved(ScriptedProvider(run.script, cursor), "scripted", name, tier, prices), ""
-    providers = list(ModelProvider.objects.filter(team_id=run.team_id).prefetch_related("models"))
-    if run.provider:
-        providers = [p for p in providers if p.slug == run.provider]
-    usable = [p for p in providers if p.provider_type != "scripted" and (p.base_url or os.environ.get(p.api_key_env))]
-    if not usable:
-        script = json.loads(DEMO_RECORDING.read_text())
-        return Resolved(ScriptedProvider(script, cursor), "scripted", "demo-recording", tier), NO_PROVIDER_NOTICE
-    return provider_for(ref, providers=usable, cursor=cursor), ""
-
-
 def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], session_id=None,
-                    agent: str = "") -> dict[str, Any]:
+                    agent: str = "", outputs_set: set[str] | None = None) -> dict[str, Any]:
     """What the built-in tools may ask of the kernel, as async callables.
 
     ``tool_call_ids["current"]`` is the id of the tool call being run, so a
     custom tool's worker is found again (not started twice) after a crash.
+    ``outputs_set`` collects the names of the outputs set_output accepted.
     """
 
     def refusing(func):
@@ -132,25 +110,51 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
 
         return call
 
-    async def spawn(*, filename: str, content: str, task: str) -> str:
-        slug = await refusing(services.agent_register)(run=run, path=filename, content=content)
-        child = await refusing(services.child_spawn)(activation_id=activation_id, agent=slug, task=task, kind="spawn")
-        return f"Spawned {slug} (activation {child.id}); it works in parallel and reports back with signal_parent."
+    async def started(child: Activation, *, wait: bool, verb: str) -> str:
+        """A waiting call's result is the child's outcome (the session suspends until it exists)."""
+        if not wait:
+            return (f"{verb} {child.agent} (activation {child.id}). It works on its own; its outcome will reach "
+                    f"you as a message when it ends.")
+        outcome = child.context.get("outcome")
+        if outcome is None:
+            raise ToolSuspended(str(child.id))
+        # Stored as jsonb, which does not keep key order: the text the model reads has one order.
+        return json.dumps({key: outcome.get(key) for key in services.OUTCOME_KEYS}, ensure_ascii=False)
 
-    async def delegate(*, agent: str, task: str, priority: int | None = None, context: Any = None) -> str:
+    async def spawn(*, filename: str, content: str, task: str, wait: bool = True, write=None) -> str:
+        key = tool_call_ids.get("current", "")
+        child = await db(services.child_for_call)(activation_id=activation_id, call_key=key)
+        if child is None:  # not asked before this call was interrupted or suspended
+            slug = await refusing(services.agent_register)(run=run, path=filename, content=content)
+            if write is not None:
+                await write(filename, content)
+            child = await refusing(services.child_spawn)(activation_id=activation_id, agent=slug, task=task,
+                                                         kind="spawn", call_key=key, wait=wait)
+        return await started(child, wait=wait, verb="Spawned")
+
+    async def delegate(*, agent: str, task: str, priority: int | None = None, context: Any = None,
+                       wait: bool = True) -> str:
         child = await refusing(services.child_spawn)(
             activation_id=activation_id, agent=agent, task=task, kind="delegate",
-            priority=priority if priority is not None else 100,
-            context={"delegated": context} if context is not None else None,
+            priority=priority if priority is not None else services.DEFAULT_PRIORITY,
+            context={"parent_context": context} if context is not None else None,
+            call_key=tool_call_ids.get("current", ""), wait=wait,
         )
-        return f"Delegated to {agent} (activation {child.id})."
+        return await started(child, wait=wait, verb="Delegated to")
 
     async def signal_parent(*, message: str) -> str:
         signal = await refusing(services.parent_signal)(activation_id=activation_id, message=message)
         return f"Signalled {signal.agent}."
 
     async def set_output(*, name: str, value: Any) -> str:
-        await db(services.output_set)(activation_id=activation_id, name=name, value=value)
+        try:
+            await db(services.output_set)(activation_id=activation_id, name=name, value=value)
+        except services.InvalidOutput as error:
+            refusal = ToolError(str(error))
+            refusal.kind = INVALID_OUTPUT  # the loop counts it as a corrective turn
+            raise refusal from None
+        if outputs_set is not None:
+            outputs_set.add(name)
         return f"Output {name} set."
 
     async def run_custom_tool(*, tool, prompt: str) -> str:
@@ -187,18 +191,19 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
 # -- the session ---------------------------------------------------------------------------
 
 
-def session_prepare(*, run: Run, session_id, agent: services.AgentDefinition, tier: str,
+def session_prepare(*, run: Run, session: Session, agent: services.AgentDefinition, ref: str,
                     cursor: MemoryCursor) -> tuple[Resolved, list[CustomToolSpec]]:
-    """The session's model (recorded on its row) and the team's custom tools it may call."""
-    from tools_app.models import CustomTool
-
-    resolved, notice = model_resolve(run=run, ref=agent.spec.model or tier, tier=tier, cursor=cursor)
+    """The session's model (recorded on its row, whose tier becomes the model's) and the team custom tools
+    it may call, at the run's versions of them."""
+    resolved, notice = model_resolve(run=run, ref=ref, tier=session.tier, cursor=cursor)
     if notice:
         Run.objects.filter(pk=run.id, notice="").update(notice=notice)
-    Session.objects.filter(pk=session_id).update(provider=resolved.provider_slug, model=resolved.model)
+    session.tier = resolved.tier or session.tier
+    Session.objects.filter(pk=session.id).update(provider=resolved.provider_slug, model=resolved.model,
+                                                 tier=session.tier)
     names = [name for name in agent.spec.tools or [] if name not in BUILTIN_TOOLS]
-    rows = CustomTool.objects.filter(team_id=run.team_id, name__in=names).values_list("spec", flat=True) if names else []
-    return resolved, [CustomToolSpec.model_validate(spec) for spec in rows]
+    specs = tools_pinned(run=run, names=names) if names else []
+    return resolved, [CustomToolSpec.model_validate(spec) for spec in specs]
 
 
 async def _consolidate(*, state: SessionState, model: ModelHandle, store: DatabaseStore, run: Run, session_id,
@@ -208,6 +213,7 @@ async def _consolidate(*, state: SessionState, model: ModelHandle, store: Databa
     from memory_app.services import consolidation_apply, consolidation_nearest
 
     async def ask(request: ModelRequest) -> str:
+        await store.before_model_call(state)  # the run's budget holds for these calls too (PolicyDenied)
         await store.emit("llm_request", {"model": model.model, "tier": model.tier, "purpose": "consolidation",
                                          "messages": len(request.messages), "tools": 0})
         response = await model.complete(request)
@@ -230,6 +236,8 @@ async def _consolidate(*, state: SessionState, model: ModelHandle, store: Databa
 
     try:
         await consolidate(messages=state.messages, model=model, agent=agent, ask=ask, nearest=nearest, apply=apply)
+    except PolicyDenied as error:
+        await store.emit("error", {"where": "consolidation", "kind": "policy_denied", "message": str(error)})
     except (ConsolidationError, ProviderError) as error:
         await store.emit("error", {"where": "consolidation", "kind": getattr(error, "kind", "invalid"),
                                    "message": str(error)})
@@ -244,15 +252,30 @@ def _remembered(start: services.SessionStart) -> str:
     return memory_prompt_section(hits)
 
 
-def _initial_state(start: services.SessionStart, *, remembered: str = "", skills: str = "") -> SessionState:
+async def _initial_state(start: services.SessionStart, store: DatabaseStore, *, remembered: str = "",
+                         skills: str = "") -> SessionState:
+    """A new session's history: the system prompt and the task with its execution context.
+
+    Context too long for the tier is written to ``context/<agent>-<activation>/`` in the
+    workspace first, so the pointers in the prompt lead to it.
+    """
     spec = start.agent.spec
-    sections = [("Skills", skills), ("What you remember", remembered)]
+    sections = [("Skills", skills), ("What you remember", remembered),
+                ("Answer format", answer_format(spec.output_schema) if spec.output_schema else "")]
     system = build_system_prompt(
         body=start.agent.body, context=spec.context, examples=[e.model_dump() for e in spec.examples],
         tier=start.session.tier, sections=[(title, text) for title, text in sections if text] or None,
     )
-    execution = ExecutionContext(task=start.activation.input, output_dir=f"out/{start.activation.agent}/")
-    return SessionState(messages=build_messages(system=system, execution=execution))
+    execution = await db(services.execution_context)(activation=start.activation)
+    messages, spilled = build_messages(system=system, execution=execution, tier=start.session.tier,
+                                       spill_prefix=f"context/{start.activation.agent}-{str(start.activation.id)[:8]}/")
+    for path, text in spilled.items():
+        await store.file_write(path, text)
+    return SessionState(messages=messages)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _skill_tool(registry, services: dict[str, Any], skills: list) -> None:
@@ -298,6 +321,25 @@ async def _offered_tools(registry, *, task: str, services: dict[str, Any]) -> li
     return offered
 
 
+async def _write_refused(store: DatabaseStore, error: WriteRefused, state: SessionState,
+                         model: ModelHandle) -> dict[str, Any]:
+    """The database refused a checkpoint for what it holds: drop the unwritten part, fail the session.
+
+    Writing it again would fail the same way, so the session neither stays
+    ``running`` nor is resumed: it ends ``failed`` with a report, and the
+    ``error`` event says what could not be kept.
+    """
+    dropped = await store.salvage()
+    message = f"the database refused the session's checkpoint ({error}): its last step's usage is not counted"
+    if dropped:
+        message += f" and {dropped} event(s) of it were refused too"
+    logger.error("checkpoint refused: the session fails", extra={"error": str(error), "dropped_events": dropped})
+    await store.emit("error", {"where": "checkpoint", "kind": "unknown", "message": message})
+    meta = Meta(steps=state.steps, tool_calls=state.tool_calls, model=model.model, tier=model.tier)
+    return {"status": "failed", "result": state.partial_result(), "meta": meta.to_dict(), "failure": {
+        "kind": "unknown", "message": message, "last_tool_calls": state.last_tool_calls(), "suggested_retry": False}}
+
+
 async def execute_activation(activation_id: str) -> None:
     start = await db(services.session_begin)(activation_id=activation_id, worker=WORKER)
     if start is None:
@@ -305,20 +347,16 @@ async def execute_activation(activation_id: str) -> None:
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
     bind(run=str(run.id), session=str(session.id), agent=agent.slug)  # on every log line of this session
     resumed_state = session.state if start.resumed and session.state else None
-    skills = await db(skills_for)(team_id=run.team_id, names=agent.spec.skills)
-    if resumed_state:
-        state = SessionState.from_dict(resumed_state)
-    else:
-        remembered = await db(_remembered)(start) if agent.spec.memory.enabled else ""
-        section = await db(skills_section)(skills, task=activation.input) if skills else ""
-        state = _initial_state(start, remembered=remembered, skills=section)
+    skills = await db(skills_for)(team_id=run.team_id, names=agent.spec.skills, run=run)
     cursor = MemoryCursor(dict(run.script_cursor))
-    store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier=session.tier, cursor=cursor,
+    store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier="", cursor=cursor,
                           budget=run.budget, team_id=run.team_id)
     ladder = list(agent.spec.escalation)
+    # An escalated attempt calls its rung's model, whatever the agent names as its own.
+    ref = activation.context.get("rung") or agent.spec.model or session.tier
     try:
-        resolved, team_tools = await db(session_prepare)(run=run, session_id=session.id, agent=agent,
-                                                         tier=session.tier, cursor=cursor)
+        resolved, team_tools = await db(session_prepare)(run=run, session=session, agent=agent, ref=ref,
+                                                         cursor=cursor)
     except ProviderError as error:
         await store.emit("error", {"where": "provider", "kind": error.kind, "message": str(error)})
         await store.close()
@@ -326,6 +364,13 @@ async def execute_activation(activation_id: str) -> None:
         await db(services.session_settle)(run_id=run.id, session_id=session.id, status="failed", result="", meta={},
                                           failure=failure, ladder=ladder)
         return
+    store.tier = resolved.tier or ""  # the budget counts the model called, by its row's tier
+    if resumed_state:
+        state = SessionState.from_dict(resumed_state)
+    else:
+        remembered = await db(_remembered)(start) if agent.spec.memory.enabled else ""
+        section = await db(skills_section)(skills, task=activation.input) if skills else ""
+        state = await _initial_state(start, store, remembered=remembered, skills=section)
     trace_span = telemetry.session_span(run_id=run.id, session_id=session.id, agent=agent.slug,
                                         attempt=session.attempt)
     model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor, span=trace_span)
@@ -337,15 +382,17 @@ async def execute_activation(activation_id: str) -> None:
     )
     mcp = SessionServers(emit=store.emit) if agent.spec.mcp_servers else None
     if mcp is not None:  # the agent's MCP servers, connected for this session (failures are events)
-        servers = await db(rows_for)(run.team_id, agent.spec.mcp_servers)
+        pinned = await db(mcp_pinned)(run=run, slugs=[slug for slug, _ in agent_servers(agent.spec.mcp_servers)])
+        servers = await db(rows_for)(run.team_id, agent.spec.mcp_servers, pinned)
         for tool in await mcp.open(servers, team_id=run.team_id, db=db):
             registry.register(tool)
     tool_call_ids: dict[str, str] = {}
+    outputs_set = set(activation.context.get("outputs") or {})
     context = ToolContext(
         run_id=str(run.id), agent=agent.slug, session_id=str(session.id),
         workspace=DatabaseWorkspace(store=store),
         services=kernel_services(run=run, activation_id=activation.id, tool_call_ids=tool_call_ids,
-                                 session_id=session.id, agent=agent.slug),
+                                 session_id=session.id, agent=agent.slug, outputs_set=outputs_set),
     )
 
     if skills:
@@ -360,9 +407,14 @@ async def execute_activation(activation_id: str) -> None:
             await store.flush()
         span = telemetry.child_span(trace_span, f"execute_tool {call.name}", {
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id})
-        outcome = await registry.call(call.name, call.arguments, context)
+        try:
+            outcome = await registry.call(call.name, call.arguments, context)
+        except ToolSuspended:
+            telemetry.end(span, attributes={"mas.tool.suspended": True})
+            return ToolResult(ok=True, content="", suspended=True)
         telemetry.end(span, error=None if outcome.ok else (outcome.error_kind or "tool_error"))
-        return ToolResult(ok=outcome.ok, content=outcome.content, error_kind=outcome.error_kind)
+        rejected = _text(call.arguments.get("value")) if outcome.error_kind == INVALID_OUTPUT else None
+        return ToolResult(ok=outcome.ok, content=outcome.content, error_kind=outcome.error_kind, rejected=rejected)
 
     limits = agent.spec.limits
     config = SessionConfig(
@@ -370,6 +422,9 @@ async def execute_activation(activation_id: str) -> None:
         limits=Limits(max_steps=limits.max_steps, max_tool_calls=limits.max_tool_calls, timeout_s=limits.timeout_s),
         provider_retries=settings.MAS_PROVIDER_RETRIES, backoff_s=settings.MAS_PROVIDER_BACKOFF_S,
         model_timeout_s=settings.MAS_MODEL_TIMEOUT_S,
+        output_check=answer_check(schema=agent.spec.output_schema,
+                                  step_schemas=activation.context.get("output_schemas") or {},
+                                  answer_output=activation.context.get("answer_output"), outputs_set=outputs_set),
     )
     cache = agent.spec.memory.cache
     loop_model = cached_model(model, enabled=cache.enabled, similarity=cache.similarity, ttl_s=cache.ttl_s,
@@ -392,6 +447,8 @@ async def execute_activation(activation_id: str) -> None:
         logger.warning("database unavailable: the session is left to be resumed",
                        extra={"run": str(run.id), "session": str(session.id), "error": str(error)})
         ending = None
+    except WriteRefused as error:
+        ending = await _write_refused(store, error, state, model)
     except asyncio.CancelledError:
         # The run was cancelled while the session waited (for a model, a tool):
         # it stops now, keeping its last checkpoint and partial result.
@@ -416,9 +473,16 @@ async def execute_activation(activation_id: str) -> None:
             logger.warning("database unavailable: the session is left to be resumed",
                            extra={"run": str(run.id), "session": str(session.id), "error": str(error)})
             ending = None
+        except WriteRefused as error:
+            ending = await _write_refused(store, error, state, model)
+            await store.close()
     telemetry.end(trace_span, error=None if ending is None or ending["status"] == "ok" else ending["status"],
                   attributes={"mas.session.status": ending["status"] if ending else "interrupted"})
-    if ending is not None:
+    if ending is not None and ending["status"] == "waiting":
+        awaited = await db(services.session_suspend)(run_id=run.id, session_id=session.id, result=ending["result"],
+                                                     meta=ending["meta"])
+        logger.info("session suspended", extra={"waiting_for": awaited})
+    elif ending is not None:
         await db(services.session_settle)(run_id=run.id, session_id=session.id, ladder=ladder, **ending)
         logger.info("session ended", extra={"status": ending["status"],
                                             "failure": (ending["failure"] or {}).get("kind")})

@@ -4,8 +4,9 @@ Everything a step writes goes through an async PostgreSQL connection owned
 by the worker's session loop — no ORM, no thread hop — in one transaction
 per write: the events buffered since the last write, the session's usage
 added to the run and the session, its checkpoint, and (for a file write)
-the file and its ``file_change`` event. Events are pushed to websockets
-after commit, in order, without the session waiting for Redis.
+the file and its ``file_change`` event, checked against the run's workspace
+limit before commit. Events are pushed to websockets after commit, in order,
+without the session waiting for Redis.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from django.db import connections
 from django.utils import timezone
 
 from agents_app.execution.eventlog import INSERT_NUMBERED, Entry, entry, events_param, payloads, push_bounded
+from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.kernel.loop import PolicyDenied, SessionState
 from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Run, Session
@@ -135,6 +137,15 @@ FILE_DELETE_SQL = _WRITE.format(
 )
 
 
+class WriteRefused(Exception):
+    """The database refused a session's write for what it holds (a value out of range, say), not for
+    being unreachable: writing it again cannot succeed, so the session fails instead of waiting."""
+
+
+# Errors of a reachable database about the statement itself (psycopg.DataError, IntegrityError, …).
+_TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
 def live_delay_s() -> float:
     return float(getattr(settings, "MAS_LIVE_EVENT_DELAY_MS", 20)) / 1000
 
@@ -155,6 +166,7 @@ class DatabaseStore:
 
     def __init__(self, *, run_id, session_id, agent: str, tier: str, cursor: MemoryCursor | None,
                  budget: dict[str, Any], team_id: int | None = None) -> None:
+        # tier: of the model the session calls, as its provider row says ("" for none): what the budget counts.
         self.run_id, self.session_id, self.agent, self.tier, self.cursor = run_id, session_id, agent, tier, cursor
         self.team_id = team_id
         self.budget = budget
@@ -189,7 +201,8 @@ class DatabaseStore:
             self.usage[0] += usage["prompt_tokens"]
             self.usage[1] += usage["completion_tokens"]
             self.usage[2] += Decimal(data["cost_usd"])
-            self.usage[3] += 1 if self.tier == "large" else 0
+            # A use of the large tier is a call to a model whose row says large; a cached answer called none.
+            self.usage[3] += 1 if self.tier == "large" and not data.get("cached") else 0
         if type in self.LIVE:
             if live_delay_s() <= 0:
                 await self.flush()
@@ -233,7 +246,11 @@ class DatabaseStore:
         self.live_write = asyncio.ensure_future(write())
 
     async def file_write(self, path: str, content: str) -> int:
-        """Write a workspace file, its ``file_change`` event and the events before it, in one statement."""
+        """Write a workspace file, its ``file_change`` event and the events before it, in one transaction.
+
+        Raises :class:`~agents_app.execution.workspace_limit.WorkspaceFull` (nothing written, the
+        events kept for the next write) when the run's workspace would pass its limit.
+        """
         row = await self._write(sql=FILE_WRITE_SQL, file={
             "path": path, "content": content, "bytes": len(content.encode("utf-8"))})
         return row[1]
@@ -267,12 +284,17 @@ class DatabaseStore:
                 params |= {**file, "at": datetime.now(UTC)}
             try:
                 async with pool().connection() as conn:
-                    row = await (await conn.execute(sql, params)).fetchone()
-            except BaseException:
+                    if sql is FILE_WRITE_SQL:
+                        row = await _write_within_limit(conn, params)
+                    else:
+                        row = await (await conn.execute(sql, params)).fetchone()
+            except BaseException as error:
                 # Not written: keep the events for the next write (the rows are the truth).
                 self.pending = events + self.pending
                 self.usage = [a + b for a, b in zip(usage, self.usage)]
                 self.pending_state = self.pending_state or held
+                if isinstance(error, psycopg.Error) and not isinstance(error, _TRANSIENT):
+                    raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
                 raise
             if position is not None:
                 self.saved_position = position
@@ -303,6 +325,17 @@ class DatabaseStore:
 
         self.pushing = asyncio.ensure_future(push())
 
+    async def salvage(self) -> int:
+        """After :class:`WriteRefused`: write the pending events without the usage and checkpoint that
+        came with them; if those are refused too, drop them. Returns how many events were dropped."""
+        self.usage, self.pending_state = [0, 0, Decimal(0), 0], None
+        try:
+            await self.flush()
+        except WriteRefused:
+            dropped, self.pending = len(self.pending), []
+            return dropped
+        return 0
+
     async def close(self) -> None:
         """Write what is left and wait for the last push."""
         if self.live_timer is not None:
@@ -311,6 +344,20 @@ class DatabaseStore:
         await self.flush()
         if self.pushing is not None:
             await self.pushing
+
+
+async def _write_within_limit(conn: psycopg.AsyncConnection, params: dict[str, Any]) -> tuple:
+    """A file write and the run's new total in one round trip, then its commit, or a rollback past the limit.
+
+    The write locks the run's row until then, so no other write of the run commits in between:
+    the total is exact, and two sessions cannot both pass the limit.
+    """
+    async with conn.pipeline(), conn.transaction():
+        written = await conn.execute(FILE_WRITE_SQL, params)
+        total = await conn.execute(USED_SQL, [params["run"]])
+        row = await written.fetchone()
+        workspace_check(path=params["path"], used=(await total.fetchone())[0])
+    return row
 
 
 # -- the workspace ------------------------------------------------------------------------

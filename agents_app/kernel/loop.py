@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Awaitable, Callable, Protocol
 
+from agents_app.kernel.outputs import INVALID_OUTPUT, correction
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
 from agents_app.llm.types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
 
@@ -26,6 +27,8 @@ class ToolResult:
     ok: bool
     content: str
     error_kind: str | None = None
+    suspended: bool = False  # no result yet: it comes when the session resumes (see SessionState.waiting)
+    rejected: str | None = None  # the value an ``invalid_output`` error refused (kept if the session fails on it)
 
 
 @dataclass
@@ -44,6 +47,13 @@ class SessionState:
     steps_without_progress: int = 0
     consecutive_tool_errors: int = 0
     cursor: dict[str, int] = field(default_factory=dict)  # the scripted provider's position
+    waiting: list[str] = field(default_factory=list)  # ids of started tool calls whose results come later
+    # Typed outputs: corrective turns given (one per model turn whose output was refused), the step of
+    # the last one, and the last refused value with what was wrong with it.
+    corrections: int = 0
+    correction_step: int = 0
+    rejected: str | None = None
+    rejected_errors: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items() if k != "messages"}
@@ -64,6 +74,19 @@ class SessionState:
                 done = {m.tool_call_id for m in self.messages[index + 1 :] if m.role == "tool"}
                 return [call for call in message.tool_calls if call.id not in done]
         return []
+
+    def final_answer(self) -> str | None:
+        """The recorded final answer (a last assistant turn without tool calls) not yet accepted, or None."""
+        last = self.messages[-1] if self.messages else None
+        if last is None or last.role != "assistant" or last.tool_calls:
+            return None
+        return last.content
+
+    def refuse(self, value: str, errors: str) -> None:
+        """An output was refused: count one corrective turn per model turn, keep the value and the errors."""
+        if self.correction_step != self.steps:
+            self.corrections, self.correction_step = self.corrections + 1, self.steps
+        self.rejected, self.rejected_errors = value, errors
 
     def partial_result(self) -> str:
         """The model's last text so far: what a session that stops early keeps."""
@@ -112,6 +135,10 @@ class SessionConfig:
     backoff_s: float = 1.0
     stream_flush_chars: int = 200
     model_timeout_s: float = 120.0  # one model call, within what is left of the session's own time limit
+    # Typed outputs: what is wrong with a final answer (a bullet list for the model), or None when it is
+    # acceptable; and how many corrective turns a session gets before it fails as validation_failed.
+    output_check: Callable[[str], str | None] | None = None
+    max_corrections: int = 1
 
 
 def call_signature(call: ToolCall) -> str:
@@ -160,6 +187,24 @@ async def _call_model(
         await sleep(delay)
 
 
+async def _record(state: SessionState, store: SessionStore, call: ToolCall, result: ToolResult, *,
+                  elapsed: float) -> bool:
+    """Append a tool's result to the history, emit it and checkpoint; True when the result is new."""
+    state.messages.append(Message(role="tool", content=result.content, tool_call_id=call.id, name=call.name))
+    if result.error_kind == INVALID_OUTPUT:
+        state.refuse(result.rejected if result.rejected is not None else "", result.content)
+    state.consecutive_tool_errors = 0 if result.ok else state.consecutive_tool_errors + 1
+    digest = _digest(call.name + "\0" + result.content)
+    new = digest not in state.seen_results
+    if new:
+        state.seen_results = (state.seen_results + [digest])[-200:]
+    state.elapsed_s = elapsed
+    await store.emit("tool_result", {"id": call.id, "name": call.name, "ok": result.ok,
+                                     "error_kind": result.error_kind, "content": result.content[:2000]})
+    await store.checkpoint(state)
+    return new
+
+
 async def run_session(
     *,
     state: SessionState,
@@ -187,17 +232,40 @@ async def run_session(
             cost_usd=state.cost_usd,
         )
 
-    async def fail(kind: str, message: str, *, retry: bool) -> SessionOutcome:
+    async def fail(kind: str, message: str, *, retry: bool, result: str | None = None) -> SessionOutcome:
         state.elapsed_s = elapsed_before + clock() - started
         await store.checkpoint(state)
         report = FailureReport(kind=kind, message=message, last_tool_calls=state.last_tool_calls(), suggested_retry=retry)
-        return SessionOutcome(status="failed", result=state.partial_result(), meta=meta(), failure=report)
+        return SessionOutcome(status="failed", result=state.partial_result() if result is None else result,
+                              meta=meta(), failure=report)
+
+    async def invalid() -> SessionOutcome:
+        """Refused again after the corrective turn(s): the session fails, keeping the refused value."""
+        turns = "turn" if config.max_corrections == 1 else "turns"
+        return await fail("validation_failed", f"the output still does not match its schema after "
+                          f"{config.max_corrections} corrective {turns}:\n{state.rejected_errors}",
+                          retry=False, result=state.rejected)
 
     while True:
         if await store.cancelled():
             state.elapsed_s = elapsed_before + clock() - started
             await store.checkpoint(state)
             return SessionOutcome(status="cancelled", result=state.partial_result(), meta=meta())
+        if state.corrections > config.max_corrections:
+            return await invalid()
+        answer = state.final_answer()
+        if answer is not None:
+            # Recorded (checkpointed) before it is judged, so a resumed session judges it the same way.
+            errors = config.output_check(answer) if config.output_check else None
+            if errors is None:
+                return SessionOutcome(status="ok", result=answer, meta=meta())
+            state.refuse(answer, errors)
+            if state.corrections > config.max_corrections:
+                return await invalid()
+            state.messages.append(Message(role="user", content=correction(errors)))
+            await store.emit("output_invalid", {"errors": errors, "correction": state.corrections,
+                                                "where": "answer"})
+            await store.checkpoint(state)
         if elapsed_before + clock() - started > limits.timeout_s:
             return await fail("timeout", f"the session ran longer than {limits.timeout_s:g} s", retry=True)
 
@@ -239,19 +307,26 @@ async def run_session(
                 "text": response.text, "tool_calls": [call.to_dict() for call in response.tool_calls],
                 "usage": {"prompt_tokens": response.usage.prompt_tokens,
                           "completion_tokens": response.usage.completion_tokens},
-                "cost_usd": str(cost),
+                "cost_usd": str(cost), **({"cached": True} if response.cached else {}),
             })
             await store.checkpoint(state, before_tools=bool(response.tool_calls))
             if not response.tool_calls:
-                if await store.cancelled():  # cancelled while the last answer was on its way
-                    return SessionOutcome(status="cancelled", result=response.text, meta=meta())
-                return SessionOutcome(status="ok", result=response.text, meta=meta())
+                continue  # a final answer: judged at the top of the loop, after a last look for cancellation
             pending = list(response.tool_calls)
 
         progressed = False
         for call in pending:
             if await store.cancelled():
                 break
+            if call.id in state.waiting:
+                # Started before the session suspended: ask again for its result, counted once.
+                result = await call_tool(call)
+                if result.suspended:
+                    continue
+                state.waiting.remove(call.id)
+                progressed = await _record(state, store, call, result, elapsed=elapsed_before + clock() - started) \
+                    or progressed
+                continue
             signature = call_signature(call)
             state.recent_calls = (state.recent_calls + [signature])[-limits.repeat_limit:]
             if len(state.recent_calls) == limits.repeat_limit and len(set(state.recent_calls)) == 1:
@@ -270,19 +345,22 @@ async def run_session(
                 )
             else:
                 result = await call_tool(call)
-            state.messages.append(Message(role="tool", content=result.content, tool_call_id=call.id, name=call.name))
-            state.consecutive_tool_errors = 0 if result.ok else state.consecutive_tool_errors + 1
-            digest = _digest(call.name + "\0" + result.content)
-            if digest not in state.seen_results:
-                state.seen_results = (state.seen_results + [digest])[-200:]
-                progressed = True
-            state.elapsed_s = elapsed_before + clock() - started
-            await store.emit("tool_result", {"id": call.id, "name": call.name, "ok": result.ok,
-                                             "error_kind": result.error_kind, "content": result.content[:2000]})
-            await store.checkpoint(state)
+            if result.suspended:
+                state.waiting.append(call.id)
+                state.elapsed_s = elapsed_before + clock() - started
+                await store.checkpoint(state)
+                continue
+            progressed = await _record(state, store, call, result, elapsed=elapsed_before + clock() - started) \
+                or progressed
+            if state.corrections > config.max_corrections:
+                return await invalid()
             if state.consecutive_tool_errors >= limits.no_progress_steps:
                 return await fail("tool_error", f"{state.consecutive_tool_errors} tool calls in a row failed; "
                                   f"last: {call.name}: {result.content[:300]}", retry=True)
+        if state.waiting:
+            # Checkpointed after each call: the session ends here, holding nothing, and is
+            # resumed (this state, the same pending calls) once every result it waits for exists.
+            return SessionOutcome(status="waiting", result=state.partial_result(), meta=meta())
         state.steps_without_progress = 0 if progressed else state.steps_without_progress + 1
         if state.steps_without_progress >= limits.no_progress_steps:
             return await fail("stuck", f"{limits.no_progress_steps} steps without a new tool result", retry=False)

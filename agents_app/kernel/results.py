@@ -49,9 +49,10 @@ class Meta:
 
 @dataclass
 class SessionOutcome:
-    """``ok`` with a result, ``failed`` with a report and the partial result, or ``cancelled``."""
+    """``ok`` with a result, ``failed`` with a report and the partial result, ``cancelled``, or
+    ``waiting``: checkpointed with tool calls whose results come later (children it waits for)."""
 
-    status: Literal["ok", "failed", "cancelled"]
+    status: Literal["ok", "failed", "cancelled", "waiting"]
     result: str = ""
     meta: Meta = field(default_factory=Meta)
     failure: FailureReport | None = None

@@ -12,6 +12,8 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
+from mas_project.netpolicy import blocked_cause, private_url_transport
+
 from .types import ChunkCallback, ProviderError, ToolCall
 
 T = TypeVar("T")
@@ -118,6 +120,15 @@ class PerLoop(Generic[T]):
             return None
 
 
+def guarded_http_client(client_class: Callable[..., Any] | None = None) -> Any:
+    """An httpx client for an SDK whose every request passes the address policy of provider URLs
+    (MAS_PRIVATE_URL_ALLOW), checked when it connects, pinned to the address checked. Proxies from the
+    environment are not used: a proxy would resolve the name itself."""
+    import httpx
+
+    return (client_class or httpx.AsyncClient)(transport=private_url_transport(httpx), trust_env=False)
+
+
 def dumps_arguments(call: ToolCall) -> str:
     """A tool call's arguments as the model sent them (raw text when it was not JSON)."""
     if call.raw_arguments is not None:
@@ -159,6 +170,9 @@ class StreamingProvider:
         except ProviderError as error:
             raise self._redacted(error) from None
         except Exception as exc:
+            blocked = blocked_cause(exc)
+            if blocked is not None:  # the address policy refused the host: no retry will change that
+                raise self._redacted(ProviderError("bad_request", f"{self.name}: {blocked}")) from None
             # Not chained: the SDK's exception carries the same unredacted message.
             raise self._redacted(self.map_error(exc)) from None
 

@@ -14,6 +14,7 @@ from .common import (
     StreamingProvider,
     emit_chunk,
     error_from_status,
+    guarded_http_client,
     other_error,
 )
 from .types import (
@@ -93,6 +94,7 @@ class GeminiProvider(StreamingProvider):
         self._clients = PerLoop(lambda: genai.Client(api_key=api_key, http_options=gt.HttpOptions(
             base_url=self.base_url, timeout=int(timeout_s * 1000),
             retry_options=gt.HttpRetryOptions(attempts=1),  # the kernel owns retries
+            httpx_async_client=guarded_http_client(),
         )))
 
     def build_config(self, request: ModelRequest) -> tuple[list[gt.Content], gt.GenerateContentConfig]:

@@ -13,6 +13,7 @@ from .common import (
     dumps_arguments,
     emit_chunk,
     error_from_status,
+    guarded_http_client,
     other_error,
     parse_tool_call,
 )
@@ -75,7 +76,8 @@ class OpenAIProvider(StreamingProvider):
     def __init__(self, *, api_key: str, base_url: str | None = None, timeout_s: float = 120.0) -> None:
         self.base_url = base_url or None
         self._clients = PerLoop(lambda: openai.AsyncOpenAI(
-            api_key=api_key, base_url=self.base_url, max_retries=0, timeout=timeout_s))
+            api_key=api_key, base_url=self.base_url, max_retries=0, timeout=timeout_s,
+            http_client=guarded_http_client(openai.DefaultAsyncHttpxClient)))
 
     def build_params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {

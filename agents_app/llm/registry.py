@@ -14,7 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents_app.specs import TIERS, server_env_refusal
+from agents_app.specs import TIERS
+from mas_project.netpolicy import private_url_refusal
+from mas_project.secrets import env_refusal
 
 from .anthropic_provider import AnthropicProvider
 from .gemini_provider import GeminiProvider
@@ -100,9 +102,15 @@ def provider_config(source: Any) -> ProviderConfig:
 _cache: dict[tuple[str, str | None, str], Provider] = {}
 
 
-def build_provider(config: ProviderConfig, *, script: Mapping[str, Any] | None = None,
+def build_provider(config: ProviderConfig, *, team: str = "", script: Mapping[str, Any] | None = None,
                    cursor: ScriptCursor | None = None, environ: Mapping[str, str] | None = None) -> Provider:
-    """The provider object for one config; HTTP providers are shared per (type, URL, key)."""
+    """The provider object for one config of team ``team`` (a slug); HTTP providers are shared per
+    (type, URL, key).
+
+    The key variable and the base_url are checked again here, as the operator's
+    policy stands now (MAS_TEAM_SECRETS, MAS_PRIVATE_URL_ALLOW): a row saved
+    before it changed is refused, with the reason, before anything is sent.
+    """
     if config.type == "scripted":
         if script is None:
             raise ProviderError("bad_request", f"provider {config.slug} is scripted but no script was given")
@@ -111,7 +119,11 @@ def build_provider(config: ProviderConfig, *, script: Mapping[str, Any] | None =
     if factory is None:
         raise ProviderError("bad_request", f"provider {config.slug} has unknown type {config.type!r}; "
                             f"known: scripted, {', '.join(PROVIDER_TYPES)}")
-    key = api_key(config, environ if environ is not None else os.environ)
+    if config.base_url:
+        refusal = private_url_refusal(config.base_url)
+        if refusal:
+            raise ProviderError("bad_request", f"provider {config.slug}: base_url {refusal}")
+    key = api_key(config, environ if environ is not None else os.environ, team=team)
     cache_key = (config.type, config.base_url, key)
     if cache_key not in _cache:
         _cache[cache_key] = factory(config, key)
@@ -119,15 +131,15 @@ def build_provider(config: ProviderConfig, *, script: Mapping[str, Any] | None =
     return _cache[cache_key]
 
 
-def api_key(config: ProviderConfig, environ: Mapping[str, str]) -> str:
+def api_key(config: ProviderConfig, environ: Mapping[str, str], *, team: str = "") -> str:
     if not config.api_key_env:
         # Local OpenAI-compatible servers (Ollama, llama.cpp) take any key.
         if config.type == "openai" and config.base_url:
             return "not-needed"
         raise ProviderError("auth", f"provider {config.slug} names no api_key_env to read its API key from")
-    refusal = server_env_refusal(config.api_key_env)
-    if refusal:  # a row saved before the rule, or written around the services
-        raise ProviderError("auth", f"provider {config.slug}: {refusal}")
+    refusal = env_refusal(config.api_key_env, team=team)
+    if refusal:  # a row saved before the operator changed MAS_TEAM_SECRETS, or written around the services
+        raise ProviderError("auth", f"provider {config.slug}: api_key_env {refusal}")
     value = environ.get(config.api_key_env, "").strip()
     if not value:
         raise ProviderError("auth", f"environment variable {config.api_key_env} is not set "
@@ -160,9 +172,9 @@ def resolve_model(ref: str, configs: list[ProviderConfig]) -> tuple[ProviderConf
     return config, model
 
 
-def provider_for(ref: str, *, providers: Iterable[Any], script: Mapping[str, Any] | None = None,
+def provider_for(ref: str, *, providers: Iterable[Any], team: str = "", script: Mapping[str, Any] | None = None,
                  cursor: ScriptCursor | None = None, environ: Mapping[str, str] | None = None) -> Resolved:
-    """Resolve a model reference against the team's providers and build the provider.
+    """Resolve a model reference against the providers of team ``team`` (a slug) and build the provider.
 
     ``providers``: ``ModelProvider`` rows, ``ProviderSpec`` objects or spec
     dicts, in preference order (the first provider with a model of a tier
@@ -171,6 +183,6 @@ def provider_for(ref: str, *, providers: Iterable[Any], script: Mapping[str, Any
     """
     configs = [provider_config(source) for source in providers]
     config, model = resolve_model(ref, configs)
-    provider = build_provider(config, script=script, cursor=cursor, environ=environ)
+    provider = build_provider(config, team=team, script=script, cursor=cursor, environ=environ)
     return Resolved(provider=provider, provider_slug=config.slug, model=model.name, tier=model.tier,
                     prices=model.prices)

@@ -4,9 +4,16 @@ A script maps an agent slug to its list of turns::
 
     {"researcher": [
         {"tool_calls": [{"name": "vfs_write", "arguments": {"path": "a.md", "content": "hi"}}]},
-        {"text": "done", "latency_ms": 200, "usage": {"prompt_tokens": 10, "completion_tokens": 2}},
+        {"text": "done", "latency_ms": 200, "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+         "expect": ["written", {"regex": "version \\d+"}]},
         {"error": "rate_limit"},
     ]}
+
+``expect`` makes a turn check what it is sent: each substring (or
+``{"regex": …}``) must occur in what the request added since the agent's
+previous turn — the results of all its tool calls, or on a session's first
+turn everything: the system prompt and the task. A turn whose expectation is not met fails the session, naming the turn
+and the text it expected.
 
 The key ``"*"`` serves agents the script does not name. The provider keeps
 no position of its own: a :class:`ScriptCursor` says which turn comes next,
@@ -20,6 +27,8 @@ import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any, Protocol
+
+import regex
 
 from .common import emit_chunk
 from .types import (
@@ -40,7 +49,20 @@ ERRORS: dict[str, tuple[str, int | None, str]] = {
     "bad_request": ("bad_request", 400, "scripted bad request"),
     "malformed": ("malformed", None, "scripted malformed response"),
 }
-TURN_KEYS = {"text", "tool_calls", "error", "latency_ms", "usage", "retry_after_s"}
+TURN_KEYS = {"text", "tool_calls", "error", "latency_ms", "usage", "retry_after_s", "expect"}
+USAGE_KEYS = ("prompt_tokens", "completion_tokens")
+# Bounds of a script's numbers. Token counts are added to the run's bigint
+# counters and priced into numeric(14, 6) costs: ten million per turn is more
+# than any model's window and keeps every sum storable. A turn may not take
+# longer than the longest session timeout an agent can declare (a day); the
+# run checks each agent's own timeout when it starts (``script_check_latency``).
+MAX_TURN_TOKENS = 10_000_000
+MAX_LATENCY_MS = 86_400_000
+MAX_RETRY_AFTER_S = 3_600
+MAX_TOOL_CALLS_PER_TURN = 128
+MAX_EXPECTATIONS = 16
+MAX_EXPECT_CHARS = 500
+REGEX_TIMEOUT_S = 0.5
 
 
 class ScriptCursor(Protocol):
@@ -92,12 +114,101 @@ def validate_script(script: Any) -> dict[str, list[dict[str, Any]]]:
                 raise ValueError(f"{where}: needs text, tool_calls or error")
             if "error" in turn and turn["error"] not in ERRORS:
                 raise ValueError(f"{where}: error must be one of {', '.join(ERRORS)}")
-            for call in turn.get("tool_calls") or []:
+            if "text" in turn and turn["text"] is not None and not isinstance(turn["text"], str):
+                raise ValueError(f"{where}: text must be a string")
+            calls = turn.get("tool_calls") or []
+            if not isinstance(calls, list) or len(calls) > MAX_TOOL_CALLS_PER_TURN:
+                raise ValueError(f"{where}: tool_calls must be a list of at most {MAX_TOOL_CALLS_PER_TURN} calls")
+            for call in calls:
                 if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
                     raise ValueError(f"{where}: each tool call needs a name")
                 if not isinstance(call.get("arguments", {}), (Mapping, str)):
                     raise ValueError(f"{where}: tool call arguments must be an object")
+            _check_expect(turn.get("expect"), where)
+            _check_number(turn, "latency_ms", MAX_LATENCY_MS, where)
+            _check_number(turn, "retry_after_s", MAX_RETRY_AFTER_S, where)
+            usage = turn.get("usage")
+            if usage is not None:
+                if not isinstance(usage, Mapping) or set(usage) - set(USAGE_KEYS):
+                    raise ValueError(f"{where}: usage is an object with {' and '.join(USAGE_KEYS)} only")
+                for key in USAGE_KEYS:
+                    _check_number(usage, key, MAX_TURN_TOKENS, where, prefix="usage.", integer=True)
     return {agent: list(turns) for agent, turns in script.items()}
+
+
+def _expectations(expect: Any) -> list[Any]:
+    return list(expect) if isinstance(expect, list) else [expect]
+
+
+def _check_expect(expect: Any, where: str) -> None:
+    if expect is None:
+        return
+    items = _expectations(expect)
+    if not items or len(items) > MAX_EXPECTATIONS:
+        raise ValueError(f"{where}: expect holds 1 to {MAX_EXPECTATIONS} expectations")
+    for item in items:
+        pattern = item.get("regex") if isinstance(item, Mapping) and set(item) == {"regex"} else None
+        text = pattern if pattern is not None else item
+        if not isinstance(text, str) or not 0 < len(text) <= MAX_EXPECT_CHARS:
+            raise ValueError(f"{where}: each expectation is a text or {{\"regex\": text}} of 1 to "
+                             f"{MAX_EXPECT_CHARS} characters")
+        if pattern is not None:
+            try:
+                regex.compile(pattern)
+            except regex.error as error:
+                raise ValueError(f"{where}: expect regex {pattern!r}: {error}") from None
+
+
+def unmet_expectation(expect: Any, text: str) -> str | None:
+    """The first expectation ``text`` does not meet, described, or None."""
+    for item in _expectations(expect):
+        if isinstance(item, Mapping):
+            try:
+                found = regex.search(item["regex"], text, timeout=REGEX_TIMEOUT_S) is not None
+            except TimeoutError:
+                found = False
+            if not found:
+                return f"a match for the regex {item['regex']!r}"
+        elif item not in text:
+            return repr(item)
+    return None
+
+
+def _check_number(data: Mapping[str, Any], key: str, maximum: int, where: str, *, prefix: str = "",
+                  integer: bool = False) -> None:
+    value = data.get(key)
+    if value is None:
+        return
+    number_ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not number_ok or not 0 <= value <= maximum:
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"{where}: {prefix}{key} must be {kind} from 0 to {maximum}, not {value!r}"[:300])
+
+
+def script_check_latency(script: Mapping[str, Any], timeouts: Mapping[str, float]) -> None:
+    """Refuse a turn slower than its agent's session timeout (``timeouts``: agent slug → seconds).
+
+    ``timeouts["*"]`` is the limit of the turns the script gives every other agent.
+    """
+    for agent, turns in script.items():
+        limit = timeouts.get(agent)
+        if limit is None:
+            continue
+        for index, turn in enumerate(turns):
+            latency = turn.get("latency_ms") or 0
+            if latency > limit * 1000:
+                raise ValueError(f"script for agent {agent}, turn {index}: latency_ms {latency:g} is longer than "
+                                 f"the session timeout of {limit:g} s")
+
+
+def new_input(request: ModelRequest) -> str:
+    """What the request added since the agent's previous turn: its tool results, or at first all of it
+    (the system prompt and the task)."""
+    messages = list(request.messages)
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "assistant":
+            return "\n".join(m.content for m in messages[index + 1:])
+    return "\n".join(m.content for m in messages)
 
 
 def estimate_tokens(text: str) -> int:
@@ -154,6 +265,13 @@ class ScriptedProvider:
         # The turn is consumed whatever it holds, errors included: a retry
         # gets the next turn, as a retried call to a real model would.
         self.cursor.advance(agent)
+        if "expect" in turn:
+            received = new_input(request)
+            missing = unmet_expectation(turn["expect"], received)
+            if missing is not None:
+                shown = received if len(received) <= 300 else received[:300] + "…"
+                raise ProviderError("expectation", f"script for agent {agent}, turn {position} expected {missing} "
+                                                   f"in what it was sent, which was: {shown!r}")
 
         if "error" in turn:
             kind, status, message = ERRORS[turn["error"]]

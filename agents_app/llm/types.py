@@ -100,9 +100,11 @@ class ModelResponse:
     usage: Usage
     model: str
     finish_reason: str = "stop"  # stop | tool_calls | length | error
+    cached: bool = False  # a stored answer replayed (memory_app.cache): no model was called
 
 
-ProviderErrorKind = Literal["rate_limit", "server", "timeout", "auth", "bad_request", "malformed", "connection"]
+ProviderErrorKind = Literal["rate_limit", "server", "timeout", "auth", "bad_request", "malformed", "connection",
+                            "expectation"]  # expectation: a scripted turn was not sent what it expected
 
 
 class ProviderError(Exception):

@@ -156,6 +156,8 @@ class DefinitionVersion(models.Model):
     slug = models.SlugField(max_length=100)
     number = models.PositiveIntegerField()
     content = models.TextField()
+    # A skill's files beside SKILL.md (path → text) as they were; null on versions kept before they were.
+    references = models.JSONField(null=True, blank=True)
     content_hash = models.CharField(max_length=64)
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     source = models.CharField(max_length=16, default="api")

@@ -65,6 +65,7 @@ class ActivationStatus(models.TextChoices):
     QUEUED = "queued"
     DISPATCHED = "dispatched"
     RUNNING = "running"
+    WAITING = "waiting"  # its session is suspended until what it waits for settles (children it delegated to)
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -72,6 +73,8 @@ class ActivationStatus(models.TextChoices):
 
 ACTIVE_ACTIVATION_STATUSES = (ActivationStatus.DISPATCHED, ActivationStatus.RUNNING)
 OPEN_ACTIVATION_STATUSES = (ActivationStatus.QUEUED, *ACTIVE_ACTIVATION_STATUSES)
+# Not settled yet: what a parent waiting for this activation must still wait for.
+UNSETTLED_ACTIVATION_STATUSES = (*OPEN_ACTIVATION_STATUSES, ActivationStatus.WAITING)
 
 
 class Activation(models.Model):
@@ -103,6 +106,7 @@ class Activation(models.Model):
 
 class SessionStatus(models.TextChoices):
     RUNNING = "running"
+    WAITING = "waiting"  # suspended: checkpointed, holding no worker, resumed when what it waits for settles
     OK = "ok"
     FAILED = "failed"
     CANCELLED = "cancelled"

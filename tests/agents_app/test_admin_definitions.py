@@ -388,6 +388,31 @@ def test_oversized_markdown_is_refused(settings, team_a, make_member):
     assert not AGENT.model.objects.exists()
 
 
+HOSTILE = [
+    ("---\nname: deep\nk: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n---\n",
+     "Line 3: lists and mappings are nested more than 32 deep (limit MAS_YAML_MAX_DEPTH)"),
+    ("---\nname: deep\nk: " + "[" * 5000 + "\n---\n",
+     "Line 3: lists and mappings are nested more than 32 deep (limit MAS_YAML_MAX_DEPTH)"),
+    ("---\nname: deep\na0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+     + "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 9)) + "---\n",
+     "Line 7: the alias *a3 repeats 7381 keys and values, making in all more than 10000 keys and values "
+     "(limit MAS_YAML_MAX_NODES)"),
+]
+
+
+@pytest.mark.parametrize("text, expected", HOSTILE, ids=["3000-flow-maps", "5000-brackets", "alias-bomb"])
+def test_hostile_yaml_is_a_form_error_not_a_500(kind, team_a, make_member, text, expected):
+    prepare_team(kind, team_a)
+    files_before = files_under(team_a)
+    versions_before = DefinitionVersion.objects.filter(team=team_a).count()
+    response = post_add(client_for(make_member(team_a, "editor")), kind, team_a, text)
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {"markdown": [expected]}
+    assert not kind.model.objects.filter(team=team_a, slug="deep").exists()
+    assert DefinitionVersion.objects.filter(team=team_a).count() == versions_before
+    assert files_under(team_a) == files_before
+
+
 def test_duplicate_name_in_team_is_a_form_error_but_free_in_another(kind, two_teams, team_a, make_member):
     ours, theirs = two_teams
     client = client_for(make_member(team_a, "editor"))

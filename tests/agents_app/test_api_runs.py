@@ -289,6 +289,38 @@ def test_malformed_start_payloads_are_422_and_start_nothing(team_a, team_b, api_
 
 
 @pytest.mark.django_db
+def test_script_numbers_the_database_cannot_store_or_the_session_cannot_wait_for_are_422(team_a, api_for):
+    from agents_app.definitions.kinds import AGENT as kind
+
+    definition_save(kind=kind, team=team_a, parsed=definition_parse(
+        kind=kind, team=team_a, text="---\nname: Lead\nlimits:\n  timeout_s: 30\n---\n\nYou lead.\n"))
+    client = api_for(team_a, "operator")
+
+    def refused(script):
+        return _loc_and_message(client.post("/api/runs", {"agent": "lead", "input": "x", "script": script}))
+
+    assert refused({"lead": [{"text": "x", "usage": {"completion_tokens": 1e30}}]}) == (
+        ["body", "script"],
+        "script for agent lead, turn 0: usage.completion_tokens must be an integer from 0 to "
+        "10000000, not 1e+30")
+    assert refused({"lead": [{"text": "x", "latency_ms": 10**12}]}) == (
+        ["body", "script"],
+        "script for agent lead, turn 0: latency_ms must be a number from 0 to 86400000, "
+        "not 1000000000000")
+    # Within the schema's bounds, but longer than this agent's own session timeout (30 s).
+    assert refused({"lead": [{"text": "x"}, {"text": "y", "latency_ms": 30_001}]}) == (
+        ["body", "script"], "script for agent lead, turn 1: latency_ms 30001 is longer than the session "
+                            "timeout of 30 s")
+    assert refused({"*": [{"text": "x", "latency_ms": 31_000}]}) == (
+        ["body", "script"], "script for agent *, turn 0: latency_ms 31000 is longer than the session timeout "
+                            "of 30 s")
+    assert Run.objects.count() == 0 and Event.objects.count() == 0
+    ok = client.post("/api/runs", {"agent": "lead", "input": "x", "script": {
+        "lead": [{"text": "x", "latency_ms": 30_000, "usage": {"prompt_tokens": 10_000_000}}]}})
+    assert ok.status_code == 201, ok.content
+
+
+@pytest.mark.django_db
 def test_budget_and_limits_are_stored_as_given(team_a, api_for):
     agent(team_a, "Lead")
     client = api_for(team_a, "operator")

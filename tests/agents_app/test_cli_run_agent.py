@@ -168,6 +168,9 @@ def test_event_lines_say_what_happens():
         "retry of the model_call (attempt 2) in 0.1 s: scripted rate limit"
     assert describe_event({"type": "escalation", "data": {"from": "small", "to": "medium"}}) == \
         "escalates tier small → medium"
+    assert describe_event({"type": "escalation", "data": {"from": "small", "to": "large", "from_model": "a:s",
+                                                          "to_model": "b:l"}}) == \
+        "escalates tier small → large (a:s → b:l)"
     assert describe_event({"type": "signal", "data": {"to": "lead", "message": "found water"}}) == \
         "signals lead: found water"
     assert describe_event({"type": "tool_result", "data": {"name": "vfs_read", "ok": False,

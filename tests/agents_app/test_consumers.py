@@ -50,7 +50,8 @@ def bearer(token):
 def cookie_headers(user, origin="http://testserver"):
     client = Client()
     client.force_login(user)
-    headers = [(b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())]
+    # As a browser sends them: the Origin is checked against the Host (tests/mas_project/test_ws_security.py).
+    headers = [(b"host", b"testserver"), (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())]
     return headers + ([(b"origin", origin.encode())] if origin else [])
 
 

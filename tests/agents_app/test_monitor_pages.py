@@ -133,11 +133,27 @@ def test_a_workflow_runs_page_carries_its_own_teams_dag(team_a, team_b, make_mem
         {"id": "research", "agent": "researcher", "depends_on": []},
         {"id": "review", "agent": "reviewer", "depends_on": ["research"]},
         {"id": "summary", "agent": "reviewer", "depends_on": ["research", "review"]},
-    ]}
+    ], "loops": []}
     assert '<svg id="dag"' in page and json_script(page, "run-id") == str(flow.id)
     page = client.get(f"/runs/{plain.id}/").content.decode()
     assert json_script(page, "workflow") is None and '<svg id="dag"' not in page
 
+
+
+def test_a_looping_workflows_page_carries_its_loops_as_the_run_froze_them(team_a, make_member):
+    from agents_app.definitions.kinds import WORKFLOW
+    from workflows_app.services import workflow_run_start
+    from workflows_app.templates import workflow_template
+
+    agent(team_a, "Writer")
+    agent(team_a, "Reviewer")
+    definition_save(kind=WORKFLOW, team=team_a, parsed=definition_parse(
+        kind=WORKFLOW, team=team_a, text=workflow_template("review-loop").markdown))
+    run = workflow_run_start(team=team_a, workflow="review-loop", inputs={"brief": "b", "audience": "a"})
+    page = browser(make_member(team_a, role="viewer")).get(f"/runs/{run.id}/").content.decode()
+    graph = json_script(page, "workflow")
+    assert [s["id"] for s in graph["steps"]] == ["draft", "review", "final"]
+    assert graph["loops"] == [{"steps": ["draft", "review"], "until": 'review.verdict == "approve"', "max_rounds": 3}]
 
 def test_cancel_needs_the_csrf_token_and_a_refused_post_changes_nothing(team_a, make_member):
     from agents_app.models import Event

@@ -86,6 +86,23 @@ JSON = st.recursive(
     max_leaves=6,
 )
 EXTRA = st.dictionaries(st.from_regex(r"x-[a-z]{1,8}", fullmatch=True), JSON, max_size=3)
+# Output schemas: valid JSON Schemas of a few shapes, with any text where a schema holds text.
+SCHEMA = st.recursive(
+    st.one_of(
+        st.fixed_dictionaries({"type": st.sampled_from(["string", "integer", "number", "boolean", "null"])},
+                              optional={"description": TEXT}),
+        st.fixed_dictionaries({"enum": st.lists(st.one_of(SHORT_TEXT, st.integers(-5, 5)), min_size=1, max_size=3,
+                                                unique=True)}),
+        st.fixed_dictionaries({"const": SHORT_TEXT}),
+    ),
+    lambda inner: st.one_of(
+        st.fixed_dictionaries({"type": st.just("array"), "items": inner}, optional={"maxItems": st.integers(0, 9)}),
+        st.builds(lambda props, required: {"type": "object", "properties": props,
+                                           "required": [name for name in props if name in required]},
+                  st.dictionaries(IDENT, inner, max_size=3), st.sets(IDENT, max_size=3)),
+    ),
+    max_leaves=5,
+)
 
 
 @st.composite
@@ -111,6 +128,12 @@ def custom_tools(draw):
     return tools
 
 
+def _climbing(rungs: list[str]) -> list[str]:
+    """The rungs with the tiers among them put in climbing order (the models stay where they are)."""
+    tiers = iter(sorted((rung for rung in rungs if rung in TIERS), key=TIERS.index))
+    return [next(tiers) if rung in TIERS else rung for rung in rungs]
+
+
 @st.composite
 def agent_data(draw) -> dict:
     data = {"name": draw(NAME)}
@@ -122,7 +145,11 @@ def agent_data(draw) -> dict:
             st.sampled_from(TIERS), st.from_regex(r"[a-z]{2,8}:[a-z0-9][a-z0-9.-]{0,15}", fullmatch=True)
         ),
         "tier": st.sampled_from(TIERS),
-        "escalation": st.lists(st.sampled_from(TIERS), max_size=3),
+        # A ladder: tiers that climb, and provider:model rungs anywhere, each once.
+        "escalation": st.lists(
+            st.one_of(st.sampled_from(TIERS), st.from_regex(r"[a-z]{2,8}:[a-z0-9][a-z0-9.-]{0,15}", fullmatch=True)),
+            unique=True, max_size=4,
+        ).map(_climbing),
         "temperature": st.floats(0, 2, allow_nan=False),
         "max_tokens": st.integers(1, 1_000_000),
         "tools": st.lists(st.sampled_from(BUILTIN_TOOLS), unique=True, max_size=5),
@@ -139,6 +166,7 @@ def agent_data(draw) -> dict:
             st.fixed_dictionaries({"task": TEXT}, optional={"approach": TEXT, "outcome": SHORT_TEXT}), max_size=2
         ),
         "skills": st.lists(IDENT, max_size=2),
+        "output_schema": SCHEMA,
     }
     for key, strategy in optional.items():
         if draw(st.booleans()):
@@ -170,12 +198,29 @@ def workflow_data(draw, agents: list[str] | None = None) -> dict:
         }
         if depends:
             step["depends_on"] = depends
+        if outputs and draw(st.booleans()):
+            typed = draw(st.lists(st.sampled_from(outputs), unique=True, min_size=1))
+            step["output_schemas"] = {name: draw(SCHEMA) for name in typed}
         if draw(st.booleans()):
             step["max_retries"] = draw(st.integers(0, 10))
         if draw(st.booleans()):
             step["on_failure"] = draw(st.sampled_from(["stop", "continue"]))
         steps.append(step)
     data = {"name": draw(NAME), "steps": steps}
+    if draw(st.booleans()):
+        # A run of consecutive steps is a valid loop: a step depends only on earlier ones, so no step
+        # outside the run lies between two of its steps.
+        first = draw(st.integers(0, len(ids) - 1))
+        last = draw(st.integers(first, len(ids) - 1))
+        loop = {"steps": ids[first:last + 1], "max_rounds": draw(st.integers(1, 20))}
+        with_outputs = [s for s in steps[first:last + 1] if s["outputs"]]
+        if with_outputs and draw(st.booleans()):
+            step = draw(st.sampled_from(with_outputs))
+            op = draw(st.sampled_from(["==", "!=", "contains"]))
+            literal = draw(st.text(st.characters(exclude_categories=("Cs", "Cc"), exclude_characters="\"\x85\u2028\u2029"),
+                                   max_size=12))
+            loop["until"] = f'{step["id"]}.{draw(st.sampled_from(step["outputs"]))} {op} "{literal}"'
+        data["loops"] = [loop]
     if inputs:
         data["inputs"] = inputs
     if draw(st.booleans()):

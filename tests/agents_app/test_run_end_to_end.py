@@ -1,5 +1,6 @@
 """A multi-agent run on a real Celery worker, with the scripted provider."""
 
+import json
 import time
 
 import pytest
@@ -40,23 +41,23 @@ SCRIPT = {
             call("spawn_agent", filename="scout.md", content=SCOUT, task="Scout the north"),
             call("spawn_agent", filename="scout2.md", content=SCOUT, task="Scout the south"),
         ]},
-        {"text": "Scouts are out."},
-        {"text": "All done: the south has water."},
+        # Resumed once both scouts have ended, with their outcomes as the two calls' results.
+        {"text": "All done: the south has water.", "expect": ["North mapped by helper.", "the south has water",
+                                                              '"path": "out/south.md"']},
     ],
     "scout": [
         {"tool_calls": [call("delegate", agent="helper", task="Map the north")]},
-        {"text": "North handed to helper."},
+        {"text": "North mapped by helper.", "expect": '"result": "North mapped."'},
     ],
     "scout2": [
-        {"tool_calls": [call("vfs_write", path="out/south.md", content="water"),
-                        call("signal_parent", message="the south has water")]},
-        {"text": "South reported."},
+        {"tool_calls": [call("vfs_write", path="out/south.md", content="water")]},
+        {"text": "the south has water"},
     ],
-    "helper": [{"text": "North mapped."}],
+    "helper": [{"text": "North mapped.", "expect": "Map the north"}],
 }
 
 
-def test_root_spawns_children_one_delegates_one_signals_and_the_root_finishes(team_a, celery_worker_process):
+def test_root_spawns_children_one_delegates_and_each_waits_for_the_outcomes(team_a, celery_worker_process):
     agent(team_a, "Lead")
     agent(team_a, "Helper")
     run = run_start(team=team_a, agent="lead", input="Explore", script=SCRIPT)
@@ -68,37 +69,38 @@ def test_root_spawns_children_one_delegates_one_signals_and_the_root_finishes(te
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     types = [e.type for e in events]
     assert types[0] == "run_start" and types[-1] == "run_complete"
-    assert types.count("spawn") == 2 and types.count("delegate") == 1 and types.count("signal") == 1
-    assert types.count("session_start") == types.count("session_end") == 5
-    spawns = [(e.agent, e.data["to"]) for e in events if e.type == "spawn"]
-    assert spawns == [("lead", "scout"), ("lead", "scout2")]
-    assert [(e.agent, e.data["to"], e.data["message"]) for e in events if e.type == "signal"] == [
-        ("scout2", "lead", "the south has water")]
+    assert types.count("spawn") == 2 and types.count("delegate") == 1 and types.count("signal") == 0
+    # Four sessions; the two that waited were suspended once and resumed once.
+    assert types.count("session_end") == 4 and types.count("session_start") == 6
+    assert sorted(e.agent for e in events if e.type == "session_suspended") == ["lead", "scout"]
+    spawns = [(e.agent, e.data["to"], e.data["wait"]) for e in events if e.type == "spawn"]
+    assert spawns == [("lead", "scout", True), ("lead", "scout2", True)]
     assert [(e.agent, e.data["to"]) for e in events if e.type == "delegate"] == [("scout", "helper")]
-    # The lead's first session, event by event.
+    # The lead's session, event by event: suspended after its first turn's calls, resumed with both outcomes.
     first = events[types.index("session_start")].session_id
     assert [e.type for e in events if e.session_id == first] == [
         "session_start", "llm_request", "llm_response",
         "tool_call", "file_change", "tool_result",
-        "tool_call", "file_change", "tool_result",
-        "tool_call", "file_change", "tool_result",
+        "tool_call", "file_change",
+        "tool_call", "file_change", "session_suspended",
+        "session_start", "tool_result", "tool_result",
         "llm_request", "stream_chunk", "llm_response", "session_end",
     ]
-    # A tool's own events are numbered after its tool_call and before its tool_result.
-    assert [(e.type, e.data.get("to") or e.data.get("name")) for e in events
-            if e.type in {"tool_call", "spawn", "tool_result"} and e.agent == "lead"] == [
-        ("tool_call", "vfs_write"), ("tool_result", "vfs_write"),
-        ("tool_call", "spawn_agent"), ("spawn", "scout"), ("tool_result", "spawn_agent"),
-        ("tool_call", "spawn_agent"), ("spawn", "scout2"), ("tool_result", "spawn_agent"),
+    resumed = [e for e in events if e.session_id == first and e.type == "session_start"]
+    assert [e.data["resumed"] for e in resumed] == [False, True]
+    outcomes = [json.loads(e.data["content"]) for e in events if e.type == "tool_result" and e.agent == "lead"
+                and e.data["name"] == "spawn_agent"]
+    assert outcomes == [
+        {"agent": "scout", "status": "ok", "result": "North mapped by helper.", "outputs": {}, "files": [],
+         "failure": None},
+        {"agent": "scout2", "status": "ok", "result": "the south has water", "outputs": {},
+         "files": [{"path": "out/south.md", "bytes": 5}], "failure": None},
     ]
-    assert [(e.type, e.data.get("to") or e.data.get("name")) for e in events
-            if e.type in {"tool_call", "delegate", "tool_result"} and e.agent == "scout"] == [
-        ("tool_call", "delegate"), ("delegate", "helper"), ("tool_result", "delegate")]
     files = dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content"))
     assert files == {"notes.md": "plan: send two scouts", "agents/scout.md": SCOUT, "agents/scout2.md": SCOUT,
                      "out/south.md": "water"}
     sessions = Session.objects.filter(run=run)
-    assert sorted(s.agent for s in sessions) == ["helper", "lead", "lead", "scout", "scout2"]
+    assert sorted(s.agent for s in sessions) == ["helper", "lead", "scout", "scout2"]
     assert all(s.status == "ok" for s in sessions)
     assert run.versions == {"agent:lead": 1, "agent:helper": 1}
     assert run.completion_tokens > 0 and run.prompt_tokens > 0
@@ -113,7 +115,7 @@ def test_a_finished_run_exported_as_a_script_replays_to_the_same_calls_and_files
     script = run_script_export(run=first)
     assert script["lead"][0]["tool_calls"][0] == {"name": "vfs_write",
                                                   "arguments": {"path": "notes.md", "content": "plan: send two scouts"}}
-    assert [turn.get("text") for turn in script["lead"]] == [None, "Scouts are out.", "All done: the south has water."]
+    assert [turn.get("text") for turn in script["lead"]] == [None, "All done: the south has water."]
     assert script["helper"] == [{"text": "North mapped.", "usage": script["helper"][0]["usage"]}]
 
     replay = wait_for(run_start(team=team_a, agent="lead", input="Explore", script=script).id)

@@ -46,7 +46,9 @@ def test_a_failed_session_is_retried_and_escalated_up_the_ladder(team_a, celery_
     sessions = list(Session.objects.filter(run=run).order_by("attempt"))
     assert [(s.attempt, s.tier, s.status) for s in sessions] == [(1, "small", "failed"), (2, "medium", "ok")]
     assert sessions[0].failure["kind"] == "provider_error" and sessions[0].failure["suggested_retry"] is True
-    assert [e.data for e in events(run, "escalation")] == [{"from": "small", "to": "medium"}]
+    # With no provider rows the script stands in for each tier's model: "scripted".
+    assert [e.data for e in events(run, "escalation")] == [
+        {"from": "small", "to": "medium", "from_model": "scripted:scripted", "to_model": "scripted:scripted"}]
     session_retries = [e.data for e in events(run, "retry") if e.data["what"] == "session"]
     assert session_retries == [{"what": "session", "attempt": 2, "delay_s": 0.2, "reason": "provider_error"}]
 
@@ -171,7 +173,8 @@ def test_paths_cannot_leave_the_workspace_and_a_root_cannot_signal(team_a, celer
 def test_a_session_over_its_time_limit_fails_as_timeout(team_a, celery_worker_process):
     agent(team_a, "Lead", "limits:\n  timeout_s: 1\n")
     run = finish(run_start(team=team_a, agent="lead", input="x", limits={"max_retries": 0},
-                           script={"lead": [{"text": "too late", "latency_ms": 5000}]}))
+                           script={"lead": [{**call("vfs_list"), "latency_ms": 700},
+                                            {"text": "too late", "latency_ms": 700}]}))
     [session] = Session.objects.filter(run=run)
     assert session.failure["kind"] == "timeout"
     assert session.failure["message"] == "the session ran longer than 1 s"
@@ -189,3 +192,66 @@ def test_tool_calls_that_keep_failing_end_the_session_as_tool_error(team_a, cele
                                                  "missing-4.md.")
     assert len(session.failure["last_tool_calls"]) == 5
     assert run.status == "failed"
+
+
+def test_a_checkpoint_the_database_refuses_fails_the_session_cleanly(team_a, celery_worker_process):
+    # Ten million output tokens at the highest price a model row may hold cost more than the run's
+    # numeric(14, 6) total can store: the step's write is refused, whatever the retry.
+    define(team_a, PROVIDER, "---\nname: Scripted\ntype: scripted\nmodels:\n- name: s-medium\n  tier: medium\n"
+                             "  output_price: '99999999.9999'\n---\n")
+    agent(team_a, "Lead")
+    script = {"lead": [{**call("vfs_write", path="a.md", content="kept"), "usage": {"prompt_tokens": 1,
+                                                                                    "completion_tokens": 1}},
+                       {"text": "too dear", "usage": {"prompt_tokens": 0, "completion_tokens": 10_000_000}}]}
+    run = finish(run_start(team=team_a, agent="lead", input="x", script=script), timeout=30)
+    assert run.status == "failed"
+    [session] = Session.objects.filter(run=run)
+    assert session.status == "failed"
+    message = ("the database refused the session's checkpoint (NumericValueOutOfRange: numeric field overflow): "
+               "its last step's usage is not counted")
+    assert session.failure == {"kind": "unknown", "message": message, "suggested_retry": False,
+                               "last_tool_calls": [{"id": "call_lead_0_0", "name": "vfs_write",
+                                                    "arguments": {"path": "a.md", "content": "kept"}}]}
+    assert run.error == f"unknown: {message}"
+    # What was written before stays: the file, the first turn's usage; the refused turn's usage is not added.
+    assert WorkspaceFile.objects.get(run=run, path="a.md").content == "kept"
+    assert (run.prompt_tokens, run.completion_tokens, str(run.cost_usd)) == (1, 1, "100.000000")
+    types = [e.type for e in events(run)]
+    assert types[-6:] == ["llm_request", "stream_chunk", "llm_response", "error", "session_end", "run_complete"]
+    assert events(run, "llm_response")[-1].data["usage"] == {"prompt_tokens": 0, "completion_tokens": 10_000_000}
+    assert events(run, "error")[-1].data == {"where": "checkpoint", "kind": "unknown", "message": message}
+    assert [e.seq for e in events(run)] == list(range(1, len(types) + 1))
+    assert events(run, "retry") == []
+
+
+LAUGHS = "---\nname: X\na0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 9)) + "---\n\nYou laugh.\n"
+
+
+def test_an_agent_file_past_the_yaml_limits_is_a_tool_error_and_the_session_goes_on(team_a, celery_worker_process):
+    agent(team_a, "Lead")
+    deep = "---\nname: Y\nk: " + "[" * 5000 + "\n---\n"
+    script = {"lead": [
+        call("vfs_write", path="agents/x.md", content=LAUGHS),
+        call("spawn_agent", filename="y.md", content=deep, task="dig"),
+        call("delegate", agent="x", task="laugh"),
+        call("vfs_edit", path="agents/x.md", old="You laugh.", new="You giggle."),
+        {"text": "carried on"},
+    ]}
+    run = finish(run_start(team=team_a, agent="lead", input="x", script=script), timeout=60)
+
+    nodes = ("agents/x.md:7: the alias *a3 repeats 7381 keys and values, making in all more than 10000 keys and "
+             "values (limit MAS_YAML_MAX_NODES)")
+    results = [(e.data["ok"], e.data["content"]) for e in events(run, "tool_result")]
+    assert results == [
+        (False, f"Wrote agents/x.md (version 1, {len(LAUGHS)} characters), but the agent was not registered: "
+                f"agents/x.md is not a valid agent definition: {nodes}"),
+        (False, "agents/y.md is not a valid agent definition: agents/y.md:3: lists and mappings are nested more "
+                "than 32 deep (limit MAS_YAML_MAX_DEPTH)"),
+        (False, f"agents/x.md is not a valid agent definition: {nodes}"),
+        (False, "Edited agents/x.md (version 2), but the agent was not registered: agents/x.md is not a valid agent "
+                f"definition: {nodes}"),
+    ]
+    assert (run.status, run.result) == ("succeeded", "carried on")
+    assert events(run, "spawn") == [] and events(run, "delegate") == []
+    assert Session.objects.filter(run=run).count() == 1

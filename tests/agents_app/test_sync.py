@@ -254,18 +254,19 @@ def test_skill_with_reference_files(team_a):
     assert markdown_sync(team=team_a, mode="check").in_sync
 
 
-def test_shipped_defs_import_cleanly_and_check_passes(make_team, tmp_path):
-    copy = tmp_path / "shipped"
-    shutil.copytree(DEFS, copy)
-    team = make_team("shipped", defs_dir=str(copy))
+def test_shipped_defs_import_cleanly_and_check_passes(make_team, settings):
+    # The variables the shipped provider and MCP server name, declared for this team (as `make demo` does).
+    settings.MAS_TEAM_SECRETS = "OPENAI_API_KEY=shipped,GITHUB_TOKEN=shipped"
+    # Read where they are: a team on the repository's defs/ imports them, and writes nothing there
+    # (a write would be refused and reported as an error).
+    shipped = {p.relative_to(DEFS).as_posix(): p.read_bytes() for p in sorted(DEFS.rglob("*")) if p.is_file()}
+    team = make_team("shipped", defs_dir=str(DEFS))
 
     report = markdown_sync(team=team, mode="import")
 
     assert len(report.imported) == 14
     assert (report.errors, report.conflicts, report.warnings, report.rewritten) == ([], [], [], [])
-    assert files(team) == {
-        p.relative_to(DEFS).as_posix(): p.read_bytes() for p in sorted(DEFS.rglob("*")) if p.is_file()
-    }
+    assert files(team) == shipped
     assert Skill.objects.get(team=team, slug="citation-style").references.keys() == {"reference.md"}
     out = sync_command(team, "--check")
     assert out.endswith(
@@ -470,9 +471,10 @@ def test_invalid_change_to_an_existing_definition_leaves_the_row_as_it_was(team_
     "relative, content, message",
     [
         (
-            "agents/bad name.md",
+            "agents/!!.md",
             "---\nname: bad\n---\n",
-            "file name must be a slug (letters, digits, '-' and '_') followed by .md",
+            "the file name has no letter or digit to make a slug of: rename it to <slug>.md "
+            "(letters, digits, '-' and '_')",
         ),
         ("agents/latin1.md", "---\nname: caf\xe9\n---\n".encode("latin-1"), "not UTF-8 text"),
         ("agents/empty.md", "", "must start with a '---' line opening the YAML frontmatter"),
@@ -488,6 +490,137 @@ def test_unreadable_files_are_errors(team_a, relative, content, message):
     write(team_a, relative, content)
     report = markdown_sync(team=team_a, mode="both")
     assert [(error.path, error.detail) for error in report.errors] == [(relative, message)]
+    assert not Agent.objects.filter(team=team_a).exists()
+
+
+def test_files_past_the_yaml_limits_are_error_lines_naming_file_line_and_limit(team_a):
+    laughs = "---\nname: lol\na0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 9)) + "---\n"
+    write(team_a, "agents/lol.md", laughs)
+    write(team_a, "tools/deep.md", "---\nname: deep\nprompt: p\nparameters: " + "[" * 5000 + "\n---\n")
+    write(team_a, "agents/researcher.md", RESEARCHER)
+
+    out, error = sync_command_fails(team_a)
+
+    assert "  ERROR          tools/deep.md:4: lists and mappings are nested more than 32 deep " \
+           "(limit MAS_YAML_MAX_DEPTH)\n" in out
+    assert "  ERROR          agents/lol.md:7: the alias *a3 repeats 7381 keys and values, making in all more than " \
+           "10000 keys and values (limit MAS_YAML_MAX_NODES)\n" in out
+    assert error == "0 conflict(s), 2 invalid file(s), 0 file(s) deleted on disk: see the report above"
+    assert list(Agent.objects.filter(team=team_a).values_list("slug", flat=True)) == ["researcher"]
+    assert not CustomTool.objects.filter(team=team_a).exists()
+
+
+# -- files whose names are not slugs -------------------------------------------------------
+
+POWERSHELL = (
+    "---\nname: powershell-5.1-expert\ndescription: Windows PowerShell 5.1 scripting\ntools: Read, Bash\n"
+    "model: sonnet\n---\nYou write PowerShell.\n"
+)
+POWERSHELL_CANONICAL = (
+    "---\nname: powershell-5.1-expert\ndescription: Windows PowerShell 5.1 scripting\ntier: medium\ntools:\n"
+    "- vfs_read\n- code_exec\n---\n\nYou write PowerShell.\n"
+)
+
+
+def test_an_agent_file_named_with_a_dot_imports_under_a_slug_and_is_renamed(team_a):
+    write(team_a, "agents/powershell-5.1-expert.md", POWERSHELL)
+
+    check = markdown_sync(team=team_a, mode="check")
+    assert [(i.slug, i.path, i.detail) for i in check.imported] == [
+        ("powershell-51-expert", "agents/powershell-5.1-expert.md", "new")]
+    assert check.warnings[-1] == ("agents/powershell-5.1-expert.md: the file name is not a slug: imported as agent "
+                                  "'powershell-51-expert', the file would be renamed to agents/powershell-51-expert.md")
+    assert files(team_a) == {"agents/powershell-5.1-expert.md": POWERSHELL.encode()}
+    assert not Agent.objects.filter(team=team_a).exists()
+
+    report = markdown_sync(team=team_a, mode="both")
+
+    assert report.errors == []
+    assert [(i.slug, i.path, i.detail) for i in report.imported] == [
+        ("powershell-51-expert", "agents/powershell-5.1-expert.md", "created (version 1)")]
+    assert [(i.path, i.detail) for i in report.rewritten] == [
+        ("agents/powershell-51-expert.md",
+         "renamed from agents/powershell-5.1-expert.md, rewritten in canonical MAS form")]
+    assert report.warnings == [
+        "agents/powershell-5.1-expert.md: model alias 'sonnet' read as tier medium",
+        "agents/powershell-5.1-expert.md: the file name is not a slug: imported as agent 'powershell-51-expert', "
+        "the file renamed to agents/powershell-51-expert.md",
+    ]
+    assert files(team_a) == {"agents/powershell-51-expert.md": POWERSHELL_CANONICAL.encode()}
+    row = Agent.objects.get(team=team_a)
+    assert (row.slug, row.name, row.tier, row.spec["tools"]) == (
+        "powershell-51-expert", "powershell-5.1-expert", "medium", ["vfs_read", "code_exec"])
+    assert versions(team_a, "agent", "powershell-51-expert") == [(1, "import")]
+    assert markdown_sync(team=team_a, mode="check").in_sync
+
+
+NON_SLUG_FILES = {
+    "tool": ("tools/Summarize v1.2.md", TOOL_MD, "summarize-v12", "tools/summarize-v12.md"),
+    "mcp": ("mcp/search.v2.md",
+            "---\nname: search\ntransport: streamable-http\nurl: https://mcp.example.com/mcp\n---\n",
+            "searchv2", "mcp/searchv2.md"),
+    "workflow": ("workflows/Chain (draft).md", CHAIN, "chain-draft", "workflows/chain-draft.md"),
+    "skill": ("skills/Cite Well/SKILL.md", "---\nname: cite\ndescription: How to cite\n---\n\nSee apa.md.\n",
+              "cite-well", "skills/cite-well/SKILL.md"),
+    "provider": ("providers/local.llm.md", "---\nname: local\ntype: openai\nbase_url: http://127.0.0.1:11434/v1\n---\n",
+                 "localllm", "providers/localllm.md"),
+}
+
+
+@pytest.mark.parametrize("kind_name", sorted(NON_SLUG_FILES))
+def test_other_kinds_with_non_slug_file_names_import_under_a_slug_too(team_a, kind_name):
+    relative, text, slug, renamed = NON_SLUG_FILES[kind_name]
+    kind = next(k for k in KINDS if k.name == kind_name)
+    write(team_a, "agents/researcher.md", RESEARCHER)
+    write(team_a, "agents/writer.md", WRITER)
+    write(team_a, relative, text)
+    if kind is SKILL:
+        write(team_a, "skills/Cite Well/apa.md", "# APA\n")
+        write(team_a, "skills/Cite Well/logo.png", b"\x89PNG\x00\xff")
+
+    report = markdown_sync(team=team_a, mode="both")
+
+    assert report.errors == []
+    assert (f"{relative}: the file name is not a slug: imported as {kind.label.lower()} {slug!r}, the file renamed "
+            f"to {renamed}") in report.warnings
+    assert [(i.slug, i.path) for i in report.imported if i.kind == kind_name] == [(slug, relative)]
+    assert kind.model.objects.filter(team=team_a).values_list("slug", flat=True).get() == slug
+    on_disk = files(team_a)
+    assert renamed in on_disk and relative not in on_disk
+    if kind is SKILL:
+        assert Skill.objects.get(team=team_a).references == {"apa.md": "# APA\n"}
+        assert on_disk["skills/cite-well/logo.png"] == b"\x89PNG\x00\xff"
+        assert not (root(team_a) / "skills/Cite Well").exists()
+    assert markdown_sync(team=team_a, mode="check").in_sync
+
+
+def test_a_non_slug_name_whose_slug_is_taken_is_an_error_and_nothing_moves(team_a):
+    write(team_a, "agents/ab.md", "---\nname: ab\n---\n\nThe first.\n")
+    write(team_a, "agents/a.b.md", "---\nname: a.b\n---\n\nThe second.\n")
+    write(team_a, "agents/A.C.md", "---\nname: A.C\n---\n\nThe third.\n")
+    write(team_a, "agents/a.c.md", "---\nname: a.c\n---\n\nThe fourth.\n")
+    before = files(team_a)
+
+    report = markdown_sync(team=team_a, mode="both")
+
+    assert [(e.path, e.detail) for e in report.errors] == [
+        ("agents/a.b.md", "the file name is not a slug and would import as agent 'ab', which agents/ab.md already "
+                          "is: rename one of them"),
+        ("agents/a.c.md", "the file name is not a slug and would import as agent 'ac', which agents/ac.md already "
+                          "is: rename one of them"),
+    ]
+    assert sorted(Agent.objects.filter(team=team_a).values_list("slug", "name")) == [("ab", "ab"), ("ac", "A.C")]
+    assert sorted(files(team_a)) == ["agents/a.b.md", "agents/a.c.md", "agents/ab.md", "agents/ac.md"]
+    assert files(team_a)["agents/a.b.md"] == before["agents/a.b.md"]
+    assert files(team_a)["agents/a.c.md"] == before["agents/a.c.md"]
+
+
+def test_a_non_slug_file_that_is_invalid_is_not_renamed(team_a):
+    write(team_a, "agents/v1.0.md", "---\nname: v1\ntemperature: hot\n---\n")
+    report = markdown_sync(team=team_a, mode="both")
+    assert [(e.path, e.line, e.field) for e in report.errors] == [("agents/v1.0.md", 3, "temperature")]
+    assert list(files(team_a)) == ["agents/v1.0.md"]
     assert not Agent.objects.filter(team=team_a).exists()
 
 

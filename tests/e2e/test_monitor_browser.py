@@ -105,15 +105,14 @@ SCRIPT = {
             {"name": "vfs_write", "arguments": {"path": "notes.md", "content": "plan"}},
             {"name": "delegate", "arguments": {"agent": "helper", "task": "Check the plan"}},
             {"name": "spawn_agent", "arguments": {"filename": "scout.md", "content": SCOUT,
-                                                  "task": "Scout the route"}}]},
-        {"latency_ms": 300, "text": "Plan written and handed over."},
-        {"latency_ms": 300, "text": "Noted: the route is clear."},  # woken again by the scout's signal
+                                                  "task": "Scout the route", "wait": False}}]},
+        # Resumed with the helper's outcome (the scout works on without being waited for).
+        {"latency_ms": 300, "text": "Plan written and handed over.", "expect": "The plan holds."},
+        # Woken again when the scout ends: its outcome arrives as a signal.
+        {"latency_ms": 300, "text": "Noted: the route is clear.", "expect": "the route is clear"},
     ],
     "helper": [{"latency_ms": 1200, "text": "The plan holds."}],
-    "scout": [
-        {"latency_ms": 1500, "tool_calls": [{"name": "signal_parent", "arguments": {"message": "the route is clear"}}]},
-        {"latency_ms": 200, "text": "Route scouted."},
-    ],
+    "scout": [{"latency_ms": 3500, "text": "Route scouted: the route is clear."}],
 }
 
 
@@ -211,11 +210,12 @@ def test_a_member_watches_a_run_happen_live(team_a, make_member, make_token, cel
         streams = page.eval_on_selector_all(
             "#streams .stream", "ds => ds.map(d => [d.querySelector('b').textContent, d.lastChild.textContent])")
         assert sorted(streams) == [["helper", "The plan holds."], ["lead", "Noted: the route is clear."],
-                                   ["lead", "Plan written and handed over."], ["scout", "Route scouted."]]
+                                   ["lead", "Plan written and handed over."],
+                                   ["scout", "Route scouted: the route is clear."]]
         # The filter hides every other type.
         page.select_option("#f-type", "tool_call")
         visible = page.eval_on_selector_all("#events tr:not([hidden])", "rows => rows.map(r => r.dataset.type)")
-        assert visible == ["tool_call"] * 4
+        assert visible == ["tool_call"] * 3
         page.select_option("#f-type", "")
         page.select_option("#f-agent", "scout")
         visible = page.eval_on_selector_all("#events tr:not([hidden])", "rows => [...new Set(rows.map(r => r.dataset.agent))]")
@@ -223,7 +223,7 @@ def test_a_member_watches_a_run_happen_live(team_a, make_member, make_token, cel
         page.select_option("#f-agent", "")
         # A payload opens on click, pretty-printed.
         page.click("#events tr[data-type=signal] summary")
-        assert json.loads(page.text_content("#events tr[data-type=signal] pre"))["message"] == "the route is clear"
+        assert json.loads(page.text_content("#events tr[data-type=signal] pre"))["message"] == "spawn ended: ok"
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "monitor-run.png"), full_page=True)
     finally:
@@ -330,5 +330,77 @@ def test_a_workflow_runs_dag_colours_its_steps_as_their_events_commit(team_a, ma
             range(1, 7))
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "monitor-workflow.png"), full_page=True)
+    finally:
+        page.close()
+
+
+LOOPING = """---
+name: Draft and review
+steps:
+  - id: draft
+    agent: lead
+    outputs: [text]
+  - id: review
+    agent: lead
+    depends_on: [draft]
+    outputs: [verdict]
+  - id: publish
+    agent: lead
+    depends_on: [review]
+loops:
+  - steps: [draft, review]
+    until: review.verdict == "approve"
+    max_rounds: 3
+---
+"""
+
+
+def test_a_looping_workflows_dag_shows_each_steps_round_as_it_goes(team_a, make_member, asgi_server, chromium):
+    from agents_app.definitions.kinds import WORKFLOW as WORKFLOW_KIND
+    from agents_app.events import event_emit
+    from agents_app.models import Run
+
+    define_agents(team_a, "Lead")
+    definition_save(kind=WORKFLOW_KIND, team=team_a,
+                    parsed=definition_parse(kind=WORKFLOW_KIND, team=team_a, text=LOOPING))
+    make_member(team_a, role="viewer", username="vic")
+    run = Run.objects.create(team=team_a, workflow="draft-and-review", input="tides", status="running")
+
+    def emit(*events):
+        from django.db import transaction
+
+        with transaction.atomic():
+            for type_, data in events:
+                event_emit(run_id=run.id, type=type_, agent="lead", data=data)
+
+    def step(kind, step_id, round_):
+        return kind, {"step": step_id, "round": round_}
+
+    labels = "gs => gs.map(g => [g.dataset.step, g.dataset.status, g.dataset.round || null, " \
+             "g.querySelector('text').textContent])"
+    page = chromium.new_page(viewport={"width": 1200, "height": 900})
+    try:
+        sign_in(page, asgi_server.url, "vic", f"/runs/{run.id}/")
+        page.wait_for_selector("#live:not(.off)", timeout=10_000)
+        assert page.eval_on_selector_all("#dag g.node", labels) == [
+            ["draft", "pending", "1", "draft · round 1"], ["review", "pending", "1", "review · round 1"],
+            ["publish", "pending", None, "publish"]]
+        loop_edges = page.eval_on_selector_all("#dag path.loop-edge", "ps => ps.map(p => [p.dataset.from, "
+                                                                      "p.dataset.to])")
+        assert loop_edges == [["review", "draft"]]
+        assert page.text_content("#dag text.loop-label") == '↻ review.verdict == "approve" · ≤ 3 rounds'
+        in_thread(emit, step("step_start", "draft", 1), step("step_complete", "draft", 1),
+                  step("step_start", "review", 1), step("step_complete", "review", 1),
+                  ("loop_round", {"loop": 0, "round": 2, "steps": ["draft", "review"]}))
+        page.wait_for_selector("#dag g.node[data-step=draft][data-round='2']", timeout=10_000)
+        assert page.eval_on_selector_all("#dag g.node", labels)[:2] == [
+            ["draft", "pending", "2", "draft · round 2"], ["review", "pending", "2", "review · round 2"]]
+        in_thread(emit, step("step_start", "draft", 2))
+        page.wait_for_selector("#dag g.node[data-step=draft][data-status=running]", timeout=10_000)
+        assert page.eval_on_selector_all("#dag g.node", labels) == [
+            ["draft", "running", "2", "draft · round 2"], ["review", "pending", "2", "review · round 2"],
+            ["publish", "pending", None, "publish"]]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "monitor-workflow-loop.png"), full_page=True)
     finally:
         page.close()

@@ -85,6 +85,7 @@ def test_a_provider_that_keeps_failing_escalates_then_fails_with_a_report(team_a
     assert (failure["kind"], failure["suggested_retry"]) == ("provider_error", True)
     assert "down" in failure["message"] and "HTTP 500" in failure["message"]
     assert run.error == f"provider_error: {failure['message']}"
-    assert data_of(run, "escalation") == [{"from": "medium", "to": "large"}]
+    assert data_of(run, "escalation") == [{"from": "medium", "to": "large", "from_model": "fake:m-medium",
+                                           "to_model": "fake:m-large"}]
     # 1 + 3 retries per session, two sessions: nothing more was asked of the provider.
     assert [r.body["model"] for r in model_server.requests] == ["m-medium"] * 4 + ["m-large"] * 4

@@ -1,8 +1,15 @@
-"""Work nothing would pick up again: lost task messages, a refusing broker, a session whose worker keeps dying."""
+"""Work nothing would pick up again: lost task messages, a refusing broker, a session whose worker keeps dying.
 
+Here the test is the sweeper: it holds the sweep's lock (``sweeps_held``),
+so the periodic sweeps of the workers alive meanwhile cannot take the work
+from under it.
+"""
+
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection, connections
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -13,6 +20,7 @@ from agents_app.execution.services import (
     session_begin,
     sessions_reap,
 )
+from agents_app.execution.recovery import SWEEP_LOCK, Sweep, recovery_sweep
 from agents_app.models import Activation, Event, Run, Session
 from agents_app.tasks import execute_activation
 from tests.runs import agent, finish
@@ -26,6 +34,44 @@ def lead(team):
     agent(team, "Lead")
 
 
+def sweep_lock(take: bool) -> None:
+    """Take (waiting for a sweep under way) or give back the lock every sweep takes, on the test's connection."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT pg_advisory_{'lock' if take else 'unlock'}(%s)", [SWEEP_LOCK])
+
+
+@pytest.fixture
+def sweeps_held(transactional_db):
+    """No worker's sweep runs during the test: the test holds the sweep's lock."""
+    sweep_lock(True)
+    yield
+    sweep_lock(False)
+
+
+def my_advisory_locks() -> list[int]:
+    """The keys of the advisory locks this test's connection holds."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks "
+                       "WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()")
+        return [key for (key,) in cursor.fetchall()]
+
+
+def sweep_elsewhere() -> Sweep | None:
+    """recovery_sweep() on a connection of its own, as another worker would run it."""
+    result = {}
+
+    def sweep():
+        try:
+            result["sweep"] = recovery_sweep()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=sweep)
+    thread.start()
+    thread.join(30)
+    return result["sweep"]
+
+
 def age(run, seconds):
     """Pretend the run and its dispatches happened ``seconds`` ago."""
     past = timezone.now() - timedelta(seconds=seconds)
@@ -34,7 +80,8 @@ def age(run, seconds):
 
 
 @pytest.mark.worker
-def test_a_lost_task_message_is_sent_again_by_the_sweep(team_a, fault_worker, runs_settled, monkeypatch):
+def test_a_lost_task_message_is_sent_again_by_the_sweep(team_a, fault_worker, runs_settled, sweeps_held,
+                                                        monkeypatch):
     lead(team_a)
     monkeypatch.setattr(execute_activation, "delay", lambda *args: None)  # the broker loses the message
     run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
@@ -53,7 +100,8 @@ def test_a_lost_task_message_is_sent_again_by_the_sweep(team_a, fault_worker, ru
 
 
 @pytest.mark.worker
-def test_a_refusing_broker_leaves_the_work_queued_for_the_sweep(team_a, fault_worker, runs_settled, monkeypatch):
+def test_a_refusing_broker_leaves_the_work_queued_for_the_sweep(team_a, fault_worker, runs_settled, sweeps_held,
+                                                                monkeypatch):
     lead(team_a)
 
     def refuse(*args):
@@ -69,7 +117,7 @@ def test_a_refusing_broker_leaves_the_work_queued_for_the_sweep(team_a, fault_wo
     assert (finish(run).status, Session.objects.filter(run=run).count()) == ("succeeded", 1)
 
 
-def test_a_session_whose_worker_keeps_dying_is_resumed_then_failed_with_the_reason(team_a, monkeypatch):
+def test_a_session_whose_worker_keeps_dying_is_resumed_then_failed_with_the_reason(team_a, sweeps_held, monkeypatch):
     lead(team_a)
     monkeypatch.setattr(execute_activation, "delay", lambda *args: None)
     monkeypatch.setattr(services, "run_dispatch_async", lambda **kwargs: None)
@@ -99,3 +147,78 @@ def test_a_session_whose_worker_keeps_dying_is_resumed_then_failed_with_the_reas
         ("session_resume", n, f"worker host:{n} stopped answering") for n in (1, 2, 3)]
     assert Event.objects.filter(run=run).order_by("-seq").first().type == "run_complete"
     assert sessions_reap() == []
+
+
+
+def test_work_queued_again_waits_for_a_worker_however_many_sweeps_pass(team_a, sweeps_held, monkeypatch):
+    """A reaped activation is not reaped again before a worker claims it (that would count deaths that did not
+    happen); if its dispatch is lost, it is sent again; a session is never claimed twice."""
+    lead(team_a)
+    monkeypatch.setattr(execute_activation, "delay", lambda *args: None)
+    monkeypatch.setattr(services, "run_dispatch_async", lambda **kwargs: None)
+    run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
+    [root] = Activation.objects.filter(run=run)
+    start = session_begin(activation_id=root.id, worker="host:1")
+    Session.objects.filter(pk=start.session.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=60))
+    assert sessions_reap() == [str(root.id)]
+    assert services.run_dispatch(run_id=run.id) == [str(root.id)]  # sent again; no worker has taken it yet
+
+    for _ in range(3):  # sweep after sweep: still one resume
+        assert sessions_reap() == []
+    root.refresh_from_db()
+    assert (root.status, root.context["resumes"]) == ("dispatched", 1)
+    assert Event.objects.filter(run=run, type="retry").count() == 1
+    assert runs_unstick() == []  # its dispatch is recent
+
+    # That message is lost: once the dispatch is older than the stale time, the sweep sends it again.
+    Activation.objects.filter(pk=root.pk).update(dispatched_at=timezone.now() - timedelta(seconds=60))
+    assert runs_unstick() == [str(run.id)]
+    root.refresh_from_db()
+    assert (root.status, root.context["resumes"]) == ("queued", 1)
+    assert [e.data["what"] for e in Event.objects.filter(run=run, type="retry").order_by("seq")] == [
+        "session_resume", "dispatch"]
+
+    # A worker claims it and resumes the session; the same message delivered again is refused, even in the
+    # same process (this would run the session twice at once).
+    services.run_dispatch(run_id=run.id)
+    resumed = session_begin(activation_id=root.id, worker="host:2")
+    assert (resumed.session.pk, resumed.resumed) == (start.session.pk, True)
+    assert session_begin(activation_id=root.id, worker="host:2") is None
+    assert session_begin(activation_id=root.id, worker="host:3") is None
+    assert [e.data["resumed"] for e in Event.objects.filter(run=run, type="session_start").order_by("seq")] == [
+        False, True]
+    assert (sessions_reap(), runs_unstick()) == ([], [])
+
+
+def test_one_sweep_at_a_time_across_processes(team_a, monkeypatch):
+    """While one connection holds the sweep's lock, a sweep elsewhere skips; a sweep gives back what it took."""
+    sweep_lock(True)  # first, so that no worker alive meanwhile sweeps the session made stale below
+    try:
+        one_sweep_at_a_time(team_a, monkeypatch)
+    finally:
+        sweep_lock(False)
+    assert my_advisory_locks() == []  # the sweep on this connection kept no hold of its own
+
+
+def one_sweep_at_a_time(team_a, monkeypatch):
+    lead(team_a)
+    monkeypatch.setattr(execute_activation, "delay", lambda *args: None)
+    monkeypatch.setattr(services, "run_dispatch_async", lambda **kwargs: None)
+    run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
+    [root] = Activation.objects.filter(run=run)
+    start = session_begin(activation_id=root.id, worker="host:1")
+    Session.objects.filter(pk=start.session.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=60))
+    assert my_advisory_locks() == [SWEEP_LOCK]
+
+    assert sweep_elsewhere() is None  # another worker: the lock is taken, it sweeps nothing
+    root.refresh_from_db()
+    assert (root.status, Event.objects.filter(run=run, type="retry").count()) == ("running", 0)
+
+    # This connection holds the lock, so its own sweep runs (advisory locks nest per connection) ...
+    assert recovery_sweep() == Sweep(resumed=[str(root.id)], dispatched=[])
+    root.refresh_from_db()
+    assert (root.status, root.context["resumes"]) == ("queued", 1)
+    # ... and gives back only its own hold: the lock is still this test's, other sweeps still skip.
+    assert my_advisory_locks() == [SWEEP_LOCK]
+    assert sweep_elsewhere() is None
+    assert Event.objects.filter(run=run, type="retry").count() == 1

@@ -8,25 +8,11 @@ import os
 
 import pytest
 import schemathesis
-from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 FUZZ_EXAMPLES = int(os.environ.get("MAS_FUZZ_EXAMPLES", 8))
-
-@pytest.fixture
-def api_schema(db):
-    # As Django's test client does: requests must not close the test's database connection.
-    from django.core.signals import request_finished, request_started
-    from django.db import close_old_connections
-
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    yield schemathesis.openapi.from_wsgi("/api/openapi.json", get_wsgi_application())
-    request_started.connect(close_old_connections)
-    request_finished.connect(close_old_connections)
-
 
 @pytest.fixture
 def fuzz_token(team_a, make_member, make_token, monkeypatch):

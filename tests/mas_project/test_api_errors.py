@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from agents_app.models import DefinitionVersion
+from agents_app.models import Agent, DefinitionVersion
+from mas_project.api_errors import json_shape_problem
 from tests.agents_app.test_api_crud import CASE_IDS, CASES, create, prepare
 
 pytestmark = pytest.mark.django_db
@@ -145,3 +146,68 @@ def test_unknown_paths_and_methods_are_not_500(team_a, api_for):
     assert api.delete("/api/agents").status_code == 405
     assert api.get("/api/agents/researcher-x/versions/1/extra").status_code == 404
     assert api.get("/api/" + "a" * 5000).status_code == 404
+
+
+def nested_json(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = {"n": value}
+    return value
+
+
+DEPTH_REFUSAL = {"detail": "the JSON body is nested more than 64 levels deep (limit MAS_MAX_JSON_DEPTH)"}
+
+
+@pytest.mark.parametrize("depth", [65, 500, 30_000])
+def test_json_nested_past_the_limit_is_400_naming_it(team_a, api_for, depth):
+    api = api_for(team_a, "editor")
+    # The body's own object is level 1: "extra" adds one, each {"n": …} one more.
+    raw = (b'{"name": "Deep", "extra": {"x": ' + b'{"n": ' * (depth - 2) + b"1" + b"}" * (depth - 2) + b"}}")
+    response = api.post("/api/agents", raw, content_type=JSON)
+    assert (response.status_code, response.json()) == (400, DEPTH_REFUSAL)
+    # The markdown upload reads JSON the same way.
+    markdown = api.put("/api/agents/deep/markdown", raw.replace(b'"name"', b'"markdown"', 1), content_type=JSON)
+    assert (markdown.status_code, markdown.json()) == (400, DEPTH_REFUSAL)
+    assert not Agent.objects.filter(team=team_a).exists()
+    assert DefinitionVersion.objects.filter(team=team_a).count() == 0
+
+
+def test_json_at_the_depth_limit_reaches_the_definition_limits(team_a, api_for):
+    api = api_for(team_a, "editor")
+    # 64 levels of JSON is accepted as JSON; as frontmatter it is 62 deep, past MAS_YAML_MAX_DEPTH (32).
+    response = api.post("/api/agents", {"name": "Deep", "extra": {"x": nested_json(62)}})
+    assert response.status_code == 422
+    assert response.json()["detail"] == [{
+        "loc": ["body", "x", *["n"] * 31], "type": "invalid_definition",
+        "msg": "lists and mappings are nested more than 32 deep (limit MAS_YAML_MAX_DEPTH)"}]
+    # Within both limits it is saved, and its markdown loads again.
+    response = api.post("/api/agents", {"name": "Deep", "extra": {"x": nested_json(30)}})
+    assert response.status_code == 201, response.content
+    row = Agent.objects.get(team=team_a, slug="deep")
+    assert row.extra == {"x": nested_json(30)}
+    assert api.put("/api/agents/deep/markdown", row.content, content_type="text/markdown").status_code == 200
+
+
+def test_json_with_more_values_than_the_limit_is_400_before_it_is_parsed(team_a, api_for):
+    api = api_for(team_a, "editor")
+    raw = json.dumps({"name": "Many", "extra": {"x": [0] * 200_000}}).encode()
+    response = api.post("/api/agents", raw, content_type=JSON)
+    assert (response.status_code, response.json()) == (
+        400, {"detail": "the JSON body holds more than 100000 values (limit MAS_MAX_JSON_VALUES)"})
+    assert not Agent.objects.filter(team=team_a).exists()
+
+
+@pytest.mark.parametrize(
+    "raw, problem",
+    [
+        (b'{"a": [1, 2], "b": {"c": 3}}', None),
+        (b'{"a": [1, 2], "b": {"c": 3}, "d": 4, "e": 5}',
+         "the JSON body holds more than 7 values (limit MAS_MAX_JSON_VALUES)"),
+        (b"[[[1]]]", None),
+        (b"[[[[1]]]]", "the JSON body is nested more than 3 levels deep (limit MAS_MAX_JSON_DEPTH)"),
+        # Brackets and commas inside strings, escaped quotes included, are text.
+        (b'{"a": "[[[[,,,,,,,,{{{{", "b": "\\"[[[[\\\\"}', None),
+    ],
+)
+def test_json_shape_is_read_from_the_bytes(raw, problem):
+    assert json_shape_problem(raw, max_depth=3, max_values=7) == problem

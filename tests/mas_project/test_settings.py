@@ -42,3 +42,15 @@ def test_local_mode_defaults_to_debug():
     result = load_settings()
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "local"]
+
+
+def test_bad_team_secrets_or_allow_lists_stop_the_server_naming_the_entry():
+    result = load_settings(MAS_TEAM_SECRETS="OPENAI_API_KEY,*")
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: MAS_TEAM_SECRETS: '*' is not a variable name or a PREFIX_*" in result.stderr
+    result = load_settings(MAS_PRIVATE_URL_ALLOW="127.0.0.1:11434,10.0.0.0/33")
+    assert result.returncode != 0
+    assert "MAS_PRIVATE_URL_ALLOW: '10.0.0.0/33' is neither a host name, an address nor a CIDR" in result.stderr
+    result = load_settings(MAS_TEAM_SECRETS="OPENAI_API_KEY,GITHUB_*=demo|alpha",
+                           MAS_PRIVATE_URL_ALLOW="127.0.0.1:11434,[::1]:8080")
+    assert result.returncode == 0, result.stderr

@@ -106,8 +106,10 @@ def env_seen_by(row, name: str) -> str:
 
     from tools_app.mcp.client import Connection, ServerConfig
 
+    config = ServerConfig.of(row)  # reads the row's team: outside the event loop
+
     async def ask() -> str:
-        connection = Connection(ServerConfig.of(row))
+        connection = Connection(config)
         await connection.open()
         try:
             return await connection.call("env_value", {"name": name})
@@ -243,52 +245,5 @@ def test_a_provider_error_that_echoes_the_key_does_not_carry_it_into_events(team
     assert canaries_in(log_tail(log_path, log_offset)) == []
 
 
-@pytest.mark.parametrize("name", ["DJANGO_SECRET_KEY", "MAS_BRAVE_API_KEY", "DATABASE_URL", "REDIS_URL",
-                                  "CELERY_BROKER_URL", "PGPASSWORD", "AWS_SECRET_ACCESS_KEY", "mas_brave_api_key"])
-def test_a_provider_cannot_name_the_servers_own_settings_as_its_key(team_a, api_for, name):
-    """Else an editor could point base_url at their own server and receive, say, DJANGO_SECRET_KEY as the key."""
-    from agents_app.models import ModelProvider
-
-    api = api_for(team_a, "admin")
-    response = api.post("/api/providers", {"name": "Thief", "type": "openai", "base_url": "http://127.0.0.1:9/v1",
-                                           "api_key_env": name})
-    assert response.status_code == 422, response.json()
-    assert f"{name} is a setting of the MAS server itself" in json.dumps(response.json())
-    assert not ModelProvider.objects.filter(team=team_a).exists()
-
-
-def test_a_provider_row_naming_a_server_setting_is_refused_before_any_call(team_a, api_for, model_server):
-    from agents_app.llm.registry import build_provider, provider_config
-    from agents_app.llm.types import ProviderError
-    from agents_app.models import ModelProvider
-
-    api = api_for(team_a, "admin")
-    slugs = setup_team(api, model_server.url)
-    # A row saved before the rule existed (or written around the services).
-    ModelProvider.objects.filter(team=team_a, slug=slugs["providers"]).update(api_key_env="DJANGO_SECRET_KEY")
-    row = ModelProvider.objects.get(team=team_a, slug=slugs["providers"])
-    with pytest.raises(ProviderError) as refused:
-        build_provider(provider_config(row), environ={"DJANGO_SECRET_KEY": "server-secret"})
-    assert refused.value.kind == "auth" and "server-secret" not in str(refused.value)
-    assert "DJANGO_SECRET_KEY is a setting of the MAS server itself" in str(refused.value)
-    assert model_server.requests == []
-
-
-@pytest.mark.parametrize("header", ["Bearer ${DJANGO_SECRET_KEY}", "${MAS_BRAVE_API_KEY}", "u=${DATABASE_URL}"])
-def test_an_mcp_header_cannot_carry_the_servers_own_settings(team_a, api_for, header):
-    """A header goes to the row's url, which any editor picks: it must not pull in the server's secrets."""
-    api = api_for(team_a, "admin")
-    response = api.post("/api/mcp-servers", {"name": "Thief", "transport": "streamable-http",
-                                             "url": "https://thief.example/mcp", "headers": {"X-Steal": header}})
-    assert response.status_code == 422, response.json()
-    assert "is a setting of the MAS server itself" in json.dumps(response.json())
-    assert not MCP.model.objects.filter(team=team_a).exists()
-    # A row saved before the rule is refused when a session connects, naming the variable, never its value.
-    from tools_app.mcp.client import MCPError, resolve
-
-    with pytest.raises(MCPError) as refused:
-        resolve({"X-Steal": header}, {}, what="header")
-    assert "a setting of the MAS server itself" in str(refused.value)
-    # A stdio server's env may pass them on (a trusted admin runs a local program, e.g. a Postgres MCP server).
-    assert resolve({"DB": "${DJANGO_SETTINGS_MODULE}"}, {}, what="env") == {
-        "DB": os.environ["DJANGO_SETTINGS_MODULE"]}
+# Which environment variables a definition may name, and which addresses its URLs may reach: by the
+# operator's declaration (MAS_TEAM_SECRETS, MAS_PRIVATE_URL_ALLOW), in test_team_secrets.py and test_url_policy.py.

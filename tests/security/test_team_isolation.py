@@ -451,7 +451,7 @@ def test_no_websocket_lets_team_a_follow_team_b(team_a, team_b, make_member, mak
     browser = Client()
     browser.force_login(user)
     cookie = [(b"cookie", f"sessionid={browser.cookies['sessionid'].value}".encode()),
-              (b"origin", b"http://testserver")]
+              (b"host", b"testserver"), (b"origin", b"http://testserver")]
     bearer = [(b"authorization", f"Bearer {token}".encode())]
 
     def append(run, n=1):

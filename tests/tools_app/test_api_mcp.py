@@ -25,7 +25,7 @@ STDIO_SERVER = {
     "transport": "stdio",
     "command": "uvx",
     "args": ["mcp-server-git"],
-    "env": {"GITHUB_TOKEN": ENV_SECRET, "HOME": "${HOME}"},
+    "env": {"GITHUB_TOKEN": ENV_SECRET, "HOME": "${MCP_HOME}"},
 }
 
 
@@ -64,7 +64,7 @@ def test_env_secrets_of_a_stdio_server(team_a, api_for):
     created = api.post("/api/mcp-servers", STDIO_SERVER)
 
     assert created.status_code == 201, created.json()
-    assert created.json()["env"] == {"HOME": "${HOME}"}
+    assert created.json()["env"] == {"HOME": "${MCP_HOME}"}
     assert created.json()["secret_env_keys"] == ["GITHUB_TOKEN"]
     assert MCPServer.objects.get(team=team_a, slug="git").secret_env == {"GITHUB_TOKEN": ENV_SECRET}
     assert ENV_SECRET not in created.content.decode()

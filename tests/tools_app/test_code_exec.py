@@ -172,3 +172,177 @@ def test_in_a_real_run_the_programs_file_lands_in_the_workspace(team_a, celery_w
     plain = finish(run_start(team=team_a, agent="plain", input="x", script=script))
     [refused] = [e.data for e in events(plain, "tool_result")]
     assert (refused["ok"], refused["content"].split(".")[0]) == (False, "Unknown tool 'code_exec'")
+
+
+# -- quotas: what one call may store, and what comes back ---------------------------------------------------
+
+MiB = 1024 * 1024
+
+
+class DirectoryWatch:
+    """Samples the bytes and entries under ``root`` every few milliseconds while a call runs (the largest seen)."""
+
+    def __init__(self, root):
+        self.root, self.bytes, self.entries, self.samples = root, 0, 0, 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def sample(self):
+        while not self.stop.is_set():
+            sizes = []
+            for folder, dirs, files in os.walk(self.root):
+                sizes += [0] * len(dirs)
+                for name in files:
+                    try:
+                        sizes.append(os.lstat(os.path.join(folder, name)).st_size)
+                    except FileNotFoundError:
+                        pass
+            self.bytes, self.entries = max(self.bytes, sum(sizes)), max(self.entries, len(sizes))
+            self.samples += 1
+            self.stop.wait(0.005)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+@pytest.fixture
+def host_tmp(monkeypatch):
+    """A fresh host temporary directory for this test (code_exec's working copy used to go there), to watch.
+
+    Made with the real temporary directory's permissions (the sandbox's user could reach a working
+    copy in it), unlike pytest's private ``tmp_path``.
+    """
+    import shutil
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="mas-host-tmp-")
+    os.chmod(root, 0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", root)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def refused(outcome):
+    assert not outcome.ok and outcome.error_kind == "policy_denied", outcome
+    return json.loads(outcome.content)
+
+
+WRITE_200_MB = (
+    "import os, sys\n"
+    "print(os.statvfs('{where}').f_blocks * os.statvfs('{where}').f_frsize, flush=True)\n"
+    "os.makedirs('{where}/blobs', exist_ok=True)\n"
+    "open('marker.txt', 'w').write('written before the flood')\n"
+    "for i in range(200):\n"
+    "    with open(f'{where}/blobs/{{i:03}}.bin', 'wb') as out:\n"
+    "        out.write(b'x' * 1024 * 1024)\n"
+    "print('all 200 MB written')\n")
+
+
+def test_a_program_writing_200_mb_to_tmp_is_stopped_at_the_tmp_quota(settings, host_tmp):
+    settings.MAS_CODE_EXEC_TMP_BYTES = 8 * MiB
+    with DirectoryWatch(host_tmp) as watch:
+        outcome, workspace = run_code("python", WRITE_200_MB.format(where="/tmp"), files={"in.txt": "kept"})
+    result = refused(outcome)
+    assert result["error"] == (
+        "code_exec: the program filled /tmp: at most 8 MiB may be written there per call (MAS_CODE_EXEC_TMP_BYTES);"
+        " writes beyond failed with 'No space left on device'. No files were copied back to the workspace.")
+    assert result["stdout"] == f"{8 * MiB}\n"  # /tmp is a tmpfs of exactly the quota
+    assert result["exit_code"] == 1 and result["stderr"].endswith("OSError: [Errno 28] No space left on device\n")
+    assert result["files_written"] == [] and asyncio.run(workspace.paths()) == ["in.txt"]  # marker.txt not copied
+    assert watch.samples > 0 and (watch.bytes, watch.entries) == (0, 0)  # nothing on the host's temporary disk
+
+
+def test_a_program_writing_200_mb_into_the_workspace_is_stopped_at_the_write_quota(settings, host_tmp):
+    settings.MAS_CODE_EXEC_WRITE_BYTES = 8 * MiB
+    with DirectoryWatch(host_tmp) as watch:
+        outcome, workspace = run_code("python", WRITE_200_MB.format(where="/work"), files={"in.txt": "kept"})
+    assert watch.samples > 0 and (watch.bytes, watch.entries) == (0, 0)  # the working copy is not on the host's disk
+    result = refused(outcome)
+    assert result["error"] == (
+        "code_exec: the program filled its working directory: at most 8 MiB may be added to it per call "
+        "(MAS_CODE_EXEC_WRITE_BYTES; each file takes at least 4 KiB); writes beyond failed with 'No space left on "
+        "device'. No files were copied back to the workspace.")
+    # The copy of the workspace (one page for in.txt, one for main.py) plus the quota, all in memory.
+    assert result["stdout"] == f"{8 * MiB + 2 * 4096}\n"
+    assert result["exit_code"] == 1 and result["stderr"].endswith("OSError: [Errno 28] No space left on device\n")
+    assert result["files_written"] == [] and asyncio.run(workspace.paths()) == ["in.txt"]
+    assert asyncio.run(workspace.read("in.txt")) == "kept"
+
+
+def test_a_program_creating_3000_files_gets_none_back(settings, host_tmp):
+    code = "for i in range(3000):\n    open(f'f{i:04}.txt', 'w').write(str(i))\nprint('made 3000')\n"
+    with DirectoryWatch(host_tmp) as watch:
+        outcome, workspace = run_code("python", code, files={"in.txt": "kept"})
+    result = refused(outcome)
+    assert result["error"] == ("code_exec: the program created or changed 3,000 files; at most 100 may come back "
+                               "from one call (MAS_CODE_EXEC_MAX_FILES). No files were copied back to the workspace.")
+    assert (result["exit_code"], result["stdout"], result["files_written"]) == (0, "made 3000\n", [])
+    assert asyncio.run(workspace.paths()) == ["in.txt"]
+    assert watch.samples > 0 and (watch.bytes, watch.entries) == (0, 0)
+
+
+def test_up_to_the_file_cap_every_file_comes_back_and_one_more_brings_none(settings):
+    settings.MAS_CODE_EXEC_MAX_FILES = 5
+    outcome, workspace = run_code("bash", "mkdir -p out; for i in 0 1 2 3; do echo $i > out/$i.txt; done; "
+                                          "echo changed > in.txt", files={"in.txt": "kept"})
+    result = report(outcome)
+    assert result["files_written"] == ["in.txt", "out/0.txt", "out/1.txt", "out/2.txt", "out/3.txt"]
+    assert asyncio.run(workspace.read("in.txt")) == "changed\n"
+    outcome, workspace = run_code("bash", "mkdir -p out; for i in 0 1 2 3 4; do echo $i > out/$i.txt; done; "
+                                          "echo changed > in.txt", files={"in.txt": "kept"})
+    result = refused(outcome)
+    assert result["error"] == ("code_exec: the program created or changed 6 files; at most 5 may come back from one "
+                               "call (MAS_CODE_EXEC_MAX_FILES). No files were copied back to the workspace.")
+    assert asyncio.run(workspace.paths()) == ["in.txt"] and asyncio.run(workspace.read("in.txt")) == "kept"
+
+
+def test_only_the_sized_spaces_are_writable(settings):
+    settings.MAS_CODE_EXEC_WRITE_BYTES = 2 * MiB
+    settings.MAS_CODE_EXEC_TMP_BYTES = 3 * MiB
+    result = report(run_code("python", (
+        "import os\n"
+        "for where in ['/', '/dev', '/dev/shm', '/tmp', '/work', '/usr', '/proc', '/dev/pts']:\n"
+        "    try:\n"
+        "        open(os.path.join(where, 'probe'), 'w').close()\n"
+        "        stat = os.statvfs(where)\n"
+        "        print(where, stat.f_blocks * stat.f_frsize)\n"
+        "    except OSError as error:\n"
+        "        print(where, error.strerror)\n"))[0])
+    assert result["stdout"].splitlines() == [
+        "/ Read-only file system", "/dev Read-only file system", f"/dev/shm {MiB}", f"/tmp {3 * MiB}",
+        f"/work {2 * MiB + 4096}", "/usr Read-only file system", "/proc No such file or directory",
+        "/dev/pts Permission denied"]
+    assert result["files_written"] == ["probe"]
+
+
+def test_a_program_that_ends_its_supervisor_gets_no_files_back():
+    outcome, workspace = run_code("bash", "echo lost > lost.txt; kill -9 $PPID; sleep 1", files={"in.txt": "kept"})
+    assert not outcome.ok and outcome.error_kind == "tool_error"
+    result = json.loads(outcome.content)
+    assert result["error"] == (
+        "code_exec: the sandbox's supervisor gave no complete report of changed files (it ended before its first "
+        "line); the program may have ended it. No files were copied back to the workspace.")
+    assert asyncio.run(workspace.paths()) == ["in.txt"]
+
+
+def test_files_that_would_take_the_workspace_past_its_limit_are_not_copied_back(settings):
+    settings.MAS_WORKSPACE_MAX_BYTES = 1000
+    files = {"a.txt": "a" * 300, "b.txt": "b" * 300}
+    outcome, workspace = run_code("python", "open('more.txt', 'w').write('m' * 500)", files=files)
+    result = refused(outcome)
+    assert result["error"] == ("code_exec: its files would bring the run's workspace to 1,100 bytes, over its limit "
+                               "of 1,000 bytes (MAS_WORKSPACE_MAX_BYTES). No files were copied back to the workspace.")
+    assert result["files_written"] == [] and asyncio.run(workspace.paths()) == ["a.txt", "b.txt"]
+    # What the program shrinks counts too: 300 + 0 + 500 fits.
+    outcome, workspace = run_code("python", "open('more.txt', 'w').write('m' * 500)\nopen('a.txt', 'w').write('')",
+                                  files=files)
+    assert report(outcome)["files_written"] == ["a.txt", "more.txt"]
+    assert asyncio.run(workspace.read("a.txt")) == "" and asyncio.run(workspace.read("more.txt")) == "m" * 500
+    outcome, _ = run_code("bash", "echo never > ran.txt", files={**files, "c.txt": "c" * 500})
+    assert not outcome.ok and outcome.content == (
+        "code_exec: the workspace holds more than its limit of 1,000 bytes (MAS_WORKSPACE_MAX_BYTES); nothing was run")

@@ -1,8 +1,10 @@
-"""spawn_agent, signal_parent, delegate, set_output: thin calls into the kernel's services.
+"""spawn_agent, signal_parent, delegate, set_output: argument checking before the kernel's services.
 
-The services are fakes defined here (the kernel provides the real ones);
-tests check the exact arguments they receive, and that they are not called
-when the arguments are invalid or the tool is unavailable.
+The services here are recorders: these tests check only what each tool hands
+its service, and that nothing is called when the arguments are invalid or the
+tool is unavailable. What the services do — children that run, parents that
+wait for their outcome — is tested on a real worker in
+tests/agents_app/test_delegation.py and tests/agents_app/test_run_end_to_end.py.
 """
 
 from __future__ import annotations
@@ -43,19 +45,22 @@ AGENT = "---\nname: researcher\n---\nFind sources."
 # --- spawn_agent --------------------------------------------------------------
 
 
-def test_spawn_writes_the_file_then_returns_the_child_result():
-    spawn = Recorder(result="3 sources found")
-    outcome, ws = run("spawn_agent", {"spawn": spawn}, filename="researcher.md", content=AGENT, task="find sources")
-    assert outcome == ToolOutcome(True, "3 sources found", data="3 sources found")
-    assert spawn.calls == [((), {"filename": "agents/researcher.md", "content": AGENT, "task": "find sources"})]
-    assert ws.files == {"agents/researcher.md": AGENT}
+def test_spawn_hands_its_normalised_path_and_the_workspace_writer_to_the_service():
+    spawn = Recorder(result="the service's answer")
+    outcome, ws = run("spawn_agent", {"spawn": spawn}, filename="/agents/./researcher.md", content=AGENT,
+                      task="find sources")
+    assert outcome == ToolOutcome(True, "the service's answer", data="the service's answer")
+    [(args, kwargs)] = spawn.calls
+    assert args == () and {key: value for key, value in kwargs.items() if key != "write"} == {
+        "filename": "agents/researcher.md", "content": AGENT, "task": "find sources", "wait": True}
+    assert kwargs["write"] == ws.write
+    assert ws.files == {}  # the service writes the file, once, when it starts the child
 
 
-def test_spawn_structured_result_is_json():
-    spawn = Recorder(result={"status": "ok", "result": "done"})
-    outcome, _ = run("spawn_agent", {"spawn": spawn}, filename="/agents/./r.md", content=AGENT, task="t")
-    assert outcome.content == '{"status": "ok", "result": "done"}'
-    assert spawn.calls[0][1]["filename"] == "agents/r.md"
+def test_spawn_without_waiting():
+    spawn = Recorder(result="started")
+    run("spawn_agent", {"spawn": spawn}, filename="r.md", content=AGENT, task="t", wait=False)
+    assert spawn.calls[0][1]["wait"] is False
 
 
 def test_spawn_limit_error_comes_back_as_the_tool_result():
@@ -78,11 +83,13 @@ def test_spawn_unavailable_writes_nothing():
     [
         ({"filename": "r.md", "content": AGENT}, (
             "Invalid arguments for spawn_agent: task: Field required. "
-            "Parameters: filename (string, required), content (string, required), task (string, required)."
+            "Parameters: filename (string, required), content (string, required), task (string, required), "
+            "wait (boolean, optional)."
         )),
         ({"filename": "r.md", "content": AGENT, "task": ""}, (
             "Invalid arguments for spawn_agent: task: String should have at least 1 character. "
-            "Parameters: filename (string, required), content (string, required), task (string, required)."
+            "Parameters: filename (string, required), content (string, required), task (string, required), "
+            "wait (boolean, optional)."
         )),
         ({"filename": "r.txt", "content": AGENT, "task": "t"}, "filename 'r.txt' must end with .md (an agent definition in markdown)"),
         ({"filename": "../r.md", "content": AGENT, "task": "t"}, "path '../r.md' leaves the workspace: '..' segments are not allowed"),
@@ -125,18 +132,38 @@ def test_signal_unavailable_and_invalid():
 # --- delegate -----------------------------------------------------------------
 
 
-def test_delegate_with_defaults():
-    delegate = Recorder(result="summary written")
+def test_delegate_hands_its_defaults_to_the_service():
+    delegate = Recorder(result="the service's answer")
     outcome, _ = run("delegate", {"delegate": delegate}, agent="writer", task="summarise")
-    assert outcome.content == "summary written"
-    assert delegate.calls == [((), {"agent": "writer", "task": "summarise", "priority": None, "context": None})]
+    assert outcome.content == "the service's answer"
+    assert delegate.calls == [((), {"agent": "writer", "task": "summarise", "priority": None, "context": None,
+                                    "wait": True})]
 
 
-def test_delegate_with_priority_and_structured_context():
+def test_delegate_with_priority_structured_context_and_no_wait():
     delegate = Recorder(result={"ok": True})
-    outcome, _ = run("delegate", {"delegate": delegate}, agent="writer", task="t", priority=5, context={"files": ["a.md"]})
+    outcome, _ = run("delegate", {"delegate": delegate}, agent="writer", task="t", priority=5,
+                     context={"files": ["a.md"]}, wait=False)
     assert outcome.content == '{"ok": true}'
-    assert delegate.calls == [((), {"agent": "writer", "task": "t", "priority": 5, "context": {"files": ["a.md"]}})]
+    assert delegate.calls == [((), {"agent": "writer", "task": "t", "priority": 5, "context": {"files": ["a.md"]},
+                                    "wait": False})]
+
+
+def test_the_model_reads_what_delegation_does():
+    """The descriptions are the contract the worker tests in tests/agents_app/test_delegation.py hold to."""
+    from tools_app.builtin.delegate import Delegate
+    from tools_app.builtin.spawn_agent import SpawnAgent
+
+    for tool in (Delegate, SpawnAgent):
+        assert "With wait (the default) you pause until" in tool.description
+        assert ("returns its outcome as a JSON object: status (ok, failed or cancelled), result (its final answer), "
+                "outputs (named outputs it set), files (path and bytes of the workspace files it wrote) and failure "
+                "(the report when it failed)") in tool.description
+        assert "run in parallel; you continue once all of them have finished" in tool.description
+        assert "With wait false the call returns at once and the outcome reaches you later as a message" \
+            in tool.description
+    assert "priority: lower numbers are started first (default 100)" in Delegate.description
+    assert "context is shown to the agent with its task" in Delegate.description
 
 
 def test_delegate_unknown_agent_error_and_invalid_priority():
@@ -147,8 +174,8 @@ def test_delegate_unknown_agent_error_and_invalid_priority():
     outcome, _ = run("delegate", {"delegate": delegate}, agent="writer", task="t", priority="urgent")
     assert outcome.content == (
         "Invalid arguments for delegate: priority: Input should be a valid integer, unable to parse string as an integer. "
-        "Parameters: agent (string, required), task (string, required), priority (integer, optional), "
-        "context (object/string, optional)."
+        "Parameters: agent (string, required), task (string, required), context (object/string, optional), "
+        "priority (integer, optional), wait (boolean, optional)."
     )
     assert delegate.calls == []
     assert run("delegate", {}, agent="w", task="t")[0].content == "delegate is not available in this context"

@@ -88,3 +88,29 @@ def test_deleting_an_agent_does_not_break_reading_its_workflows(team_a, api_for)
     api.post("/api/workflows", {"name": "W", "steps": [step("a")]})
     assert api.delete("/api/agents/researcher").status_code == 200
     assert api.get("/api/workflows/w").json()["steps"][0]["agent"] == "researcher"
+
+
+def test_a_bad_loop_or_output_schema_is_422_naming_its_field(team_a, api_for):
+    seed_agents(team_a)
+    api = api_for(team_a, "editor")
+    steps = [step("a"), {"id": "b", "agent": "reviewer", "depends_on": ["a"], "outputs": ["verdict"]}]
+    loop = api.post("/api/workflows", {"name": "W", "steps": steps,
+                                       "loops": [{"steps": ["a", "b"], "until": "b.verdict is ok", "max_rounds": 3}]})
+    assert loop.status_code == 422
+    assert [(e["loc"], e["msg"]) for e in loop.json()["detail"]] == [(
+        ["body", "loops", 0, "until"],
+        "cannot read 'b.verdict is ok': write <step>.<output> == \"text\" (or != \"text\", or contains \"text\")")]
+    steps[1]["output_schemas"] = {"verdict": {"type": "text"}}
+    schema = api.post("/api/workflows", {"name": "W", "steps": steps})
+    assert schema.status_code == 422
+    [error] = schema.json()["detail"]
+    assert (error["loc"], error["msg"]) == (["body", "steps", 1, "output_schemas"], (
+        "verdict: is not a valid JSON Schema: 'text' is not valid under any of the given schemas "
+        "(at $.type)"))
+    assert not Workflow.objects.filter(team=team_a).exists()
+    steps[1]["output_schemas"] = {"verdict": {"enum": ["approve", "revise"]}}
+    created = api.post("/api/workflows", {"name": "W", "steps": steps,
+                                          "loops": [{"steps": ["a", "b"], "until": 'b.verdict == "approve"',
+                                                     "max_rounds": 2}]})
+    assert created.status_code == 201, created.content
+    assert created.json()["loops"] == [{"steps": ["a", "b"], "until": 'b.verdict == "approve"', "max_rounds": 2}]

@@ -83,6 +83,27 @@ def test_progress_per_step_then_a_table(team_a, tmp_path, celery_worker_process)
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
+def test_a_loops_rounds_show_in_the_progress(team_a, tmp_path, celery_worker_process):
+    setup(team_a)
+    define(team_a, WORKFLOW, FLOW.replace("name: Two", "name: Loop").replace(
+        "  outputs: [verdict]\n", "  outputs: [verdict]\nloops:\n- {steps: [draft, review], until: "
+                                   "'review.verdict == \"approve\"', max_rounds: 3}\n"))
+    script = {"writer": [{"text": "v1"}, {"text": "v2"}],
+              "reviewer": [{"text": "revise", "usage": {"prompt_tokens": 1, "completion_tokens": 1}},
+                           {"text": "approve", "usage": {"prompt_tokens": 1, "completion_tokens": 1}}]}
+    out, error = run_command(tmp_path, "loop", "--input", "topic=tides", script=script)
+    assert error is None, out
+    marks = [re.sub(r"^\[.*?\] ", "", line).split(" · ")[0] for line in steps_part(out)]
+    assert marks == ["▶ draft (writer) round 1, running (attempt 1)", "✓ draft (writer) round 1, done",
+                     "▶ review (reviewer) round 1, running (attempt 1)", "✓ review (reviewer) round 1, done",
+                     "▶ draft (writer) round 2, running (attempt 1)", "✓ draft (writer) round 2, done",
+                     "▶ review (reviewer) round 2, running (attempt 1)", "✓ review (reviewer) round 2, done"]
+    assert re.search(r"#\d+ +- +loop draft, review: round 2 of at most 3\n", out)
+    assert re.search(r"#\d+ +- +loop draft, review done after 2 round\(s\): met\n", out)
+    assert "Result:   approve" in out
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
 def test_a_failed_step_exits_non_zero_even_when_the_workflow_went_on(team_a, tmp_path, celery_worker_process):
     setup(team_a)
     script = {"writer": [{"error": "auth"}], "reviewer": [{"text": "nothing to review"}]}
@@ -119,15 +140,9 @@ def test_bad_arguments_are_clear_errors_and_start_nothing(team_a, tmp_path, monk
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
-def test_the_demo_workflow_runs_end_to_end_on_the_bundled_recording(tmp_path, celery_worker_process):
+def test_the_demo_workflow_runs_end_to_end_on_the_bundled_recording(tmp_path, celery_worker_process, demo_secrets):
     """What `make demo` does after starting the services: setup_demo, then run_workflow (no provider configured)."""
-    import shutil
-
-    from django.conf import settings
-
-    defs = tmp_path / "defs"
-    shutil.copytree(settings.BASE_DIR / "defs", defs)
-    call_command("setup_demo", "--defs-dir", str(defs), stdout=StringIO())
+    call_command("setup_demo", stdout=StringIO())  # the team's copy of defs/ goes under MAS_DEFS_ROOT (tmp_path)
     out, error = run_command(tmp_path, "research-and-review", "--team", "demo", "--input",
                              "topic=How do ocean tides work?", "--base-url", "http://127.0.0.1:8000")
     assert error is None, out

@@ -79,7 +79,7 @@ def test_the_planners_plan_runs_in_parallel_then_synthesis_gets_every_result(tea
         {"id": "south", "agent": "ranger", "depends_on": []},
         {"id": "compare", "agent": "analyst", "depends_on": ["north", "south"]},
         {"id": "synthesis", "agent": "planner", "depends_on": ["north", "south", "compare"]},
-    ]}
+    ], "loops": []}
 
 
 @pytest.mark.worker

@@ -1,14 +1,65 @@
 """Templates from the API and the admin; starting a workflow from its admin page."""
 
-import pytest
+import tomllib
+from fnmatch import fnmatch
+from io import StringIO
+from pathlib import Path
 
+import pytest
+from django.core.management import call_command
+
+import workflows_app
+from agents_app.definitions import storage
 from agents_app.definitions.kinds import WORKFLOW
-from agents_app.models import Run
+from agents_app.models import Run, Team
 from tests.agents_app.test_admin_definitions import admin_url, client_for
+from tests.listing import markdown_files
 from tests.runs import agent, define
 from workflows_app.models import Workflow, WorkflowRun
+from workflows_app.templates import templates_folder
 
 TEMPLATES = ["chain", "debate", "fan-out", "review-loop"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_templates_ship_with_the_code_outside_every_team_folder():
+    folder = Path(templates_folder())
+    assert folder == Path(workflows_app.__file__).parent / "builtin_templates"
+    assert not folder.resolve().is_relative_to(storage.shipped_defs_dir())
+    assert [path.stem for path in markdown_files(folder)] == TEMPLATES
+    # Installed with the package (a wheel or `pip install .` carries exactly what package-data names).
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    for path in markdown_files(folder):
+        assert any(fnmatch(f"builtin_templates/{path.name}", glob) for glob in package_data["workflows_app"])
+
+
+@pytest.mark.django_db
+def test_the_demo_team_deleting_or_editing_its_chain_changes_no_template(team_b, api_for, demo_secrets):
+    """The probe's case: the demo team's `chain` is the team's own copy, not the template."""
+    call_command("setup_demo", stdout=StringIO())
+    demo = api_for(Team.objects.get(slug="demo"), "editor")
+    other = api_for(team_b, "editor")
+    listed = other.get("/api/workflow-templates")
+    assert listed.status_code == 200
+    before = listed.json()
+    chain = next(t for t in before if t["slug"] == "chain")
+    assert chain["markdown"] == (Path(templates_folder()) / "chain.md").read_text(encoding="utf-8")
+
+    edited = demo.patch("/api/workflows/chain", {"description": "The demo team's own chain now."})
+    assert edited.status_code == 200, edited.content
+    assert other.get("/api/workflow-templates").json() == before
+    assert demo.delete("/api/workflows/chain").status_code == 200
+    assert not Workflow.objects.filter(team__slug="demo", slug="chain").exists()
+
+    assert other.get("/api/workflow-templates").json() == before
+    for name in ("Researcher", "Writer", "Reviewer"):
+        agent(team_b, name)
+    created = other.post("/api/workflow-templates/chain/workflows", {})
+    assert created.status_code == 201, created.content
+    assert other.get("/api/workflows/chain/markdown").content.decode() == chain["markdown"]
+    # The demo team gets the template back, as shipped.
+    assert demo.post("/api/workflow-templates/chain/workflows", {}).status_code == 201
+    assert demo.get("/api/workflows/chain").json()["description"] == chain["description"]
 
 
 @pytest.mark.django_db
@@ -31,7 +82,7 @@ def test_the_api_lists_the_templates_and_creates_a_workflow_from_one(team_a, api
     assert response.status_code == 201, response.content
     body = response.json()
     assert (body["slug"], body["name"], [s["id"] for s in body["steps"]]) == (
-        "essay-review", "Essay: review", ["draft", "review", "revise"])
+        "essay-review", "Essay: review", ["draft", "review", "final"])
     assert editor.post("/api/workflow-templates/review-loop/workflows", {"name": "Essay: review"}).status_code == 409
     assert editor.post("/api/workflow-templates/nope/workflows", {}).status_code == 404
     assert editor.post("/api/workflow-templates/chain/workflows", {"x": 1}).status_code == 422

@@ -1,17 +1,35 @@
-"""code_exec: run Python or bash in a sandbox holding a copy of the run's workspace (tools_app.sandbox)."""
+"""code_exec: run Python or bash in a sandbox holding a copy of the run's workspace (tools_app.sandbox).
+
+Files come back all or nothing: when the program went over a quota (a full
+working directory, /tmp or /dev/shm, more changed files than
+``MAS_CODE_EXEC_MAX_FILES``) or its files would take the run's workspace
+past ``MAS_WORKSPACE_MAX_BYTES``, the call fails with a message naming the
+limit, its output is kept, and none of its files is written. Only a
+concurrent write by another session can still refuse one file after the
+check; each file then refused is listed in ``files_not_written``.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
 
+from django.conf import settings
 from pydantic import Field
 
 from tools_app import sandbox
 from tools_app.paths import is_agent_file, normalise_path
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
 
-MAX_WORKSPACE_BYTES = 20 * 1024 * 1024
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _failed(message: str, report: dict[str, Any], kind: str) -> ToolError:
+    error = ToolError(json.dumps({"error": f"code_exec: {message}", **report}, ensure_ascii=False))
+    error.kind = kind
+    return error
 
 
 class CodeExec(Tool):
@@ -19,8 +37,8 @@ class CodeExec(Tool):
     description = (
         "Run a Python 3 or bash program in a sandbox: no network, a time, memory and process limit, and a copy "
         "of the run's workspace files in its working directory. Files it creates or changes there are written "
-        "back to the workspace (not agent files). Returns JSON: exit_code, stdout, stderr, duration_s, "
-        "timed_out, files_written."
+        "back to the workspace (not agent files), up to a limit on their number and size. Returns JSON: "
+        "exit_code, stdout, stderr, duration_s, timed_out, files_written."
     )
 
     class Parameters(Params):
@@ -29,21 +47,32 @@ class CodeExec(Tool):
 
     async def run(self, args: Parameters, ctx: ToolContext) -> str:
         limits = sandbox.Limits.from_settings()
-        files, total = {}, 0
+        capacity = settings.MAS_WORKSPACE_MAX_BYTES
+        files, sizes = {}, {}
         for path in sorted(await ctx.workspace.paths()):
             content = await ctx.workspace.read(path)
-            if content is None or path in sandbox.SCRIPT_NAMES:
+            if content is None:
                 continue
-            total += len(content.encode("utf-8"))
-            if total > MAX_WORKSPACE_BYTES:
-                raise ToolError(f"code_exec: the workspace holds more than {MAX_WORKSPACE_BYTES // 2**20} MB of "
-                                "files; nothing was run")
-            files[path] = content
+            sizes[path] = _utf8_len(content)
+            if sum(sizes.values()) > capacity:
+                raise ToolError(f"code_exec: the workspace holds more than its limit of "
+                                f"{capacity:,} bytes (MAS_WORKSPACE_MAX_BYTES); nothing was run")
+            if path not in sandbox.SCRIPT_NAMES:
+                files[path] = content
         try:
             result = await sandbox.run(args.language, args.code, files, limits)
         except sandbox.SandboxUnavailable as error:
             raise ToolError(str(error)) from None
-        written, skipped = [], list(result.skipped)
+        report = {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
+                  "duration_s": result.duration_s, "timed_out": result.timed_out, "files_written": []}
+        if result.timed_out:
+            report["stderr"] += f"\n[killed: the program ran longer than {limits.timeout_s:g} s]"
+        if result.exceeded:
+            raise _failed("; ".join(result.exceeded) + ". No files were copied back to the workspace.", report,
+                          "policy_denied")
+        if result.failure:
+            raise _failed(f"{result.failure}. No files were copied back to the workspace.", report, "tool_error")
+        chosen, skipped = {}, list(result.skipped)
         for path, content in result.changed.items():
             try:
                 path = normalise_path(path)
@@ -53,12 +82,19 @@ class CodeExec(Tool):
             if is_agent_file(path):
                 skipped.append(f"{path} (agent files are written with vfs_write)")
                 continue
-            await ctx.workspace.write(path, content)
-            written.append(path)
-        report = {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
-                  "duration_s": result.duration_s, "timed_out": result.timed_out, "files_written": written}
+            chosen[path] = content
+        after = sum(sizes.values()) + sum(_utf8_len(text) - sizes.get(path, 0) for path, text in chosen.items())
+        if after > capacity:
+            raise _failed(f"its files would bring the run's workspace to {after:,} bytes, over its limit of "
+                          f"{capacity:,} bytes (MAS_WORKSPACE_MAX_BYTES). No files were copied back "
+                          "to the workspace.", report, "policy_denied")
+        for path, content in chosen.items():
+            try:
+                await ctx.workspace.write(path, content)
+            except ToolError as error:  # another session filled the workspace meanwhile
+                skipped.append(f"{path} ({error})")
+                continue
+            report["files_written"].append(path)
         if skipped:
             report["files_not_written"] = skipped
-        if result.timed_out:
-            report["stderr"] += f"\n[killed: the program ran longer than {limits.timeout_s:g} s]"
         return json.dumps(report, ensure_ascii=False)

@@ -12,6 +12,7 @@ from pydantic import Field
 
 from tools_app.paths import normalise_path
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
+from tools_app.builtin.delegate import OUTCOME
 from tools_app.registry import require_service
 
 
@@ -28,17 +29,22 @@ def agent_file_path(filename: str) -> str:
 class SpawnAgent(Tool):
     name = "spawn_agent"
     description = (
-        "Create a child agent: write its definition (markdown with frontmatter) to agents/<filename> "
-        "and start it on a task. The child works in parallel and reports back with signal_parent."
+        "Create a child agent: write its definition (markdown with YAML frontmatter) to agents/<filename> and "
+        "start it on a task. With wait (the default) you pause until the child has finished, and this call "
+        f"returns its outcome as {OUTCOME}. Several spawn_agent calls in one turn run in parallel; you continue "
+        "once all of them have finished. With wait false the call returns at once and the outcome reaches you "
+        "later as a message. A child gets at most the tools you have."
     )
 
     class Parameters(Params):
         filename: str = Field(description="File name of the agent definition, e.g. 'researcher.md' (stored under agents/)")
         content: str = Field(description="The agent definition: YAML frontmatter (name, tools, …) and instructions")
         task: str = Field(min_length=1, description="What the child agent should do")
+        wait: bool = Field(default=True, description="Wait for the outcome (true) or only start the child (false)")
 
     async def run(self, args: Parameters, ctx: ToolContext) -> Any:
         spawn = require_service(ctx, "spawn", self.name)  # before any write: no side effect when unavailable
         path = agent_file_path(args.filename)
-        await ctx.workspace.write(path, args.content)
-        return await spawn(filename=path, content=args.content, task=args.task)
+        # The service validates the definition, then writes it — once, even when the call is resumed.
+        return await spawn(filename=path, content=args.content, task=args.task, wait=args.wait,
+                           write=ctx.workspace.write)

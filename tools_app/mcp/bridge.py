@@ -35,16 +35,24 @@ def agent_servers(entries: list[Any]) -> list[tuple[str, set[str] | None]]:
     return found
 
 
-def rows_for(team_id: int, entries: list[Any]) -> list[dict[str, Any]]:
-    """The agent's enabled servers as plain data (read in a database thread)."""
+def rows_for(team_id: int, entries: list[Any], specs: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The agent's enabled servers as plain data (read in a database thread).
+
+    ``specs``: each server's config at the version the run pinned (by slug); a server it lacks is missing.
+    """
     from tools_app.models import MCPServer
 
     wanted = agent_servers(entries)
-    rows = {row.slug: row for row in MCPServer.objects.filter(team_id=team_id, slug__in=[slug for slug, _ in wanted])}
+    rows = {row.slug: row for row in MCPServer.objects.filter(team_id=team_id, slug__in=[slug for slug, _ in wanted])
+            .select_related("team")}
     found = []
     for slug, allowed in wanted:
         row = rows.get(slug)
-        found.append({"slug": slug, "config": ServerConfig.of(row) if row and row.enabled else None,
+        spec = None if specs is None else specs.get(slug)
+        if specs is not None and spec is None:
+            row = None
+        enabled = row is not None and (row.enabled if spec is None else spec.get("enabled", True))
+        found.append({"slug": slug, "config": ServerConfig.of(row, spec) if enabled else None,
                       "missing": row is None, "approved": dict(row.approved_tools or {}) if row else {},
                       "agent_allow": allowed, "known": [tool.get("hash") for tool in (row.discovered_tools or [])]
                       if row else []})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import re
 import time
@@ -22,9 +23,13 @@ from typing import Any, Awaitable, Callable
 
 from django.conf import settings
 
-from agents_app.specs import server_env_refusal
-from tools_app.specs import ENV_REFERENCE_RE, MCPServerSpec
+from mas_project import netpolicy
+from mas_project.secrets import ENV_REFERENCE_RE, Redactor, declared_values, env_refusal, exception_text
+from mas_project.secrets import redact_loggers, redacting, references
+from tools_app.mcp.stderr import StderrReader
+from tools_app.specs import MCPServerSpec
 
+logger = logging.getLogger(__name__)
 NAME_RE = re.compile(r"[^a-zA-Z0-9_-]+")
 BREAKER_FAILURES = 3
 BREAKER_OPEN_S = 30.0
@@ -49,15 +54,21 @@ def tool_hash(description: str, input_schema: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps([description, input_schema], sort_keys=True).encode()).hexdigest()
 
 
-def resolve(values: dict[str, str], secrets: dict[str, str], *, what: str) -> dict[str, str]:
-    """The row's values with ``${NAME}`` taken from the server's environment, and its stored secrets."""
+def resolve(values: dict[str, str], secrets: dict[str, str], *, what: str, team: str = "") -> dict[str, str]:
+    """The row's values with ``${NAME}`` taken from the server's environment, and its stored secrets.
+
+    Each name must be declared for ``team`` (a slug) in MAS_TEAM_SECRETS as the
+    operator's list stands now: a row saved before it changed is refused here,
+    before anything is started or sent.
+    """
     resolved = {}
     for key, value in values.items():
-        refused = [ref[2:-1] for ref in ENV_REFERENCE_RE.findall(value)
-                   if what == "header" and server_env_refusal(ref[2:-1])]
-        if refused:  # a row saved before the rule: the server's own settings never go out as headers
-            raise MCPError(f"{what} {key} refers to {', '.join(refused)}, a setting of the MAS server itself")
-        missing = [ref[2:-1] for ref in ENV_REFERENCE_RE.findall(value) if ref[2:-1] not in os.environ]
+        names = references(value)
+        for name in names:
+            refusal = env_refusal(name, team=team)
+            if refusal:
+                raise MCPError(f"{what} {key} refers to ${{{name}}}: {refusal}")
+        missing = [name for name in names if name not in os.environ]
         if missing:
             raise MCPError(f"{what} {key} refers to {', '.join(missing)}, which is not set on the server")
         resolved[key] = ENV_REFERENCE_RE.sub(lambda match: os.environ[match[0][2:-1]], value)
@@ -73,11 +84,15 @@ class ServerConfig:
     secret_env: dict[str, str] = field(default_factory=dict)
     secret_headers: dict[str, str] = field(default_factory=dict)
     team_id: int | None = None
+    team: str = ""  # the slug: MAS_TEAM_SECRETS may pin a variable to some teams
 
     @classmethod
-    def of(cls, row) -> ServerConfig:
-        return cls(slug=row.slug, spec=MCPServerSpec.model_validate(row.spec), secret_env=dict(row.secret_env or {}),
-                   secret_headers=dict(row.secret_headers or {}), team_id=row.team_id)
+    def of(cls, row, spec: dict[str, Any] | None = None) -> ServerConfig:
+        """``row``'s config; ``spec``: the version of it a run pinned, in place of the row's
+        (the secrets are always the row's: versions never hold them)."""
+        return cls(slug=row.slug, spec=MCPServerSpec.model_validate(row.spec if spec is None else spec),
+                   secret_env=dict(row.secret_env or {}), secret_headers=dict(row.secret_headers or {}),
+                   team_id=row.team_id, team=row.team.slug)
 
 
 @dataclass
@@ -139,40 +154,63 @@ class Connection:
         self._closing = asyncio.Event()
         self._error: BaseException | None = None
         self._task: asyncio.Task | None = None
-        self._errlog = None
+        self._stderr: StderrReader | None = None
+        # What the server was given (its env, its headers) and every value declared for teams: never in an
+        # error, an event or a log line, whatever the server prints or the SDK quotes.
+        self._redact = Redactor(declared_values())
+
+    def _secrets(self, values: dict[str, str], resolved: dict[str, str]) -> Redactor:
+        referenced = [os.environ[name] for value in values.values() for name in references(value)
+                      if name in os.environ]
+        return Redactor([*resolved.values(), *referenced, *declared_values()])
 
     def _transport(self):
         spec = self.config.spec
+        _redact_sdk_logs()
         if spec.transport == "stdio":
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
-            env = resolve(spec.env, self.config.secret_env, what="env")
+            env = resolve(spec.env, self.config.secret_env, what="env", team=self.config.team)
+            self._redact = self._secrets(spec.env, env)
             # The SDK adds only a few safe variables (PATH, ...) to these: never the worker's whole environment.
             params = StdioServerParameters(command=spec.command, args=list(spec.args), env=env)
-            self._errlog = open(os.devnull, "w")  # noqa: SIM115 - closed in close()
-            return stdio_client(params, errlog=self._errlog)
-        headers = resolve(spec.headers, self.config.secret_headers, what="header")
+            self._stderr = StderrReader(server=self.config.slug, team=self.config.team, redact=self._redact)
+            return stdio_client(params, errlog=self._stderr.writer)
+        headers = resolve(spec.headers, self.config.secret_headers, what="header", team=self.config.team)
+        self._redact = self._secrets(spec.headers, headers)
         if spec.transport == "sse":
             from mcp.client.sse import sse_client
 
-            return sse_client(spec.url, headers=headers, timeout=float(spec.timeout_s))
-        import httpx2
+            return sse_client(spec.url, headers=headers, timeout=float(spec.timeout_s),
+                              httpx_client_factory=_guarded_client)
         from mcp.client.streamable_http import streamable_http_client
 
-        client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(float(spec.timeout_s)))
+        import httpx2
+
+        client = _guarded_client(headers=headers, timeout=httpx2.Timeout(float(spec.timeout_s)))
         return _with_client(client, streamable_http_client(spec.url, http_client=client))
 
     async def _run(self) -> None:
         from mcp import ClientSession
 
         try:
-            async with self._transport() as streams:
-                read, write = streams[0], streams[1]
-                async with ClientSession(read, write) as session:
-                    await session.initialize()
-                    self._session = session
-                    self._ready.set()
-                    await self._closing.wait()
+            if self.config.spec.transport != "stdio":
+                try:  # before anything is sent; the transport checks every request again as it connects
+                    await netpolicy.private_url_check(self.config.spec.url)
+                except netpolicy.BlockedAddress as error:
+                    raise MCPError(f"url refused: {error}") from None
+            transport = self._transport()
+            # The SDK's tasks (started in here) log what the server prints: their lines are redacted too.
+            with redacting(self._redact.values):
+                async with transport as streams:
+                    if self._stderr is not None:
+                        self._stderr.spawned()
+                    read, write = streams[0], streams[1]
+                    async with ClientSession(read, write) as session:
+                        await session.initialize()
+                        self._session = session
+                        self._ready.set()
+                        await self._closing.wait()
         except BaseException as error:  # noqa: BLE001 - reported to whoever waits for the connection
             self._error = error
             self._ready.set()
@@ -180,6 +218,14 @@ class Connection:
                 raise
         finally:
             self._session = None
+            if self._stderr is not None:
+                self._stderr.spawned()
+
+    def _fail(self, message: str) -> MCPError:
+        return MCPError(self._redact(message))
+
+    def _why(self, error: BaseException | None) -> str:
+        return _describe(error, self._redact)
 
     async def open(self) -> None:
         connect_s, list_s, _ = _limits()
@@ -188,23 +234,33 @@ class Connection:
             await asyncio.wait_for(self._ready.wait(), timeout=min(connect_s, self.config.spec.timeout_s))
         except asyncio.TimeoutError:
             await self.close(graceful=False)
-            raise MCPError(f"MCP server {self.config.slug} did not answer within "
-                           f"{min(connect_s, self.config.spec.timeout_s):g} s (connect)") from None
+            raise self._fail(f"MCP server {self.config.slug} did not answer within "
+                             f"{min(connect_s, self.config.spec.timeout_s):g} s (connect)"
+                             + await self._stderr_note()) from None
         if self._session is None:
             await self.close(graceful=False)
             if isinstance(self._error, MCPError):
-                raise MCPError(f"MCP server {self.config.slug}: {self._error}")
-            raise MCPError(f"MCP server {self.config.slug} could not be reached: {_describe(self._error)}")
+                raise self._fail(f"MCP server {self.config.slug}: {self._error}")
+            raise self._fail(f"MCP server {self.config.slug} could not be reached: {self._why(self._error)}"
+                             + await self._stderr_note())
         try:
             listed = await asyncio.wait_for(self._session.list_tools(), timeout=list_s)
         except asyncio.TimeoutError:
             await self.close()
-            raise MCPError(f"MCP server {self.config.slug} did not list its tools within {list_s:g} s") from None
+            raise self._fail(f"MCP server {self.config.slug} did not list its tools within {list_s:g} s") from None
         except Exception as error:
             await self.close()
-            raise MCPError(f"MCP server {self.config.slug} could not list its tools: {_describe(error)}") from None
+            raise self._fail(f"MCP server {self.config.slug} could not list its tools: {self._why(error)}") from None
         self.tools = [DiscoveredTool(tool.name, tool.description or "", dict(tool.input_schema or {}))
                       for tool in listed.tools]
+
+    async def _stderr_note(self) -> str:
+        """The last lines the server wrote to stderr (redacted), for an error saying why it did not start."""
+        if self._stderr is None:
+            return ""
+        await asyncio.to_thread(self._stderr.finished, 1.0)
+        tail = self._stderr.tail()
+        return f" (stderr: {tail})" if tail else ""
 
     @property
     def alive(self) -> bool:
@@ -213,20 +269,22 @@ class Connection:
     async def call(self, tool: str, arguments: dict[str, Any]) -> str:
         _, _, max_chars = _limits()
         if self._session is None:
-            raise MCPError(f"MCP server {self.config.slug} is not connected"
-                           + (f" ({_describe(self._error)})" if self._error else ""))
+            raise self._fail(f"MCP server {self.config.slug} is not connected"
+                             + (f" ({self._why(self._error)})" if self._error else ""))
         timeout = float(self.config.spec.timeout_s)
         try:
             result = await asyncio.wait_for(self._session.call_tool(tool, arguments), timeout=timeout)
         except asyncio.TimeoutError:
-            raise MCPError(f"MCP server {self.config.slug}: {tool} did not answer within {timeout:g} s") from None
+            raise self._fail(f"MCP server {self.config.slug}: {tool} did not answer within {timeout:g} s") from None
         except Exception as error:
-            raise MCPError(f"MCP server {self.config.slug}: {tool} failed: {_describe(error)}") from None
+            raise self._fail(f"MCP server {self.config.slug}: {tool} failed: {self._why(error)}") from None
         text = _content_text(result)
+        if result.is_error:
+            text = self._redact(text)  # whole, before it is cut
         if len(text) > max_chars:
             text = text[:max_chars] + f"\n[truncated: {len(text):,} characters, the first {max_chars:,} shown]"
         if result.is_error:
-            raise MCPError(f"MCP server {self.config.slug}: {tool} returned an error: {text}")
+            raise self._fail(f"MCP server {self.config.slug}: {tool} returned an error: {text}")
         return text
 
     async def close(self, *, graceful: bool = True) -> None:
@@ -243,9 +301,36 @@ class Connection:
                     await self._task
                 except BaseException:  # noqa: BLE001 - it is going away
                     pass
-        if self._errlog is not None:
-            self._errlog.close()
-            self._errlog = None
+        if self._stderr is not None:
+            self._stderr.spawned()
+
+
+def _guarded_client(headers: dict[str, str] | None = None, timeout=None, auth=None):
+    """The SDK's HTTP client, every request of it through the address policy of MCP URLs
+    (mas_project.netpolicy, MAS_PRIVATE_URL_ALLOW), pinned to the address checked."""
+    import httpx2
+
+    if timeout is None:  # the SDK's default: a response stream may stay open
+        timeout = httpx2.Timeout(30.0, read=300.0)
+    return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, trust_env=False,
+                              transport=netpolicy.private_url_transport(httpx2))
+
+
+_sdk_logs_redacted = False
+
+
+def _redact_sdk_logs() -> None:
+    """The SDK logs what a server printed (a stray stdout line, quoted whole in a parse error): its loggers
+    redact the connection's secrets (mas_project.secrets.redacting) and every declared one."""
+    global _sdk_logs_redacted
+    if not _sdk_logs_redacted:
+        import mcp.client.session  # noqa: F401 - its loggers exist once imported
+        import mcp.client.sse  # noqa: F401
+        import mcp.client.stdio  # noqa: F401
+        import mcp.client.streamable_http  # noqa: F401
+
+        redact_loggers("mcp")
+        _sdk_logs_redacted = True
 
 
 class _with_client:
@@ -269,12 +354,18 @@ class _with_client:
             await self.client.__aexit__(None, None, None)
 
 
-def _describe(error: BaseException | None) -> str:
+def _describe(error: BaseException | None, redact=None) -> str:
+    """An exception as one line of at most 500 characters (redacted before it is cut: no half secrets)."""
     if error is None:
         return "no answer"
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
-    text = str(error).strip() or type(error).__name__
+    blocked = netpolicy.blocked_cause(error)
+    if blocked is not None:
+        return f"refused: {blocked}"
+    text = exception_text(error).strip() or type(error).__name__
+    if redact is not None:
+        text = redact(text)
     return f"{type(error).__name__}: {text}"[:500] if type(error).__name__ not in text else text[:500]
 
 

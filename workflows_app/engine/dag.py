@@ -94,9 +94,14 @@ def ancestors(edges: dict[str, list[str]], step: str) -> set[str]:
 
 
 def validate_graph(
-    steps: Sequence[StepLike], *, inputs: Iterable[str], known_agents: set[str] | None = None
+    steps: Sequence[StepLike], *, inputs: Iterable[str], known_agents: set[str] | None = None,
+    loops: Sequence = (),
 ) -> list[GraphError]:
-    """Check ids, agents, dependencies, template references and cycles."""
+    """Check ids, agents, dependencies, cycles, loops and template references.
+
+    In a loop, a step's prompt may also name the outputs of the loop's other
+    steps (and its own): the latest round's, so feedback reaches the next round.
+    """
     errors: list[GraphError] = []
     inputs = set(inputs)
     ids = [step.id for step in steps]
@@ -120,8 +125,17 @@ def validate_graph(
         errors.append(GraphError("steps", "cycle: " + " → ".join(cycle)))
     if errors:
         return errors
+    if loops:
+        from workflows_app.engine.loops import validate_loops  # loops.py builds on this module
+
+        errors = validate_loops(steps, loops)
+        if errors:
+            return errors
+    loop_of = {sid: index for index, loop in enumerate(loops) for sid in loop.steps}
     for index, step in enumerate(steps):
         upstream = ancestors(edges, step.id)
+        if step.id in loop_of:
+            upstream |= {sid for sid, loop in loop_of.items() if loop == loop_of[step.id]}
         for name, output in PLACEHOLDER_RE.findall(step.prompt):
             loc = f"steps[{index}].prompt"
             if not output:

@@ -1,5 +1,6 @@
 """Scheduling a workflow as plain Python: which steps are ready, prompts,
-outputs, retries and escalation, stop vs continue, and the final stats.
+outputs (checked against their schemas), retries and escalation, stop vs
+continue, bounded loops, and the final stats.
 
 No ORM here. The engine holds the state of one workflow run in a
 JSON-serialisable form (``to_dict`` / ``from_dict``) so that the service that
@@ -9,15 +10,20 @@ mid-workflow therefore never re-runs a step already recorded as succeeded.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from agents_app.kernel.outputs import describe, value_errors
 from workflows_app.engine.dag import PLACEHOLDER_RE, find_cycle
+from workflows_app.engine.loops import Condition, ConditionError, LoopLike, parse_condition, validate_loops
 
 Status = Literal["pending", "running", "succeeded", "failed", "skipped"]
 TERMINAL = frozenset({"succeeded", "failed", "skipped"})
 PARTIAL_MARK = "[partial: step {step!r} failed, output {output!r} missing]"
+# What a step's prompt shows for a loop step's output before the loop's first round has produced it.
+FIRST_ROUND_MARK = "[none yet: this is the first round]"
 
 
 class StepDef(Protocol):
@@ -35,7 +41,7 @@ class WorkflowError(Exception):
 
 
 class MissingOutput(Exception):
-    """A step finished without producing every output it declared."""
+    """A step finished without producing every output it declared, or one its schema refuses."""
 
 
 @dataclass
@@ -50,6 +56,26 @@ class StepState:
     retry_at: float | None = None
     tokens: int = 0
     cost: float = 0.0
+    round: int = 1  # the round of its loop it is in (1 for a step in no loop)
+    rounds: list[dict] = field(default_factory=list)  # a loop step's finished rounds: round, status, outputs
+
+
+@dataclass
+class LoopState:
+    round: int = 1
+    status: str = "running"  # running | met (its condition held) | max_rounds | failed | stopped
+
+
+@dataclass(frozen=True)
+class LoopEvent:
+    """What :meth:`Engine.advance_loops` decided for a loop whose round ended."""
+
+    type: Literal["loop_round", "loop_complete"]  # a new round starts / the loop is done
+    loop: int
+    round: int  # the round that starts, or the last one run
+    status: str
+    steps: tuple[str, ...]
+    outputs: dict  # the outputs of the round that ended, per step
 
 
 @dataclass(frozen=True)
@@ -72,6 +98,7 @@ class Stats:
     duration: float
     tokens: int
     cost: float
+    loops: tuple[dict, ...] = ()  # per loop: its steps, rounds run and how it ended
 
 
 class Engine:
@@ -87,6 +114,8 @@ class Engine:
         states: Mapping[str, StepState] | None = None,
         started_at: float = 0.0,
         stopped: str = "",
+        loops: Sequence[LoopLike] = (),
+        loop_states: Sequence[LoopState] | None = None,
     ) -> None:
         ids = [step.id for step in steps]
         if len(set(ids)) != len(ids):
@@ -101,6 +130,19 @@ class Engine:
             raise WorkflowError("cycle: " + " → ".join(cycle))
         if on_failure not in ("stop", "continue"):
             raise WorkflowError(f"on_failure must be 'stop' or 'continue', not {on_failure!r}")
+        problems = validate_loops(steps, loops)
+        if problems:
+            raise WorkflowError(str(problems[0]))
+        self.loops = list(loops)
+        try:
+            self.conditions: list[Condition | None] = [
+                parse_condition(loop.until) if loop.until else None for loop in loops]
+        except ConditionError as error:
+            raise WorkflowError(str(error)) from None
+        self.loop_of = {sid: index for index, loop in enumerate(loops) for sid in loop.steps}
+        self.loop_states = list(loop_states) if loop_states else [LoopState() for _ in loops]
+        if len(self.loop_states) != len(self.loops):
+            raise WorkflowError(f"state for {len(self.loop_states)} loop(s), but the workflow has {len(self.loops)}")
         self.steps = {step.id: step for step in steps}
         self.order = ids
         self.inputs = dict(inputs)
@@ -123,10 +165,12 @@ class Engine:
             "started_at": self.started_at,
             "stopped": self.stopped,
             "steps": {sid: asdict(state) for sid, state in self.states.items()},
+            "loops": [asdict(state) for state in self.loop_states],
         }
 
     @classmethod
-    def from_dict(cls, steps: Sequence[StepDef], data: Mapping, *, on_failure: str = "stop", backoff: float = 0.0) -> Engine:
+    def from_dict(cls, steps: Sequence[StepDef], data: Mapping, *, on_failure: str = "stop", backoff: float = 0.0,
+                  loops: Sequence[LoopLike] = ()) -> Engine:
         states = {sid: StepState(**raw) for sid, raw in data.get("steps", {}).items()}
         return cls(
             steps,
@@ -136,6 +180,8 @@ class Engine:
             states=states,
             started_at=data.get("started_at", 0.0),
             stopped=data.get("stopped", ""),
+            loops=loops,
+            loop_states=[LoopState(**raw) for raw in data.get("loops", [])] or None,
         )
 
     # -- scheduling ------------------------------------------------------
@@ -148,8 +194,9 @@ class Engine:
 
         A step is ready when every dependency succeeded, or failed under an
         ``on_failure: continue`` policy (the step then runs on partial
-        results). A step waiting for its retry delay is not ready before
-        ``retry_at``.
+        results) — and, for a dependency in a loop the step is not in, when
+        that loop is done. A step waiting for its retry delay is not ready
+        before ``retry_at``.
         """
         if self.stopped:
             return []
@@ -160,10 +207,16 @@ class Engine:
                 continue
             if state.retry_at is not None and now is not None and now < state.retry_at:
                 continue
-            deps = [self.states[dep] for dep in self.steps[sid].depends_on]
-            if all(dep.status == "succeeded" or (dep.status == "failed" and self.policy(dep.id) == "continue") for dep in deps):
+            if all(self._satisfied(dep, sid) for dep in self.steps[sid].depends_on):
                 ready.append(sid)
         return ready
+
+    def _satisfied(self, dep: str, step_id: str) -> bool:
+        state = self.states[dep]
+        if not (state.status == "succeeded" or (state.status == "failed" and self.policy(dep) == "continue")):
+            return False
+        loop = self.loop_of.get(dep)
+        return loop is None or loop == self.loop_of.get(step_id) or self.loop_states[loop].status != "running"
 
     def start(self, step_id: str) -> str:
         """Mark a step running, count the attempt, and return its prompt."""
@@ -175,7 +228,8 @@ class Engine:
         return self.render(step_id)
 
     def render(self, step_id: str) -> str:
-        """Substitute ``{input}``, ``{input.name}`` and ``{step.output}``."""
+        """Substitute ``{input}``, ``{input.name}`` and ``{step.output}`` (its latest round's value)."""
+        loop = self.loop_of.get(step_id)
 
         def substitute(match) -> str:
             name, output = match.group(1), match.group(2)
@@ -188,14 +242,17 @@ class Engine:
                 return match.group(0)
             if output in upstream.outputs:
                 return upstream.outputs[output]
+            if loop is not None and self.loop_of.get(name) == loop:
+                return FIRST_ROUND_MARK
             return PARTIAL_MARK.format(step=name, output=output)
 
         return PLACEHOLDER_RE.sub(substitute, self.steps[step_id].prompt)
 
     @staticmethod
-    def collect_outputs(step: StepDef, *, set_outputs: Mapping[str, str], final_answer: str | None) -> dict[str, str]:
-        """The outputs of a finished attempt, or MissingOutput naming what lacks."""
-        outputs = {name: str(value) for name, value in set_outputs.items() if name in step.outputs}
+    def collect_outputs(step: StepDef, *, set_outputs: Mapping[str, Any], final_answer: str | None) -> dict[str, str]:
+        """The outputs of a finished attempt as text, or MissingOutput naming what lacks or what its
+        schema refuses (``output_schemas``; a set_output value is any JSON value)."""
+        outputs = {name: value for name, value in set_outputs.items() if name in step.outputs}
         if len(step.outputs) == 1 and step.outputs[0] not in outputs and final_answer:
             outputs[step.outputs[0]] = final_answer
         missing = [name for name in step.outputs if name not in outputs]
@@ -204,13 +261,19 @@ class Engine:
                 f"step {step.id!r} did not produce declared output(s) {', '.join(repr(m) for m in missing)}"
                 " (call set_output, or declare a single output to use the final answer)"
             )
-        return outputs
+        schemas = getattr(step, "output_schemas", None) or {}
+        refused = {name: value_errors(schemas[name], value) for name, value in outputs.items() if name in schemas}
+        refused = {name: errors for name, errors in refused.items() if errors}
+        if refused:
+            raise MissingOutput(f"step {step.id!r} produced output(s) that do not match their schema: " + "; ".join(
+                f"{name}:\n{describe(errors)}" for name, errors in refused.items()))
+        return {name: _text(value) for name, value in outputs.items()}
 
     def succeed(
         self,
         step_id: str,
         *,
-        set_outputs: Mapping[str, str] | None = None,
+        set_outputs: Mapping[str, Any] | None = None,
         final_answer: str | None = None,
         tokens: int = 0,
         cost: float = 0.0,
@@ -271,11 +334,56 @@ class Engine:
                 skipped.append(sid)
         return skipped
 
+    # -- loops -----------------------------------------------------------
+
+    def advance_loops(self) -> list[LoopEvent]:
+        """Decide for every loop whose round has ended: another round, or done.
+
+        A round ends when each of the loop's steps is terminal. Done when a
+        step of the round failed (``failed``) or was skipped because the run
+        stopped (``stopped``), when ``until`` holds on the round's outputs (``met``),
+        or after ``max_rounds`` rounds. Otherwise the loop's steps are pending
+        again in the next round, their latest outputs kept for its prompts.
+        Every finished round of a step is kept in its ``rounds``.
+        """
+        events = []
+        for index, loop in enumerate(self.loops):
+            state = self.loop_states[index]
+            members = [self.states[sid] for sid in loop.steps]
+            if state.status != "running" or any(member.status not in TERMINAL for member in members):
+                continue
+            outputs = {member.id: dict(member.outputs) if member.status == "succeeded" else {}
+                       for member in members}
+            for member in members:
+                member.rounds.append({"round": state.round, "status": member.status,
+                                      "outputs": outputs[member.id]})
+            condition = self.conditions[index]
+            if any(member.status == "failed" for member in members):
+                state.status = "failed"
+            elif any(member.status != "succeeded" for member in members):
+                state.status = "stopped"  # skipped: the run stopped
+            elif condition is not None and condition.met(outputs[condition.step].get(condition.output, "")):
+                state.status = "met"
+            elif state.round >= loop.max_rounds:
+                state.status = "max_rounds"
+            elif self.stopped:
+                state.status = "stopped"
+            else:
+                state.round += 1
+                for member in members:
+                    member.status, member.attempts, member.error, member.retry_at = "pending", 0, "", None
+                    member.round, member.partial, member.tier = state.round, False, 0
+                events.append(LoopEvent("loop_round", index, state.round, "running", tuple(loop.steps), outputs))
+                continue
+            events.append(LoopEvent("loop_complete", index, state.round, state.status, tuple(loop.steps), outputs))
+        return events
+
     # -- outcome ---------------------------------------------------------
 
     @property
     def finished(self) -> bool:
-        return all(state.status in TERMINAL for state in self.states.values())
+        return (all(state.status in TERMINAL for state in self.states.values())
+                and all(loop.status != "running" for loop in self.loop_states))
 
     @property
     def running(self) -> list[str]:
@@ -311,6 +419,8 @@ class Engine:
             duration=round(max(0.0, now - self.started_at), 3),
             tokens=sum(s.tokens for s in states),
             cost=round(sum(s.cost for s in states), 6),
+            loops=tuple({"loop": index, "steps": list(loop.steps), "rounds": self.loop_states[index].round,
+                         "status": self.loop_states[index].status} for index, loop in enumerate(self.loops)),
         )
 
     def _state(self, step_id: str, *, expect: Iterable[str]) -> StepState:
@@ -322,4 +432,9 @@ class Engine:
         return state
 
 
-__all__ = ["PARTIAL_MARK", "Engine", "Failure", "MissingOutput", "Stats", "StepState", "WorkflowError"]
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+__all__ = ["FIRST_ROUND_MARK", "PARTIAL_MARK", "Engine", "Failure", "LoopEvent", "LoopState", "MissingOutput",
+           "Stats", "StepState", "WorkflowError"]

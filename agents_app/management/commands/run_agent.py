@@ -94,7 +94,9 @@ def describe_event(event: dict[str, Any], *, verbose: bool = False) -> str | Non
         why = data.get("reason") or data.get("error") or ""
         return f"retry of the {data.get('what')} (attempt {data.get('attempt', '?')}) in {data.get('delay_s')} s: {_short(why)}"
     if kind == "escalation":
-        return f"escalates tier {data.get('from')} → {data.get('to')}"
+        models = (f" ({data['from_model']} → {data['to_model']})" if data.get("from_model") and data.get("to_model")
+                  else "")
+        return f"escalates tier {data.get('from')} → {data.get('to')}{models}"
     if kind == "budget_warning":
         return f"budget warning: {money(data.get('cost_usd'))} spent (warning at {money(data.get('warn_cost_usd'))})"
     if kind == "error":
@@ -110,6 +112,13 @@ def describe_event(event: dict[str, Any], *, verbose: bool = False) -> str | Non
         return line
     if kind == "run_complete":
         return f"run {data.get('status')}" + (f": {_short(data['error'], 100)}" if data.get("error") else "")
+    if kind == "output_invalid":
+        return f"answer refused by its output schema (corrective turn {data.get('correction')}): " \
+               f"{_short(data.get('errors', ''), 100)}"
+    if kind == "loop_round":
+        return f"loop {', '.join(data.get('steps') or [])}: round {data.get('round')} of at most {data.get('max_rounds')}"
+    if kind == "loop_complete":
+        return f"loop {', '.join(data.get('steps') or [])} done after {data.get('rounds')} round(s): {data.get('status')}"
     return f"{kind} {_short(data, 100)}"
 
 

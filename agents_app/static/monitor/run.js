@@ -13,6 +13,7 @@
     nodes: new Map(),
     sessions: new Map(), // session id -> activation id
     steps: new Map(),   // workflow step id -> status
+    rounds: new Map(),  // workflow step id -> the round of its loop it is in
     streams: new Map(),  // session id -> element
   };
 
@@ -94,6 +95,11 @@
         state.steps.set(d.step, d.status || { step_start: "running", step_complete: "succeeded",
                                               step_failed: "failed", step_skipped: "skipped",
                                               step_retry: "running" }[e.type]);
+        if (d.round) state.rounds.set(d.step, d.round);
+        break;
+      case "loop_round":
+        // A loop's steps start over: pending in their next round.
+        for (const step of d.steps || []) { state.steps.set(step, "pending"); state.rounds.set(step, d.round); }
         break;
       case "run_complete":
         $("status").className = `status ${d.status}`; $("status").textContent = d.status;
@@ -191,12 +197,28 @@
       maxX = Math.max(maxX, a.x + W + 24 * span, b.x + W + 24 * span);
       el("path", { class: "edge", "data-from": d, "data-to": s.id, d: path }, svg);
     }
+    const loops = workflow.loops || [], looping = new Set(loops.flatMap((l) => l.steps));
+    for (const loop of loops) {
+      // A dashed edge back from the loop's last step to its first, labelled with its condition.
+      const members = loop.steps.filter((id) => pos.has(id));
+      if (!members.length) continue;
+      const first = members.reduce((a, b) => (level.get(b) < level.get(a) ? b : a));
+      const last = members.reduce((a, b) => (level.get(b) > level.get(a) ? b : a));
+      const a = pos.get(last), b = pos.get(first), x = Math.max(a.x, b.x) + W, bow = 36;
+      el("path", { class: "loop-edge", "data-from": last, "data-to": first,
+                   d: `M${a.x + W},${a.y + H / 2} C${x + bow},${a.y + H / 2} ${x + bow},${b.y + H / 2} ${b.x + W},${b.y + H / 2}` }, svg);
+      const label = `↻ ${loop.until ? loop.until + " · " : ""}≤ ${loop.max_rounds} rounds`;
+      el("text", { class: "edge-label loop-label", x: x + bow, y: (a.y + b.y + H) / 2 }, svg, label);
+      maxX = Math.max(maxX, x + bow + 8 + 6 * label.length);
+    }
     for (const s of workflow.steps) {
       const p = pos.get(s.id), status = state.steps.get(s.id) || "pending";
       maxX = Math.max(maxX, p.x + W); maxY = Math.max(maxY, p.y + H);
-      const g = el("g", { class: `node ${status}`, "data-step": s.id, "data-status": status }, svg);
+      const round = looping.has(s.id) ? state.rounds.get(s.id) || 1 : null;
+      const g = el("g", { class: `node ${status}`, "data-step": s.id, "data-status": status,
+                          ...(round ? { "data-round": round } : {}) }, svg);
       el("rect", { x: p.x, y: p.y, width: W, height: H }, g);
-      el("text", { x: p.x + 8, y: p.y + 18 }, g, s.id);
+      el("text", { x: p.x + 8, y: p.y + 18 }, g, round ? `${s.id} · round ${round}` : s.id);
       el("text", { class: "sub", x: p.x + 8, y: p.y + 34 }, g, `${s.agent} · ${status}`);
     }
     svg.setAttribute("viewBox", `-4 -4 ${maxX + 8} ${maxY + 8}`); svg.style.height = `${maxY + 8}px`;

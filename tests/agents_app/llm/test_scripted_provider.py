@@ -136,6 +136,26 @@ def test_recorded_malformed_arguments_replay_raw():
     ({"a": [{"text": "x", "colour": 1}]}, "script for agent a, turn 0: unknown key(s) colour"),
     ({"a": [{"text": "x"}, {"error": "boom"}]}, "script for agent a, turn 1: error must be one of"),
     ({"a": [{"tool_calls": [{"arguments": {}}]}]}, "script for agent a, turn 0: each tool call needs a name"),
+    # Numbers the database stores and the session can wait for (issue 13, finding 3).
+    ({"a": [{"text": "x", "usage": {"completion_tokens": 1e30}}]},
+     "script for agent a, turn 0: usage.completion_tokens must be an integer from 0 to 10000000, not 1e+30"),
+    ({"a": [{"text": "x", "usage": {"prompt_tokens": 10_000_001}}]},
+     "script for agent a, turn 0: usage.prompt_tokens must be an integer from 0 to 10000000, not 10000001"),
+    ({"a": [{"text": "x", "usage": {"prompt_tokens": -1}}]},
+     "script for agent a, turn 0: usage.prompt_tokens must be an integer from 0 to 10000000, not -1"),
+    ({"a": [{"text": "x", "usage": {"prompt_tokens": True}}]},
+     "script for agent a, turn 0: usage.prompt_tokens must be an integer from 0 to 10000000, not True"),
+    ({"a": [{"text": "x", "usage": {"tokens": 3}}]},
+     "script for agent a, turn 0: usage is an object with prompt_tokens and completion_tokens only"),
+    ({"a": [{"text": "x", "latency_ms": 10**12}]},
+     "script for agent a, turn 0: latency_ms must be a number from 0 to 86400000, not 1000000000000"),
+    ({"a": [{"text": "x", "latency_ms": "5"}]},
+     "script for agent a, turn 0: latency_ms must be a number from 0 to 86400000, not '5'"),
+    ({"a": [{"error": "rate_limit", "retry_after_s": 1e9}]},
+     "script for agent a, turn 0: retry_after_s must be a number from 0 to 3600, not 1000000000.0"),
+    ({"a": [{"text": 5}]}, "script for agent a, turn 0: text must be a string"),
+    ({"a": [{"tool_calls": [{"name": "x"}] * 129}]},
+     "script for agent a, turn 0: tool_calls must be a list of at most 128 calls"),
 ])
 def test_invalid_scripts_are_rejected(script, message):
     with pytest.raises(ValueError) as info:
@@ -143,8 +163,29 @@ def test_invalid_scripts_are_rejected(script, message):
     assert str(info.value).startswith(message)
 
 
+def test_the_largest_numbers_a_script_may_hold_are_accepted():
+    script = {"a": [{"text": "x", "latency_ms": 86_400_000, "usage": {"prompt_tokens": 10_000_000,
+                                                                      "completion_tokens": 0}}]}
+    assert validate_script(script) == script
+
+
 def test_split_chunks_rejoin_exactly():
     for text in ["", "short", "a" * 50, "one two three four five six seven eight nine ten", "x " * 33]:
         chunks = split_chunks(text)
         assert "".join(chunks) == text
         assert len(chunks) <= 5
+
+
+def test_a_first_turn_expects_in_the_system_prompt_and_the_task_a_later_turn_in_what_is_new():
+    script = {"lead": [{"expect": ["You are the lead, version one.", "Do it"], "tool_calls": [
+                           {"name": "vfs_list", "arguments": {}}]},
+                       {"expect": "version one", "text": "never"}]}
+    provider = ScriptedProvider(script, MemoryCursor())
+    sent = [Message(role="system", content="You are the lead, version one."), Message(role="user", content="Do it")]
+    first, _ = run(provider, ModelRequest(model="m", agent="lead", messages=sent))
+    later = [*sent, Message(role="assistant", content="", tool_calls=first.tool_calls),
+             Message(role="tool", content="a.md", tool_call_id=first.tool_calls[0].id, name="vfs_list")]
+    error = run_error(provider, ModelRequest(model="m", agent="lead", messages=later))
+    assert (error.kind, str(error)) == (
+        "expectation", "expectation: script for agent lead, turn 1 expected 'version one' in what it was sent, "
+                       "which was: 'a.md'")

@@ -116,7 +116,8 @@ class Command(RunAgentCommand):
                         done.add(data["step"])
                     self.stdout.write(self._step_line(event.type, payload, started=started, done=len(done),
                                                       total=total, tokens=tokens, cost=cost))
-                elif verbose or event.type in {"workflow_stopped", "run_complete", "plan_created"}:
+                elif verbose or event.type in {"workflow_stopped", "run_complete", "plan_created", "loop_round",
+                                               "loop_complete"}:
                     line = event_line(payload, started=started, verbose=verbose)
                     if line is not None:
                         self.stdout.write(line)
@@ -139,6 +140,8 @@ class Command(RunAgentCommand):
                           + (f" at tier {data['tier']}" if data.get("tier") else ""),
             "step_skipped": f"skipped: {_short(data.get('reason', ''), 80)}",
         }[kind]
+        if "loop" in data:
+            what = f"round {data.get('round')}, {what}"
         share = f"{100 * done // total:3d}%" if total else "  -%"
         return (f"{time.monotonic() - started:6.1f}s [{share} {done}/{total}] {STEP_MARKS[kind]} "
                 f"{data.get('step')} ({event['agent'] or '-'}) {what} · {tokens:,} tokens · {money(cost)}")

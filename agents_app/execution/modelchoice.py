@@ -1,0 +1,86 @@
+"""Which model a session calls: a reference (``provider:model`` or a tier) resolved against the team's providers.
+
+``model_choice`` decides without building a provider — escalation uses it to name the model of a rung
+before the next attempt starts — and ``model_resolve`` builds what the session calls. A run with a
+script plays it through the scripted provider, billed as the model the reference names (a tier: the
+team's first scripted model of that tier); with no usable provider the demo recording stands in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents_app.llm.pricing import Prices
+from agents_app.llm.registry import ProviderConfig, Resolved, build_provider, provider_config, resolve_model
+from agents_app.llm.scripted import MemoryCursor, ScriptedProvider
+from agents_app.models import ModelProvider, ProviderModel, Run, Team
+from agents_app.specs import TIERS
+
+DEMO_RECORDING = Path(__file__).resolve().parent.parent / "llm" / "demo_recording.json"
+NO_PROVIDER_NOTICE = (
+    "No model provider is configured for this team (or its API key is not set): "
+    "this run replays the bundled demo recording with the scripted provider."
+)
+
+
+@dataclass(frozen=True)
+class Choice:
+    provider_slug: str
+    model: str
+    tier: str | None  # the model row's (for a script or the demo recording: the tier it stands in for)
+    prices: Prices
+    source: str  # "script" | "demo" | "provider"
+    config: ProviderConfig | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.provider_slug}:{self.model}"
+
+
+def model_choice(*, run: Run, ref: str, tier: str) -> Choice:
+    """The model ``ref`` names for ``run``; ``tier`` is the session's (what the demo recording stands in for).
+
+    Raises :class:`~agents_app.llm.types.ProviderError` saying what to configure when nothing serves it.
+    """
+    if run.script is not None:
+        return _scripted(run, ref)
+    providers = list(ModelProvider.objects.filter(team_id=run.team_id).prefetch_related("models"))
+    if run.provider:
+        providers = [p for p in providers if p.slug == run.provider]
+    usable = [p for p in providers if p.provider_type != "scripted" and (p.base_url or os.environ.get(p.api_key_env))]
+    if not usable:
+        return Choice("scripted", "demo-recording", tier, Prices(), "demo")
+    config, model = resolve_model(ref, [provider_config(p) for p in usable])
+    return Choice(config.slug, model.name, model.tier, model.prices, "provider", config)
+
+
+def _scripted(run: Run, ref: str) -> Choice:
+    if ref not in TIERS:  # a model, named: the script plays it, billed at its row's prices
+        slug, _, name = ref.partition(":")
+        row = (ProviderModel.objects.filter(provider__team_id=run.team_id, provider__slug=slug, name=name)
+               .values_list("tier", "input_price", "output_price").first())
+        if row is None:
+            return Choice(slug, name, None, Prices(), "script")
+        return Choice(slug, name, row[0] or None, Prices.of(row[1], row[2]), "script")
+    row = (ProviderModel.objects.filter(provider__team_id=run.team_id, provider__provider_type="scripted", tier=ref)
+           .order_by("provider__slug", "name").values_list("name", "input_price", "output_price").first())
+    if row is None:
+        return Choice("scripted", "scripted", ref, Prices(), "script")
+    return Choice("scripted", row[0], ref, Prices.of(row[1], row[2]), "script")
+
+
+def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor) -> tuple[Resolved, str]:
+    """The provider a session calls, and a notice when the demo recording stands in."""
+    choice = model_choice(run=run, ref=ref, tier=tier)
+    if choice.source == "script":
+        provider = ScriptedProvider(run.script, cursor)
+    elif choice.source == "demo":
+        provider = ScriptedProvider(json.loads(DEMO_RECORDING.read_text()), cursor)
+    else:  # the team's slug: its provider key must be one the operator declared for it (MAS_TEAM_SECRETS)
+        team = Team.objects.filter(pk=run.team_id).values_list("slug", flat=True).first() or ""
+        provider = build_provider(choice.config, team=team, cursor=cursor)
+    notice = NO_PROVIDER_NOTICE if choice.source == "demo" else ""
+    return Resolved(provider, choice.provider_slug, choice.model, choice.tier, choice.prices), notice
