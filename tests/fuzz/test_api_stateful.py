@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, seed, settings
 from schemathesis.checks import not_a_server_error
 
 STATEFUL_EXAMPLES = int(os.environ.get("MAS_FUZZ_STATEFUL_EXAMPLES", 30))
@@ -73,8 +73,10 @@ def test_stateful_sequences_make_no_server_error_and_leave_the_repository_alone(
     assert len(machine.bundles) >= 5  # links were inferred between the API's operations
     # One sequence per engine: the team's data changes from one sequence to the next (and schemathesis learns
     # from responses), which one hypothesis engine would take for a flaky strategy. A failing sequence is
-    # reported as it happened.
-    for _ in range(STATEFUL_EXAMPLES):
+    # reported as it happened. Each sequence has a seed of its own: under CI, hypothesis loads its `ci` profile
+    # (derandomize=True), which would make every sequence the same one.
+    for index in range(STATEFUL_EXAMPLES):
+        seed(index)(Sequences)
         Sequences.run(settings=settings(max_examples=1, stateful_step_count=10, deadline=None,
                                         suppress_health_check=list(HealthCheck), database=None,
                                         phases=[Phase.generate]))
