@@ -64,3 +64,32 @@ def stop_worker(worker: Worker, *, sig: int = signal.SIGTERM) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(worker.process.pid, signal.SIGKILL)
         worker.process.wait(10)
+
+
+def kill_mid_run_and_resume(label: str, *, queue: str, stale_s: float, start, reached, what: str):
+    """A worker SIGKILLed in the middle of a run, and another that resumes it; returns the settled run.
+
+    ``start()`` starts the run once the first worker answers; the worker is killed as soon as ``reached(run)``
+    holds (``what`` names that moment). After the staleness window a second worker takes the run over.
+    """
+    from agents_app.models import Run
+    from tests.runs import wait_until
+
+    env = {"MAS_SESSION_STALE_S": str(stale_s)}
+    first = start_worker(f"{label}-a-{os.getpid()}", queue=queue, env=env)
+    try:
+        run = start()
+        wait_until(lambda: reached(run), 30, what)
+        os.killpg(first.process.pid, signal.SIGKILL)
+        first.process.wait(10)
+    finally:
+        stop_worker(first)
+    assert Run.objects.get(pk=run.pk).status == "running"
+    time.sleep(stale_s + 0.5)
+
+    second = start_worker(f"{label}-b-{os.getpid()}", queue=queue, env=env)
+    try:
+        return wait_until(lambda: Run.objects.filter(pk=run.pk, status__in=["succeeded", "failed"]).first(), 60,
+                          "the run to finish")
+    finally:
+        stop_worker(second)

@@ -1,17 +1,14 @@
 """A worker SIGKILLed in the middle of a session: another resumes it and the run finishes."""
 
 import os
-import signal
-import time
 
 import pytest
 
 from agents_app.definitions.kinds import AGENT
 from agents_app.definitions.services import definition_parse, definition_save
 from agents_app.execution.services import run_start
-from agents_app.models import Event, Run, Session, WorkspaceFile
-from tests.runs import wait_until
-from tests.workers import start_worker, stop_worker
+from agents_app.models import Event, Session, WorkspaceFile
+from tests.workers import kill_mid_run_and_resume
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -36,24 +33,11 @@ def test_sigkill_mid_session_resumes_without_rerunning_tools(team_a, monkeypatch
     parsed = definition_parse(kind=AGENT, team=team_a, text="---\nname: Lead\n---\n\nYou write files.\n")
     definition_save(kind=AGENT, team=team_a, parsed=parsed)
 
-    first = start_worker(f"crash-a-{os.getpid()}", queue=queue, env={"MAS_SESSION_STALE_S": str(STALE_S)})
-    try:
-        run = run_start(team=team_a, agent="lead", input="Write two files", script=SCRIPT)
-        wait_until(lambda: Event.objects.filter(run=run, type="llm_request").count() == 2, 30,
-                   "the second model call")
-        os.killpg(first.process.pid, signal.SIGKILL)
-        first.process.wait(10)
-    finally:
-        stop_worker(first)
-    assert Run.objects.get(pk=run.pk).status == "running"
-    time.sleep(STALE_S + 0.5)
-
-    second = start_worker(f"crash-b-{os.getpid()}", queue=queue, env={"MAS_SESSION_STALE_S": str(STALE_S)})
-    try:
-        run = wait_until(lambda: Run.objects.filter(pk=run.pk, status__in=["succeeded", "failed"]).first(), 60,
-                         "the run to finish")
-    finally:
-        stop_worker(second)
+    run = kill_mid_run_and_resume(
+        "crash", queue=queue, stale_s=STALE_S,
+        start=lambda: run_start(team=team_a, agent="lead", input="Write two files", script=SCRIPT),
+        reached=lambda run: Event.objects.filter(run=run, type="llm_request").count() == 2,
+        what="the second model call")
 
     assert (run.status, run.result) == ("succeeded", "Both written.")
     events = list(Event.objects.filter(run=run).order_by("seq"))

@@ -6,16 +6,14 @@ checkpoints on another worker; the parent resumes with both outcomes; no tool ca
 
 import json
 import os
-import signal
-import time
 
 import pytest
 
 from agents_app.execution.services import run_start
-from agents_app.models import Event, Run, Session, WorkspaceFile
+from agents_app.models import Event, Session, WorkspaceFile
 from tests.agents_app.test_delegation import ORCHESTRATION
-from tests.runs import agent, wait_until
-from tests.workers import start_worker, stop_worker
+from tests.runs import agent
+from tests.workers import kill_mid_run_and_resume
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -40,27 +38,17 @@ def test_sigkill_while_the_parent_waits_loses_nothing_and_runs_each_child_once(t
     monkeypatch.setitem(app.conf, "task_default_queue", queue)
     for name in ("Orchestrator", "Researcher", "Writer"):
         agent(team_a, name)
-    env = {"MAS_SESSION_STALE_S": str(STALE_S)}
-    first = start_worker(f"deleg-crash-a-{os.getpid()}", queue=queue, env=env)
-    try:
-        run = run_start(team=team_a, agent="orchestrator", input="Explain tides", script=SCRIPT)
-        wait_until(lambda: Event.objects.filter(run=run, type="llm_request",
-                                                agent__in=["researcher", "writer"]).count() == 4,
-                   30, "both children in their second model call")
-        assert Session.objects.get(run=run, agent="orchestrator").status == "waiting"
-        os.killpg(first.process.pid, signal.SIGKILL)
-        first.process.wait(10)
-    finally:
-        stop_worker(first)
-    assert Run.objects.get(pk=run.pk).status == "running"
-    time.sleep(STALE_S + 0.5)
 
-    second = start_worker(f"deleg-crash-b-{os.getpid()}", queue=queue, env=env)
-    try:
-        run = wait_until(lambda: Run.objects.filter(pk=run.pk, status__in=["succeeded", "failed"]).first(), 60,
-                         "the run to finish")
-    finally:
-        stop_worker(second)
+    def children_in_second_call(run):
+        if Event.objects.filter(run=run, type="llm_request", agent__in=["researcher", "writer"]).count() < 4:
+            return False
+        assert Session.objects.get(run=run, agent="orchestrator").status == "waiting"
+        return True
+
+    run = kill_mid_run_and_resume(
+        "deleg-crash", queue=queue, stale_s=STALE_S,
+        start=lambda: run_start(team=team_a, agent="orchestrator", input="Explain tides", script=SCRIPT),
+        reached=children_in_second_call, what="both children in their second model call")
 
     assert (run.status, run.result) == ("succeeded", "Synthesis written to synthesis.md.")
     events = list(Event.objects.filter(run=run).order_by("seq"))

@@ -5,16 +5,13 @@ the run's events stay contiguous.
 """
 
 import os
-import signal
-import time
 
 import pytest
 
 from agents_app.definitions.kinds import AGENT, WORKFLOW
 from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.models import Event, Run, Session, WorkspaceFile
-from tests.runs import wait_until
-from tests.workers import start_worker, stop_worker
+from agents_app.models import Event, Session, WorkspaceFile
+from tests.workers import kill_mid_run_and_resume
 from workflows_app.services import workflow_run_start, workflow_steps
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -69,25 +66,11 @@ def test_sigkill_mid_workflow_keeps_finished_steps_and_completes(team_a, monkeyp
         definition_save(kind=AGENT, team=team_a, parsed=parsed)
     definition_save(kind=WORKFLOW, team=team_a, parsed=definition_parse(kind=WORKFLOW, team=team_a, text=FLOW))
 
-    env = {"MAS_SESSION_STALE_S": str(STALE_S)}
-    first = start_worker(f"wf-crash-a-{os.getpid()}", queue=queue, env=env)
-    try:
-        run = workflow_run_start(team=team_a, workflow="crashy", inputs={"topic": "x"}, script=SCRIPT)
-        wait_until(lambda: Event.objects.filter(run=run, type="llm_request", agent__in=["left", "right"]).count() == 4,
-                   30, "both parallel steps in their second model call")
-        os.killpg(first.process.pid, signal.SIGKILL)
-        first.process.wait(10)
-    finally:
-        stop_worker(first)
-    assert Run.objects.get(pk=run.pk).status == "running"
-    time.sleep(STALE_S + 0.5)
-
-    second = start_worker(f"wf-crash-b-{os.getpid()}", queue=queue, env=env)
-    try:
-        run = wait_until(lambda: Run.objects.filter(pk=run.pk, status__in=["succeeded", "failed"]).first(), 60,
-                         "the workflow to finish")
-    finally:
-        stop_worker(second)
+    run = kill_mid_run_and_resume(
+        "wf-crash", queue=queue, stale_s=STALE_S,
+        start=lambda: workflow_run_start(team=team_a, workflow="crashy", inputs={"topic": "x"}, script=SCRIPT),
+        reached=lambda run: Event.objects.filter(run=run, type="llm_request", agent__in=["left", "right"]).count() == 4,
+        what="both parallel steps in their second model call")
 
     assert (run.status, run.result) == ("succeeded", "joined")
     events = list(Event.objects.filter(run=run).order_by("seq"))

@@ -22,11 +22,10 @@ from agents_app.execution.services import run_start
 from agents_app.execution.session import model_resolve
 from agents_app.llm.types import ProviderError
 from agents_app.models import DefinitionVersion, ModelProvider
-from tests.agents_app.llm.fake_servers import FakeServer, openai_stream, sse
+from tests.agents_app.llm.fake_servers import openai_stream, sse
 from tests.agents_app.llm.helpers import request, run
 from tests.agents_app.test_admin_definitions import client_for, post_add
 from tests.agents_app.test_sync import files, write
-from tests.security.listener import Listener
 from tools_app.models import MCPServer
 
 pytestmark = pytest.mark.django_db
@@ -167,20 +166,6 @@ def test_sync_markdown_names_the_file_and_the_variable_and_imports_the_rest(team
 
 
 # -- used after the operator changed the list: refused before anything is sent --------------------------------
-
-
-@pytest.fixture
-def model_server():
-    server = FakeServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def listener():
-    receiver = Listener()
-    yield receiver
-    receiver.close()
 
 
 def test_a_provider_saved_before_its_variable_was_taken_back_is_refused_before_any_call(

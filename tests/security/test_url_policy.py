@@ -17,14 +17,12 @@ from agents_app.llm.registry import provider_for
 from agents_app.llm.types import ProviderError
 from agents_app.models import ModelProvider
 from tests.agents_app.llm.fake_servers import (
-    FakeServer,
     anthropic_stream,
     gemini_stream,
     openai_stream,
     sse,
 )
 from tests.agents_app.llm.helpers import request, run, run_error
-from tests.security.listener import Listener
 from tools_app.models import MCPServer
 
 pytestmark = pytest.mark.django_db
@@ -116,20 +114,6 @@ def fake_dns(monkeypatch):
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     return names
-
-
-@pytest.fixture
-def model_server():
-    server = FakeServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def listener():
-    receiver = Listener()
-    yield receiver
-    receiver.close()
 
 
 STREAMS = {
