@@ -23,9 +23,10 @@ from tests.workers import start_worker, stop_worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
-# Long enough that the replacement worker boots before the dead session is stale (it heartbeat every
+# Long enough that the replacement worker boots before the dead session is stale even on a busy machine
+# (a worker took 14.5 s to start at load average 8; it heartbeats every
 # STALE_S / 3 s), short enough for a quick test; the replacement sweeps every second.
-STALE_S = 15
+STALE_S = 30
 ENV = {"MAS_SESSION_STALE_S": str(STALE_S), "MAS_REAP_INTERVAL_S": "1"}
 STEPS = 10
 
