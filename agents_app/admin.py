@@ -25,6 +25,7 @@ from agents_app.models import (
     Skill,
     Team,
 )
+from agents_app.money import money_display
 from agents_app.services import api_token_create, api_token_revoke, membership_delete, membership_set
 
 # -- definitions ---------------------------------------------------------------
@@ -60,10 +61,18 @@ class ProviderModelInline(admin.TabularInline):
     """The provider's models: derived from its markdown on every save, so read-only."""
 
     model = ProviderModel
-    fields = ("name", "tier", "input_price", "output_price")
+    fields = ("name", "tier", "input", "output")
     readonly_fields = fields
     extra = 0
     can_delete = False
+
+    @admin.display(description="Input (USD per million tokens)")
+    def input(self, obj):
+        return money_display(obj.input_price)
+
+    @admin.display(description="Output (USD per million tokens)")
+    def output(self, obj):
+        return money_display(obj.output_price)
 
     def has_add_permission(self, request, obj=None):
         return False

@@ -260,12 +260,12 @@ def test_the_run_budget_stops_the_workflow_before_the_next_step(team_a, celery_w
     run = finish(workflow_run_start(team=team_a, workflow="budgeted", inputs={}, script=script,
                                     budget={"max_cost_usd": "0.5"}))
     assert run.status == "failed"
-    assert run.error == "the run's budget of $0.5 is spent ($1.000000)"
+    assert run.error == "the run's budget of $0.50 is spent ($1.00)"
     assert {s["id"]: s["status"] for s in workflow_steps(run)} == {"gather": "succeeded", "write": "skipped"}
     assert [e.data for e in events(run, "workflow_stopped")] == [
-        {"reason": "the run's budget of $0.5 is spent ($1.000000)", "skipped": ["write"]}]
+        {"reason": "the run's budget of $0.50 is spent ($1.00)", "skipped": ["write"]}]
     assert [(e.agent, e.data) for e in events(run, "step_skipped")] == [
-        ("writer", {"step": "write", "reason": "the run's budget of $0.5 is spent ($1.000000)"})]
+        ("writer", {"step": "write", "reason": "the run's budget of $0.50 is spent ($1.00)"})]
     assert Session.objects.filter(run=run).count() == 1
 
 
