@@ -15,14 +15,22 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest
+from django.http import Http404, HttpRequest, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.timezone import localtime
 
 from agents_app.definitions import storage
-from agents_app.definitions.kinds import Kind, kind_for_model
+from agents_app.definitions.dependents import (
+    KIND_LABELS,
+    Dependent,
+    DefinitionInUse,
+    definition_dependents,
+    dependents_summary,
+    workflow_missing_agents,
+)
+from agents_app.definitions.kinds import KINDS_BY_NAME, Kind, kind_for_model
 from agents_app.definitions.selectors import SYNC_STATUS_LABELS, definition_sync_status
 from agents_app.definitions.markdown import DefinitionError, ParsedDefinition
 from agents_app.definitions.services import (
@@ -323,7 +331,15 @@ class DefinitionAdmin(TeamScopedAdmin):
 
     @admin.display(description="Sync status")
     def sync_status(self, obj):
-        return SYNC_STATUS_LABELS[definition_sync_status(kind=self.kind, row=obj)]
+        label = SYNC_STATUS_LABELS[definition_sync_status(kind=self.kind, row=obj)]
+        if self.kind.name == "workflow":
+            missing = workflow_missing_agents(team=obj.team, spec=obj.spec or {})
+            if missing:
+                # In sync with its file, but not runnable: say so rather than "in sync".
+                return format_html("{}; <strong class='mas-broken'>broken: agent{} {} missing</strong> — runs fail "
+                                   "until {} added again or the steps changed", label, "s" if len(missing) > 1 else "",
+                                   ", ".join(missing), "they are" if len(missing) > 1 else "it is")
+        return label
 
     @admin.display(description="Versions")
     def version_history(self, obj):
@@ -380,10 +396,31 @@ class DefinitionAdmin(TeamScopedAdmin):
     def construct_change_message(self, request, form, formsets, add=False):
         return super().construct_change_message(request, form, [], add)
 
+    # -- deleting: what uses the definition is listed, and deleting it anyway is asked for --------
+
+    delete_confirmation_template = "admin/mas/delete_confirmation.html"
+
+    def dependents(self, obj) -> list[Dependent]:
+        return definition_dependents(kind=self.kind, team=obj.team, row=obj)
+
+    def render_delete_form(self, request, context):
+        obj = context.get("object")
+        dependents = self.dependents(obj) if obj is not None else []
+        if dependents:
+            context["mas_dependents_message"] = dependents_summary(self.kind, obj.slug, dependents)
+            context["mas_dependents"] = [
+                {**vars(dependent), "kind": KIND_LABELS[dependent.kind],
+                 "url": reverse(f"admin:{kind_model_label(dependent.kind)}_changelist") + f"?q={dependent.slug}"}
+                for dependent in dependents
+            ]
+        return super().render_delete_form(request, context)
+
     def delete_model(self, request, obj):
+        force = request.POST.get("force") == "1"
         try:
             warnings = definition_delete(
-                kind=self.kind, team=obj.team, slug=obj.slug, allow_stdio=self.allow_stdio(request, obj.team)
+                kind=self.kind, team=obj.team, slug=obj.slug, allow_stdio=self.allow_stdio(request, obj.team),
+                force=force,
             )
         except storage.ReadOnlyFolderError as error:
             # Rolled back, the row stays; a 403 rather than the admin's "deleted" message.
@@ -391,11 +428,27 @@ class DefinitionAdmin(TeamScopedAdmin):
         for warning in warnings:
             self.message_user(request, warning, messages.WARNING)
 
+    def delete_view(self, request, object_id, extra_context=None):
+        if request.method == "POST" and request.POST.get("force") != "1":
+            obj = self.get_object(request, unquote(object_id))
+            if self.has_delete_permission(request, obj) and self.dependents(obj):
+                # Used since the page was shown, or posted without the page: ask again, with the list.
+                self.message_user(request, "Not deleted: other definitions use it (listed below).", messages.ERROR)
+                return HttpResponseRedirect(request.path)
+        return super().delete_view(request, object_id, extra_context)
+
     def delete_queryset(self, request, queryset):
         # One service call per row so files go too; per-object delete
-        # permissions were already checked by the confirmation page.
+        # permissions were already checked by the confirmation page. Rows
+        # others use stay: deleting them is asked for one at a time.
         for obj in queryset.select_related("team"):
-            self.delete_model(request, obj)
+            try:
+                definition_delete(kind=self.kind, team=obj.team, slug=obj.slug,
+                                  allow_stdio=self.allow_stdio(request, obj.team))
+            except DefinitionInUse as error:
+                self.message_user(request, f"Not deleted: {error}.", messages.ERROR)
+            except storage.ReadOnlyFolderError as error:
+                raise PermissionDenied(str(error)) from error
 
     def history_view(self, request, object_id, extra_context=None):
         obj = self.get_object(request, unquote(object_id))
@@ -406,6 +459,12 @@ class DefinitionAdmin(TeamScopedAdmin):
             **(extra_context or {}),
         }
         return super().history_view(request, object_id, extra_context=context)
+
+
+def kind_model_label(kind_name: str) -> str:
+    """'agent' → 'agents_app_agent': the prefix of a kind's admin URL names."""
+    meta = KINDS_BY_NAME[kind_name].model._meta
+    return f"{meta.app_label}_{meta.model_name}"
 
 
 class ReadOnlyTeamAdmin(TeamScopedAdmin):

@@ -26,7 +26,7 @@ from agents_app.execution import services as kernel
 from agents_app.execution.eventlog import event_append as event_emit
 from agents_app.models import Activation, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus, RunStatus
-from agents_app.money import money_str
+from agents_app.money import money_display, money_str
 from workflows_app.engine.scheduler import Engine, Failure, LoopEvent
 from workflows_app.models import Workflow, WorkflowMode, WorkflowRun
 from workflows_app.orchestrate import PLAN, plan_settled, subtask_failed
@@ -175,7 +175,7 @@ def _over_budget(run: Run) -> str:
     limit = (run.budget or {}).get("max_cost_usd")
     cost = Run.objects.filter(pk=run.pk).values_list("cost_usd", flat=True).first() or Decimal(0)
     if limit is not None and cost >= Decimal(str(limit)):
-        return f"the run's budget of ${limit} is spent (${cost})"
+        return f"the run's budget of {money_display(limit)} is spent ({money_display(cost)})"
     return ""
 
 

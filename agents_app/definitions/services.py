@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from agents_app.definitions import storage
+from agents_app.definitions.dependents import DefinitionInUse, definition_dependents, dependents_summary
 from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, TOOL, WORKFLOW, Kind
 from agents_app.definitions.markdown import (
     DefinitionError,
@@ -233,12 +234,24 @@ def _write_mirror(kind: Kind, team: Team, row: Definition, files: storage.ItemFi
 
 
 @transaction.atomic
-def definition_delete(*, kind: Kind, team: Team, slug: str, allow_stdio: bool = True) -> list[str]:
-    """Delete a definition and its file (unless the file changed on disk). Versions stay."""
+def definition_delete(
+    *, kind: Kind, team: Team, slug: str, allow_stdio: bool = True, force: bool = False
+) -> list[str]:
+    """Delete a definition and its file (unless the file changed on disk). Versions stay.
+
+    A definition that others use (a workflow's agent, an agent's tool, MCP
+    server, skill or provider) is not deleted: :class:`DefinitionInUse` lists
+    them, unless ``force`` (then the list comes back as warnings).
+    """
     row = kind.model.objects.select_for_update().get(team=team, slug=slug)
     if kind is MCP and row.transport == "stdio" and not allow_stdio:
         raise DefinitionPermissionError("stdio MCP servers run a command on the server: this needs the stdio permission")
     warnings: list[str] = []
+    dependents = definition_dependents(kind=kind, team=team, row=row)
+    if dependents and not force:
+        raise DefinitionInUse(kind, slug, dependents)
+    if dependents:
+        warnings.append(f"{dependents_summary(kind, slug, dependents)}: they fail until they are changed")
     root = storage.team_defs_dir(team)
     on_disk = storage.read_item(kind, root, slug)
     row.delete()

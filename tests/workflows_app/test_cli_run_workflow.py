@@ -74,7 +74,7 @@ def test_progress_per_step_then_a_table(team_a, tmp_path, celery_worker_process)
     table = out[out.index("step "):].splitlines()
     assert table[:4] == [
         "step    agent     status     tries  tokens  cost",
-        "------  --------  ---------  -----  ------  ---------",
+        "------  --------  ---------  -----  ------  -----",
         "draft   writer    succeeded  1      15      $0.00",
         "review  reviewer  succeeded  1      22      $0.00",
     ]
