@@ -17,9 +17,7 @@ from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponseRedirect
 from django.urls import reverse
-from django.utils.formats import date_format
-from django.utils.html import format_html, format_html_join
-from django.utils.timezone import localtime
+from django.utils.html import format_html
 
 from agents_app.definitions import storage
 from agents_app.definitions.dependents import (
@@ -38,9 +36,9 @@ from agents_app.definitions.services import (
     definition_parse,
     definition_save,
     definition_slug,
-    definition_versions,
     row_files,
 )
+from agents_app.admin_versions import VersionsAdminMixin
 from agents_app.models import Team
 from agents_app.permissions import actor_for, team_ids_with
 
@@ -259,8 +257,12 @@ class DefinitionForm(forms.ModelForm):
         return cleaned
 
 
-class DefinitionAdmin(TeamScopedAdmin):
+class DefinitionAdmin(VersionsAdminMixin, TeamScopedAdmin):
     """Admin of one definition kind: edited as markdown, saved by ``definition_save``."""
+
+    describe_error = staticmethod(describe_error)
+    save_on_top = True
+    change_form_template = "admin/mas/definition_change_form.html"
 
     form = DefinitionForm
     markdown_template = "---\nname: \ndescription: \n---\n"
@@ -307,6 +309,7 @@ class DefinitionAdmin(TeamScopedAdmin):
         if obj is None:
             return [(None, {"fields": ["team", "markdown", *self.extra_form_fields]})]
         editable = self.has_change_permission(request, obj)
+        obj._mas_can_change = editable  # for version_history's restore links (a display without the request)
         return [
             (None, {"fields": ["team", "markdown", *(self.extra_form_fields if editable else ())]}),
             (
@@ -340,31 +343,6 @@ class DefinitionAdmin(TeamScopedAdmin):
                                    "until {} added again or the steps changed", label, "s" if len(missing) > 1 else "",
                                    ", ".join(missing), "they are" if len(missing) > 1 else "it is")
         return label
-
-    @admin.display(description="Versions")
-    def version_history(self, obj):
-        versions = definition_versions(kind=self.kind, team=obj.team, slug=obj.slug).select_related("author")
-        rows = format_html_join(
-            "",
-            "<tr><td><a href='{}'>v{}</a></td><td>{}</td><td>{}</td><td>{}</td>"
-            "<td><details><summary>markdown</summary><pre style='white-space: pre-wrap'>{}</pre></details></td></tr>",
-            (
-                (
-                    reverse("admin:agents_app_definitionversion_change", args=[version.pk]),
-                    version.number,
-                    version.author.get_username() if version.author else "—",
-                    version.source,
-                    date_format(localtime(version.created_at), "DATETIME_FORMAT"),
-                    version.content,
-                )
-                for version in versions
-            ),
-        )
-        return format_html(
-            "<table><thead><tr><th>Version</th><th>Author</th><th>Source</th><th>Date</th><th>Content</th></tr>"
-            "</thead><tbody>{}</tbody></table>",
-            rows,
-        )
 
     # -- saving and deleting through the services --------------------------------
 
@@ -431,6 +409,10 @@ class DefinitionAdmin(TeamScopedAdmin):
     def delete_view(self, request, object_id, extra_context=None):
         if request.method == "POST" and request.POST.get("force") != "1":
             obj = self.get_object(request, unquote(object_id))
+            read_only = storage.read_only_reason(storage.team_defs_dir(obj.team))
+            if read_only and self.has_delete_permission(request, obj):
+                # Nothing can be deleted there, used or not: that is the answer.
+                raise PermissionDenied(f"Team {obj.team} cannot delete definitions: {read_only}.")
             if self.has_delete_permission(request, obj) and self.dependents(obj):
                 # Used since the page was shown, or posted without the page: ask again, with the list.
                 self.message_user(request, "Not deleted: other definitions use it (listed below).", messages.ERROR)
@@ -449,16 +431,6 @@ class DefinitionAdmin(TeamScopedAdmin):
                 self.message_user(request, f"Not deleted: {error}.", messages.ERROR)
             except storage.ReadOnlyFolderError as error:
                 raise PermissionDenied(str(error)) from error
-
-    def history_view(self, request, object_id, extra_context=None):
-        obj = self.get_object(request, unquote(object_id))
-        context = {
-            "definition_versions": definition_versions(kind=self.kind, team=obj.team, slug=obj.slug).select_related(
-                "author"
-            ),
-            **(extra_context or {}),
-        }
-        return super().history_view(request, object_id, extra_context=context)
 
 
 def kind_model_label(kind_name: str) -> str:
