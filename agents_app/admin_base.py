@@ -147,6 +147,18 @@ class TeamScopedAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return self._allowed(request, self.edit_capability, obj, super().has_delete_permission(request))
 
+    def add_capability(self) -> str:
+        """The capability whose teams the add form's team field offers."""
+        return self.edit_capability
+
+    def get_changeform_initial_data(self, request):
+        # A user who can add in one team only has nothing to choose: that team is preselected.
+        initial = super().get_changeform_initial_data(request)
+        teams = list(teams_with(request, self.add_capability()).values_list("pk", flat=True)[:2])
+        if len(teams) == 1:
+            initial.setdefault("team", teams[0])
+        return initial
+
     def get_list_filter(self, request):
         filters = list(super().get_list_filter(request))
         ids = team_ids(request, self.view_capability)
@@ -224,9 +236,17 @@ class DefinitionForm(forms.ModelForm):
         """
         return parsed
 
+    def submitted_markdown(self, cleaned: dict) -> str | None:
+        """Hook: the markdown to save (a form with fields composes it from them)."""
+        return cleaned.get("markdown")
+
+    def report(self, error: DefinitionError) -> None:
+        """Hook: show ``error`` on the field it is about (here: the markdown textarea)."""
+        self.add_error("markdown", describe_error(error))
+
     def clean(self):
         cleaned = super().clean()
-        team, text = self.team, cleaned.get("markdown")
+        team, text = self.team, self.submitted_markdown(cleaned)
         if team is None or text is None:
             return cleaned
         read_only = storage.read_only_reason(storage.team_defs_dir(team))
@@ -240,14 +260,15 @@ class DefinitionForm(forms.ModelForm):
             # The slug is the file name: it stays when the name is edited.
             slug = self.instance.slug if self.instance.pk else definition_slug(parsed.spec.name)
         except DefinitionError as error:
-            self.add_error("markdown", describe_error(error))
+            self.report(error)
             return cleaned
         except forms.ValidationError as error:
             # Raised by prepare() about the form's other fields; it names them.
             self.add_error(None, error)
             return cleaned
         if not self.instance.pk and kind.model.objects.filter(team=team, slug=slug).exists():
-            self.add_error("markdown", f"Field name: a {kind.label.lower()} with slug {slug} already exists in {team}.")
+            self.report(DefinitionError(f"a {kind.label.lower()} with slug {slug} already exists in {team}.",
+                                        field="name"))
             return cleaned
         refusal = self.model_admin.refusal(self.request, team, parsed, self.instance)
         if refusal:
@@ -298,12 +319,6 @@ class DefinitionAdmin(VersionsAdminMixin, TeamScopedAdmin):
             kwargs["queryset"] = teams_with(request, self.edit_capability)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
-    def get_changeform_initial_data(self, request):
-        initial = super().get_changeform_initial_data(request)
-        teams = list(teams_with(request, self.edit_capability)[:2])
-        if len(teams) == 1:
-            initial.setdefault("team", teams[0].pk)
-        return initial
 
     def get_fieldsets(self, request, obj=None):
         if obj is None:
