@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Count, Q
 from django.utils.html import format_html, format_html_join
 
+from agents_app.admin_agent_form import AgentForm
 from agents_app.admin_base import DefinitionAdmin, ReadOnlyTeamAdmin, TeamScopedAdmin, team_ids, teams_with
 from agents_app.definitions import storage
 from agents_app.models import (
@@ -25,6 +26,7 @@ from agents_app.models import (
     Skill,
     Team,
 )
+from agents_app.money import money_display
 from agents_app.services import api_token_create, api_token_revoke, membership_delete, membership_set
 
 # -- definitions ---------------------------------------------------------------
@@ -32,9 +34,31 @@ from agents_app.services import api_token_create, api_token_revoke, membership_d
 
 @admin.register(Agent)
 class AgentAdmin(DefinitionAdmin):
+    """Agents: edited as a form (``admin_agent_form``) or as their markdown, the editor's choice."""
+
+    form = AgentForm
     markdown_template = "---\nname: \ndescription: \ntier: medium\n---\n\nThe system prompt of the agent.\n"
     list_display = ("name", "slug", "team", "model", "tier", "version", "updated_at")
     list_filter = ("tier",)
+
+    class Media:
+        js = ("mas_admin/definition_form.js",)
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is not None and not self.has_change_permission(request, obj):
+            return fieldsets  # view-only: the markdown as text
+        _, first = fieldsets[0]
+        rest = [name for name in first["fields"] if name not in ("team", "markdown")]
+        return [
+            (None, {"fields": ["team", "editor"]}),
+            ("Agent", {"classes": ["mas-fields-editor"], "fields": [
+                "agent_name", "agent_description", ("agent_model", "agent_tier"), "escalation",
+                ("temperature", "max_tokens"), "tools", "mcp_servers", "skills",
+                ("max_steps", "max_tool_calls", "timeout_s"), ("memory_enabled", "memory_k"), "prompt"]}),
+            ("Markdown", {"classes": ["mas-markdown-editor"], "fields": ["markdown", *rest]}),
+            *fieldsets[1:],
+        ]
 
 
 @admin.register(Skill)
@@ -60,10 +84,18 @@ class ProviderModelInline(admin.TabularInline):
     """The provider's models: derived from its markdown on every save, so read-only."""
 
     model = ProviderModel
-    fields = ("name", "tier", "input_price", "output_price")
+    fields = ("name", "tier", "input", "output")
     readonly_fields = fields
     extra = 0
     can_delete = False
+
+    @admin.display(description="Input (USD per million tokens)")
+    def input(self, obj):
+        return money_display(obj.input_price)
+
+    @admin.display(description="Output (USD per million tokens)")
+    def output(self, obj):
+        return money_display(obj.output_price)
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -320,6 +352,9 @@ class ApiTokenAdmin(TeamMemberAdmin):
                 users = users.filter(Q(pk=request.user.pk) | Q(mas_memberships__team_id__in=manages)).distinct()
             kwargs["queryset"] = users
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def add_capability(self) -> str:
+        return "view"  # any member issues tokens for themselves
 
     def get_changeform_initial_data(self, request):
         return {"user": request.user.pk, **super().get_changeform_initial_data(request)}

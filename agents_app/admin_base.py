@@ -15,14 +15,20 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest
+from django.http import Http404, HttpRequest, HttpResponseRedirect
 from django.urls import reverse
-from django.utils.formats import date_format
-from django.utils.html import format_html, format_html_join
-from django.utils.timezone import localtime
+from django.utils.html import format_html
 
 from agents_app.definitions import storage
-from agents_app.definitions.kinds import Kind, kind_for_model
+from agents_app.definitions.dependents import (
+    KIND_LABELS,
+    Dependent,
+    DefinitionInUse,
+    definition_dependents,
+    dependents_summary,
+    workflow_missing_agents,
+)
+from agents_app.definitions.kinds import KINDS_BY_NAME, Kind, kind_for_model
 from agents_app.definitions.selectors import SYNC_STATUS_LABELS, definition_sync_status
 from agents_app.definitions.markdown import DefinitionError, ParsedDefinition
 from agents_app.definitions.services import (
@@ -30,9 +36,9 @@ from agents_app.definitions.services import (
     definition_parse,
     definition_save,
     definition_slug,
-    definition_versions,
     row_files,
 )
+from agents_app.admin_versions import VersionsAdminMixin
 from agents_app.models import Team
 from agents_app.permissions import actor_for, team_ids_with
 
@@ -141,6 +147,18 @@ class TeamScopedAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return self._allowed(request, self.edit_capability, obj, super().has_delete_permission(request))
 
+    def add_capability(self) -> str:
+        """The capability whose teams the add form's team field offers."""
+        return self.edit_capability
+
+    def get_changeform_initial_data(self, request):
+        # A user who can add in one team only has nothing to choose: that team is preselected.
+        initial = super().get_changeform_initial_data(request)
+        teams = list(teams_with(request, self.add_capability()).values_list("pk", flat=True)[:2])
+        if len(teams) == 1:
+            initial.setdefault("team", teams[0])
+        return initial
+
     def get_list_filter(self, request):
         filters = list(super().get_list_filter(request))
         ids = team_ids(request, self.view_capability)
@@ -218,9 +236,17 @@ class DefinitionForm(forms.ModelForm):
         """
         return parsed
 
+    def submitted_markdown(self, cleaned: dict) -> str | None:
+        """Hook: the markdown to save (a form with fields composes it from them)."""
+        return cleaned.get("markdown")
+
+    def report(self, error: DefinitionError) -> None:
+        """Hook: show ``error`` on the field it is about (here: the markdown textarea)."""
+        self.add_error("markdown", describe_error(error))
+
     def clean(self):
         cleaned = super().clean()
-        team, text = self.team, cleaned.get("markdown")
+        team, text = self.team, self.submitted_markdown(cleaned)
         if team is None or text is None:
             return cleaned
         read_only = storage.read_only_reason(storage.team_defs_dir(team))
@@ -234,14 +260,15 @@ class DefinitionForm(forms.ModelForm):
             # The slug is the file name: it stays when the name is edited.
             slug = self.instance.slug if self.instance.pk else definition_slug(parsed.spec.name)
         except DefinitionError as error:
-            self.add_error("markdown", describe_error(error))
+            self.report(error)
             return cleaned
         except forms.ValidationError as error:
             # Raised by prepare() about the form's other fields; it names them.
             self.add_error(None, error)
             return cleaned
         if not self.instance.pk and kind.model.objects.filter(team=team, slug=slug).exists():
-            self.add_error("markdown", f"Field name: a {kind.label.lower()} with slug {slug} already exists in {team}.")
+            self.report(DefinitionError(f"a {kind.label.lower()} with slug {slug} already exists in {team}.",
+                                        field="name"))
             return cleaned
         refusal = self.model_admin.refusal(self.request, team, parsed, self.instance)
         if refusal:
@@ -251,8 +278,12 @@ class DefinitionForm(forms.ModelForm):
         return cleaned
 
 
-class DefinitionAdmin(TeamScopedAdmin):
+class DefinitionAdmin(VersionsAdminMixin, TeamScopedAdmin):
     """Admin of one definition kind: edited as markdown, saved by ``definition_save``."""
+
+    describe_error = staticmethod(describe_error)
+    save_on_top = True
+    change_form_template = "admin/mas/definition_change_form.html"
 
     form = DefinitionForm
     markdown_template = "---\nname: \ndescription: \n---\n"
@@ -288,17 +319,12 @@ class DefinitionAdmin(TeamScopedAdmin):
             kwargs["queryset"] = teams_with(request, self.edit_capability)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
-    def get_changeform_initial_data(self, request):
-        initial = super().get_changeform_initial_data(request)
-        teams = list(teams_with(request, self.edit_capability)[:2])
-        if len(teams) == 1:
-            initial.setdefault("team", teams[0].pk)
-        return initial
 
     def get_fieldsets(self, request, obj=None):
         if obj is None:
             return [(None, {"fields": ["team", "markdown", *self.extra_form_fields]})]
         editable = self.has_change_permission(request, obj)
+        obj._mas_can_change = editable  # for version_history's restore links (a display without the request)
         return [
             (None, {"fields": ["team", "markdown", *(self.extra_form_fields if editable else ())]}),
             (
@@ -323,32 +349,15 @@ class DefinitionAdmin(TeamScopedAdmin):
 
     @admin.display(description="Sync status")
     def sync_status(self, obj):
-        return SYNC_STATUS_LABELS[definition_sync_status(kind=self.kind, row=obj)]
-
-    @admin.display(description="Versions")
-    def version_history(self, obj):
-        versions = definition_versions(kind=self.kind, team=obj.team, slug=obj.slug).select_related("author")
-        rows = format_html_join(
-            "",
-            "<tr><td><a href='{}'>v{}</a></td><td>{}</td><td>{}</td><td>{}</td>"
-            "<td><details><summary>markdown</summary><pre style='white-space: pre-wrap'>{}</pre></details></td></tr>",
-            (
-                (
-                    reverse("admin:agents_app_definitionversion_change", args=[version.pk]),
-                    version.number,
-                    version.author.get_username() if version.author else "—",
-                    version.source,
-                    date_format(localtime(version.created_at), "DATETIME_FORMAT"),
-                    version.content,
-                )
-                for version in versions
-            ),
-        )
-        return format_html(
-            "<table><thead><tr><th>Version</th><th>Author</th><th>Source</th><th>Date</th><th>Content</th></tr>"
-            "</thead><tbody>{}</tbody></table>",
-            rows,
-        )
+        label = SYNC_STATUS_LABELS[definition_sync_status(kind=self.kind, row=obj)]
+        if self.kind.name == "workflow":
+            missing = workflow_missing_agents(team=obj.team, spec=obj.spec or {})
+            if missing:
+                # In sync with its file, but not runnable: say so rather than "in sync".
+                return format_html("{}; <strong class='mas-broken'>broken: agent{} {} missing</strong> — runs fail "
+                                   "until {} added again or the steps changed", label, "s" if len(missing) > 1 else "",
+                                   ", ".join(missing), "they are" if len(missing) > 1 else "it is")
+        return label
 
     # -- saving and deleting through the services --------------------------------
 
@@ -380,10 +389,31 @@ class DefinitionAdmin(TeamScopedAdmin):
     def construct_change_message(self, request, form, formsets, add=False):
         return super().construct_change_message(request, form, [], add)
 
+    # -- deleting: what uses the definition is listed, and deleting it anyway is asked for --------
+
+    delete_confirmation_template = "admin/mas/delete_confirmation.html"
+
+    def dependents(self, obj) -> list[Dependent]:
+        return definition_dependents(kind=self.kind, team=obj.team, row=obj)
+
+    def render_delete_form(self, request, context):
+        obj = context.get("object")
+        dependents = self.dependents(obj) if obj is not None else []
+        if dependents:
+            context["mas_dependents_message"] = dependents_summary(self.kind, obj.slug, dependents)
+            context["mas_dependents"] = [
+                {**vars(dependent), "kind": KIND_LABELS[dependent.kind],
+                 "url": reverse(f"admin:{kind_model_label(dependent.kind)}_changelist") + f"?q={dependent.slug}"}
+                for dependent in dependents
+            ]
+        return super().render_delete_form(request, context)
+
     def delete_model(self, request, obj):
+        force = request.POST.get("force") == "1"
         try:
             warnings = definition_delete(
-                kind=self.kind, team=obj.team, slug=obj.slug, allow_stdio=self.allow_stdio(request, obj.team)
+                kind=self.kind, team=obj.team, slug=obj.slug, allow_stdio=self.allow_stdio(request, obj.team),
+                force=force,
             )
         except storage.ReadOnlyFolderError as error:
             # Rolled back, the row stays; a 403 rather than the admin's "deleted" message.
@@ -391,21 +421,37 @@ class DefinitionAdmin(TeamScopedAdmin):
         for warning in warnings:
             self.message_user(request, warning, messages.WARNING)
 
+    def delete_view(self, request, object_id, extra_context=None):
+        if request.method == "POST" and request.POST.get("force") != "1":
+            obj = self.get_object(request, unquote(object_id))
+            read_only = storage.read_only_reason(storage.team_defs_dir(obj.team))
+            if read_only and self.has_delete_permission(request, obj):
+                # Nothing can be deleted there, used or not: that is the answer.
+                raise PermissionDenied(f"Team {obj.team} cannot delete definitions: {read_only}.")
+            if self.has_delete_permission(request, obj) and self.dependents(obj):
+                # Used since the page was shown, or posted without the page: ask again, with the list.
+                self.message_user(request, "Not deleted: other definitions use it (listed below).", messages.ERROR)
+                return HttpResponseRedirect(request.path)
+        return super().delete_view(request, object_id, extra_context)
+
     def delete_queryset(self, request, queryset):
         # One service call per row so files go too; per-object delete
-        # permissions were already checked by the confirmation page.
+        # permissions were already checked by the confirmation page. Rows
+        # others use stay: deleting them is asked for one at a time.
         for obj in queryset.select_related("team"):
-            self.delete_model(request, obj)
+            try:
+                definition_delete(kind=self.kind, team=obj.team, slug=obj.slug,
+                                  allow_stdio=self.allow_stdio(request, obj.team))
+            except DefinitionInUse as error:
+                self.message_user(request, f"Not deleted: {error}.", messages.ERROR)
+            except storage.ReadOnlyFolderError as error:
+                raise PermissionDenied(str(error)) from error
 
-    def history_view(self, request, object_id, extra_context=None):
-        obj = self.get_object(request, unquote(object_id))
-        context = {
-            "definition_versions": definition_versions(kind=self.kind, team=obj.team, slug=obj.slug).select_related(
-                "author"
-            ),
-            **(extra_context or {}),
-        }
-        return super().history_view(request, object_id, extra_context=context)
+
+def kind_model_label(kind_name: str) -> str:
+    """'agent' → 'agents_app_agent': the prefix of a kind's admin URL names."""
+    meta = KINDS_BY_NAME[kind_name].model._meta
+    return f"{meta.app_label}_{meta.model_name}"
 
 
 class ReadOnlyTeamAdmin(TeamScopedAdmin):

@@ -19,6 +19,7 @@ from agents_app.admin_base import ReadOnlyTeamAdmin, team_ids
 from agents_app.execution.services import run_cancel
 from agents_app.models import Activation, Event, Run, Session, WorkspaceFile
 from agents_app.models.runs import FINISHED_RUN_STATUSES
+from agents_app.money import money_display
 from agents_app.selectors_runs import run_duration_s
 
 
@@ -32,6 +33,16 @@ def pretty_json(value) -> str:
 def change_link(model: str, pk) -> str:
     """A link to one row's admin page, labelled with the start of its id."""
     return format_html("<a href='{}'>{}</a>", reverse(f"admin:agents_app_{model}_change", args=[pk]), str(pk)[:8])
+
+
+@admin.display(description="Cost", ordering="cost_usd")
+def cost(obj) -> str:
+    """A run's or session's cost, formatted as everywhere else (``agents_app.money``)."""
+    return money_display(obj.cost_usd)
+
+
+def monitor_link(run_id) -> str:
+    return format_html("<a class='mas-monitor-link' href='{}'>Live monitor ↗</a>", reverse("monitor-run", args=[run_id]))
 
 
 def changelist_link(model: str, text: str, **params) -> str:
@@ -93,8 +104,9 @@ class ActivationInline(ReadOnlyInline):
 
 class SessionInline(ReadOnlyInline):
     model = Session
+    cost = staticmethod(cost)
     fields = ("session_link", "agent", "attempt", "tier", "model", "status", "prompt_tokens", "completion_tokens",
-              "cost_usd", "failure_kind", "started_at", "finished_at")
+              "cost", "failure_kind", "started_at", "finished_at")
     readonly_fields = fields
     ordering = ("started_at",)
 
@@ -123,24 +135,30 @@ class StatusFilter(admin.SimpleListFilter):
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
-    list_display = ("short_id", "team", "agent", "workflow", "status", "tokens", "cost_usd", "created_at")
+    list_display = ("short_id", "team", "agent", "workflow", "status", "tokens", "cost", "created_at", "monitor_link")
     list_filter = (StatusFilter, "created_at")
     list_select_related = ("team",)
     search_fields = ("agent", "workflow", "input")
     date_hierarchy = "created_at"
     fieldsets = (
-        (None, {"fields": ("id", "team", "agent", "workflow", "status", "input", "result", "error", "notice")}),
-        ("Totals", {"fields": ("prompt_tokens", "completion_tokens", "cost_usd", "duration", "large_tier_uses")}),
+        (None, {"fields": ("monitor_link", "id", "team", "agent", "workflow", "status", "input", "result", "error",
+                           "notice")}),
+        ("Totals", {"fields": ("prompt_tokens", "completion_tokens", "cost", "duration", "large_tier_uses")}),
         ("Settings", {"fields": ("provider", "show_limits", "show_budget", "show_versions", "created_by",
                                  "created_at", "started_at", "finished_at")}),
         ("Activity", {"fields": ("events_link", "files_link")}),
     )
-    readonly_fields = ("id", "team", "agent", "workflow", "status", "input", "result", "error", "notice",
-                       "prompt_tokens", "completion_tokens", "cost_usd", "duration", "large_tier_uses", "provider",
+    readonly_fields = ("monitor_link", "id", "team", "agent", "workflow", "status", "input", "result", "error",
+                       "notice", "prompt_tokens", "completion_tokens", "cost", "duration", "large_tier_uses", "provider",
                        "show_limits", "show_budget", "show_versions", "created_by", "created_at", "started_at",
                        "finished_at", "events_link", "files_link")
     inlines = (ActivationInline, SessionInline)
     actions = ("cancel_runs",)
+    cost = staticmethod(cost)
+
+    @admin.display(description="Monitor")
+    def monitor_link(self, obj):
+        return monitor_link(obj.pk)
 
     @admin.display(description="Run", ordering="created_at")
     def short_id(self, obj):
@@ -199,14 +217,15 @@ class RunAdmin(ReadOnlyAdmin):
 @admin.register(Session)
 class SessionAdmin(RunChildAdmin):
     list_display = ("__str__", "run_link", "agent", "attempt", "tier", "model", "status", "prompt_tokens",
-                    "completion_tokens", "cost_usd", "started_at")
+                    "completion_tokens", "cost", "started_at")
     list_filter = ("status", "tier")
     list_select_related = ("run",)
     search_fields = ("agent", "model")
     fields = ("id", "run_link", "agent", "attempt", "tier", "provider", "model", "status", "result",
-              "show_failure", "show_meta", "prompt_tokens", "completion_tokens", "cost_usd", "worker",
+              "show_failure", "show_meta", "prompt_tokens", "completion_tokens", "cost", "worker",
               "heartbeat_at", "started_at", "finished_at", "events_link")
     readonly_fields = fields
+    cost = staticmethod(cost)
 
     def get_queryset(self, request):
         return super().get_queryset(request).defer("state")

@@ -17,10 +17,11 @@ import pydantic
 from django.conf import settings
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
-from ninja import Path, Router, Status
+from ninja import Path, Query, Router, Status
 from ninja.errors import HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
+from agents_app.definitions.dependents import DefinitionInUse
 from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, Kind
 from agents_app.definitions.selectors import definition_get, definition_sync_status
 from agents_app.definitions.markdown import DefinitionError, ParsedDefinition
@@ -38,6 +39,7 @@ from agents_app.models import ROLE_CAPABILITIES, Definition, Team
 from agents_app.permissions import Actor
 from agents_app.schemas import (
     DeletedOut,
+    InUseOut,
     KindSchemas,
     MarkdownIn,
     MeOut,
@@ -249,11 +251,20 @@ def add_definition_routes(router: Router, *, kind: Kind, plural: str) -> KindSch
             result = save(actor, parsed, slug, references=getattr(payload, "references", None))
         return out(actor, result.row, result)
 
-    @router.delete(item, **op("delete", f"Delete {a_label}", auth=write, response={200: DeletedOut, **READ_ERRORS}))
-    def delete_definition(request, slug: str):
+    @router.delete(
+        item,
+        **op("delete", f"Delete {a_label}; 409 lists what uses it, unless force=true", auth=write,
+             response={200: DeletedOut, 409: InUseOut, **READ_ERRORS}),
+    )
+    def delete_definition(request, slug: str, force: bool = Query(False, description=(
+            "Delete it even though other definitions use it (they fail until changed)."))):
         actor = request.auth
         definition_get(kind=kind, team=actor.team, slug=slug)
-        warnings = definition_delete(kind=kind, team=actor.team, slug=slug, allow_stdio=actor.can_manage_stdio)
+        try:
+            warnings = definition_delete(kind=kind, team=actor.team, slug=slug, allow_stdio=actor.can_manage_stdio,
+                                         force=force)
+        except DefinitionInUse as error:
+            return Status(409, {"detail": str(error), "dependents": [vars(d) for d in error.dependents]})
         return {"slug": slug, "deleted": True, "warnings": warnings}
 
     @router.get(

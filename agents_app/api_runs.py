@@ -21,6 +21,7 @@ from agents_app.execution.replay import run_script_export
 from agents_app.execution.services import RunError, ScriptError, run_cancel, run_start
 from agents_app.models import Agent, ModelProvider, Run
 from agents_app.models.runs import FINISHED_RUN_STATUSES
+from agents_app.money import money_str
 from agents_app.permissions import Actor
 from agents_app.schemas import error_responses
 from agents_app.schemas_runs import (
@@ -71,7 +72,7 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "totals": {
             "prompt_tokens": run.prompt_tokens,
             "completion_tokens": run.completion_tokens,
-            "cost_usd": run.cost_usd,
+            "cost_usd": money_str(run.cost_usd),
             "duration_s": run_duration_s(run),
         },
         "created_by": run.created_by.get_username() if run.created_by_id else None,
@@ -121,7 +122,7 @@ def _activation_out(activation) -> dict[str, Any]:
                 "status": session.status,
                 "prompt_tokens": session.prompt_tokens,
                 "completion_tokens": session.completion_tokens,
-                "cost_usd": session.cost_usd,
+                "cost_usd": money_str(session.cost_usd),
                 "result": session.result,
                 "failure": session.failure,
                 "meta": session.meta,

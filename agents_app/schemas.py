@@ -182,6 +182,20 @@ class DeletedOut(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
+class DependentOut(BaseModel):
+    kind: str = Field(description='"workflow" or "agent".')
+    slug: str
+    name: str
+    where: str = Field(description='What names the definition: "step draft", "tools", "mcp_servers", "skills", …')
+
+
+class InUseOut(BaseModel):
+    """409 of a delete: the definitions that use this one. ``?force=true`` deletes it anyway."""
+
+    detail: str
+    dependents: list[DependentOut]
+
+
 class MarkdownIn(BaseModel):
     markdown: str
 

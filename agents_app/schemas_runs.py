@@ -2,23 +2,27 @@
 
 Limits and budget are closed objects with bounds: a typo in a key or a
 negative limit is a 422 naming the field, never a run that silently ignores
-it. Money is a decimal string, as in the events (``"0.001200"``).
+it. Money is a decimal string, as in the events (``"0.0012"``, ``"0"``: ``agents_app.money``).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator
 
 from agents_app.llm.scripted import validate_script
+from agents_app.money import money_str
 
 RunStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 MAX_INPUT_CHARS = 200_000
 SLUG_PATTERN = r"^[-a-zA-Z0-9_]{1,100}$"
+
+# An amount out: fixed point, never "1E-8" (pydantic writes str(Decimal)).
+Money = Annotated[Decimal, PlainSerializer(money_str, return_type=str, when_used="json")]
 
 
 class RunLimitsIn(BaseModel):
@@ -77,7 +81,7 @@ class RunIn(BaseModel):
 class RunTotals(BaseModel):
     prompt_tokens: int
     completion_tokens: int
-    cost_usd: Decimal
+    cost_usd: Money
     duration_s: float | None = Field(description="From start to finish (or to now while running); null while queued.")
 
 
@@ -113,7 +117,7 @@ class SessionOut(BaseModel):
     status: Literal["running", "waiting", "ok", "failed", "cancelled"]
     prompt_tokens: int
     completion_tokens: int
-    cost_usd: Decimal
+    cost_usd: Money
     result: str
     failure: dict[str, Any] | None = Field(description="The failure report: kind, message, last tool calls, …")
     meta: dict[str, Any]
@@ -162,7 +166,7 @@ class StepOut(BaseModel):
     tier: str = Field(description="Tier of its latest attempt when it was escalated, else empty.")
     prompt_tokens: int
     completion_tokens: int
-    cost_usd: Decimal
+    cost_usd: Money
     started_at: datetime | None
     finished_at: datetime | None
 

@@ -11,7 +11,7 @@ from ninja.parser import Parser
 
 from agents_app.api import router as agents_router
 from agents_app.api_runs import router as runs_router
-from mas_project.api_auth import api_auth
+from mas_project.api_auth import TEAM_HEADER, api_auth
 from mas_project.api_errors import UnsupportedMediaType, load_json, register_error_handlers
 from mas_project.health import router as health_router
 from memory_app.api import router as memory_router
@@ -30,7 +30,40 @@ class JsonParser(Parser):
         return load_json(request.body)
 
 
-api = NinjaAPI(
+class MasNinjaAPI(NinjaAPI):
+    """The API whose schema names the team header on every operation a session may call.
+
+    A session user in several teams picks the team with ``X-MAS-Team`` (see ``api_auth``); as a header
+    parameter it is a field of "Try it out" in the docs, so the interactive docs work for them too.
+    """
+
+    def get_openapi_schema(self, *args, **kwargs):
+        schema = super().get_openapi_schema(*args, **kwargs)
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                if not isinstance(operation, dict) or not any(
+                        SESSION_SCHEME in requirement for requirement in operation.get("security", [])):
+                    continue
+                parameters = operation.setdefault("parameters", [])
+                if not any(p.get("in") == "header" and p.get("name") == TEAM_HEADER for p in parameters):
+                    parameters.append(dict(TEAM_HEADER_PARAMETER))
+        return schema
+
+
+SESSION_SCHEME = "SessionTeamAuth"
+TEAM_HEADER_PARAMETER = {
+    "in": "header",
+    "name": TEAM_HEADER,
+    "required": False,
+    "schema": {"type": "string", "pattern": "^[-a-zA-Z0-9_]{1,64}$"},
+    "description": (
+        "Signed in with a session and a member of several teams: the slug of the team to act in. "
+        "Ignored with a bearer token (the token names its team)."
+    ),
+}
+
+
+api = MasNinjaAPI(
     title="MAS API",
     version="1.0.0",
     description="Define a team's agents, tools, MCP servers, workflows, skills and model providers.",

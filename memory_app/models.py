@@ -41,6 +41,8 @@ class Memory(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name = "memory"
+        verbose_name_plural = "memories"
         ordering = ["-created_at", "-id"]
         indexes = [
             HnswIndex(name="memory_embedding_hnsw", fields=["embedding"], m=16, ef_construction=64,
@@ -65,6 +67,8 @@ class Channel(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "channel"
+        verbose_name_plural = "channels"
         ordering = ["run_id", "name"]
         constraints = [models.UniqueConstraint(fields=["run", "name"], name="channel_unique_run_name")]
 
@@ -80,6 +84,8 @@ class ChannelMessage(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "channel message"
+        verbose_name_plural = "channel messages"
         ordering = ["channel_id", "seq"]
         constraints = [models.UniqueConstraint(fields=["channel", "seq"], name="channel_message_unique_seq")]
 
@@ -90,6 +96,8 @@ class Subscription(models.Model):
     last_acked = models.PositiveBigIntegerField(default=0)
 
     class Meta:
+        verbose_name = "subscription"
+        verbose_name_plural = "subscriptions"
         constraints = [models.UniqueConstraint(fields=["channel", "agent"], name="subscription_unique_agent")]
 
 
@@ -104,6 +112,8 @@ class BlackboardEntry(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name = "blackboard entry"
+        verbose_name_plural = "blackboard entries"
         ordering = ["run_id", "key"]
         constraints = [models.UniqueConstraint(fields=["run", "key"], name="blackboard_unique_key")]
 
@@ -129,6 +139,8 @@ class CachedResponse(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "cached response"
+        verbose_name_plural = "cached responses"
         ordering = ["-created_at", "-id"]
         # Candidates share an exact digest, so they are few: they are compared exactly, no vector index.
         indexes = [models.Index(fields=["team", "model", "context_digest", "created_at"], name="cache_lookup")]

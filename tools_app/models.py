@@ -7,6 +7,8 @@ class CustomTool(Definition):
     kind_name = "tool"
 
     class Meta(Definition.Meta):
+        verbose_name = "custom tool"
+        verbose_name_plural = "custom tools"
         constraints = [models.UniqueConstraint(fields=["team", "slug"], name="tool_unique_team_slug")]
 
 
@@ -25,5 +27,7 @@ class MCPServer(Definition):
     approved_tools = models.JSONField(default=dict, blank=True, editable=False)
 
     class Meta(Definition.Meta):
+        verbose_name = "MCP server"
+        verbose_name_plural = "MCP servers"
         constraints = [models.UniqueConstraint(fields=["team", "slug"], name="mcp_unique_team_slug")]
         permissions = [("manage_stdio_mcpserver", "Can create or edit stdio MCP servers (runs a command)")]

@@ -20,6 +20,8 @@ class Workflow(Definition):
     schedule_last_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta(Definition.Meta):
+        verbose_name = "workflow"
+        verbose_name_plural = "workflows"
         constraints = [models.UniqueConstraint(fields=["team", "slug"], name="workflow_unique_team_slug")]
 
 
@@ -39,6 +41,10 @@ class WorkflowRun(models.Model):
     steps_meta = models.JSONField(default=dict, blank=True,
                                   help_text="Per step: agent, activation, tier and times of its latest attempt")
     adaptations = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "workflow run"
+        verbose_name_plural = "workflow runs"
 
     def __str__(self) -> str:
         return f"workflow run {self.run_id} ({self.mode})"

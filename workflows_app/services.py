@@ -26,6 +26,7 @@ from agents_app.execution import services as kernel
 from agents_app.execution.eventlog import event_append as event_emit
 from agents_app.models import Activation, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus, RunStatus
+from agents_app.money import money_display, money_str
 from workflows_app.engine.scheduler import Engine, Failure, LoopEvent
 from workflows_app.models import Workflow, WorkflowMode, WorkflowRun
 from workflows_app.orchestrate import PLAN, plan_settled, subtask_failed
@@ -174,7 +175,7 @@ def _over_budget(run: Run) -> str:
     limit = (run.budget or {}).get("max_cost_usd")
     cost = Run.objects.filter(pk=run.pk).values_list("cost_usd", flat=True).first() or Decimal(0)
     if limit is not None and cost >= Decimal(str(limit)):
-        return f"the run's budget of ${limit} is spent (${cost})"
+        return f"the run's budget of {money_display(limit)} is spent ({money_display(cost)})"
     return ""
 
 
@@ -272,7 +273,7 @@ def workflow_activation_settled(*, run: Run, activation: Activation, tier: str, 
         **step_meta, "finished_at": timezone.now().isoformat(),
         "prompt_tokens": step_meta.get("prompt_tokens", 0) + usage["prompt_tokens"],
         "completion_tokens": step_meta.get("completion_tokens", 0) + usage["completion_tokens"],
-        "cost_usd": str(Decimal(step_meta.get("cost_usd", "0")) + usage["cost_usd"]),
+        "cost_usd": money_str(Decimal(step_meta.get("cost_usd", "0")) + usage["cost_usd"]),
     }}
     tokens, cost = usage["prompt_tokens"] + usage["completion_tokens"], float(usage["cost_usd"])
     rungs = len(ladder)
@@ -380,13 +381,13 @@ def workflow_finish(run: Run) -> bool:
         "skipped": stats.skipped, "failed_steps": failed, "skipped_steps": skipped,
         "duration_s": round(duration, 3), "prompt_tokens": run.prompt_tokens,
         "completion_tokens": run.completion_tokens, "tokens": run.prompt_tokens + run.completion_tokens,
-        "cost_usd": str(run.cost_usd), "reason": engine.stopped, "loops": list(stats.loops),
+        "cost_usd": money_str(run.cost_usd), "reason": engine.stopped, "loops": list(stats.loops),
         "rounds": sum(loop["rounds"] for loop in stats.loops),
     })
     event_emit(run_id=run.id, type="run_complete", agent="", data={
         "status": run.status, "result": run.result[:2000], "error": run.error,
         "prompt_tokens": run.prompt_tokens, "completion_tokens": run.completion_tokens,
-        "cost_usd": str(run.cost_usd), "duration_s": round(duration, 3),
+        "cost_usd": money_str(run.cost_usd), "duration_s": round(duration, 3),
     })
     return True
 

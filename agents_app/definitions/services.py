@@ -7,14 +7,17 @@ sync, in which case nothing is overwritten and the conflict is reported.
 
 from __future__ import annotations
 
+import difflib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
+from django.http import Http404
 from django.utils.text import slugify
 
 from agents_app.definitions import storage
+from agents_app.definitions.dependents import DefinitionInUse, definition_dependents, dependents_summary
 from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, TOOL, WORKFLOW, Kind
 from agents_app.definitions.markdown import (
     DefinitionError,
@@ -233,12 +236,24 @@ def _write_mirror(kind: Kind, team: Team, row: Definition, files: storage.ItemFi
 
 
 @transaction.atomic
-def definition_delete(*, kind: Kind, team: Team, slug: str, allow_stdio: bool = True) -> list[str]:
-    """Delete a definition and its file (unless the file changed on disk). Versions stay."""
+def definition_delete(
+    *, kind: Kind, team: Team, slug: str, allow_stdio: bool = True, force: bool = False
+) -> list[str]:
+    """Delete a definition and its file (unless the file changed on disk). Versions stay.
+
+    A definition that others use (a workflow's agent, an agent's tool, MCP
+    server, skill or provider) is not deleted: :class:`DefinitionInUse` lists
+    them, unless ``force`` (then the list comes back as warnings).
+    """
     row = kind.model.objects.select_for_update().get(team=team, slug=slug)
     if kind is MCP and row.transport == "stdio" and not allow_stdio:
         raise DefinitionPermissionError("stdio MCP servers run a command on the server: this needs the stdio permission")
     warnings: list[str] = []
+    dependents = definition_dependents(kind=kind, team=team, row=row)
+    if dependents and not force:
+        raise DefinitionInUse(kind, slug, dependents)
+    if dependents:
+        warnings.append(f"{dependents_summary(kind, slug, dependents)}: they fail until they are changed")
     root = storage.team_defs_dir(team)
     on_disk = storage.read_item(kind, root, slug)
     row.delete()
@@ -252,3 +267,58 @@ def definition_delete(*, kind: Kind, team: Team, slug: str, allow_stdio: bool = 
 
 def definition_versions(*, kind: Kind, team: Team, slug: str):
     return DefinitionVersion.objects.filter(team=team, kind=kind.name, slug=slug).order_by("-number")
+
+
+@dataclass(frozen=True)
+class DiffLine:
+    kind: str  # "hunk" | "add" | "del" | "same" | "file"
+    text: str
+
+
+MAX_DIFF_LINES = 5000  # a diff longer than this is cut, with a last line saying so
+
+
+def definition_version_diff(*, kind: Kind, team: Team, slug: str, old: int, new: int) -> list[DiffLine]:
+    """Unified diff of versions ``old`` → ``new`` of one definition (404 when either does not exist)."""
+    versions = {v.number: v for v in definition_versions(kind=kind, team=team, slug=slug).filter(number__in=[old, new])}
+    for number in (old, new):
+        if number not in versions:
+            raise Http404(f"no version {number} of {kind.label.lower()} {slug!r}")
+    lines: list[DiffLine] = []
+    diff = difflib.unified_diff(
+        versions[old].content.splitlines(), versions[new].content.splitlines(),
+        fromfile=f"v{old}", tofile=f"v{new}", lineterm="", n=3,
+    )
+    for text in diff:
+        if len(lines) >= MAX_DIFF_LINES:
+            lines.append(DiffLine("hunk", f"… cut after {MAX_DIFF_LINES} lines"))
+            break
+        if text.startswith(("---", "+++")):
+            lines.append(DiffLine("file", text))
+        elif text.startswith("@@"):
+            lines.append(DiffLine("hunk", text))
+        elif text.startswith("+"):
+            lines.append(DiffLine("add", text))
+        elif text.startswith("-"):
+            lines.append(DiffLine("del", text))
+        else:
+            lines.append(DiffLine("same", text))
+    return lines
+
+
+def definition_restore(
+    *, kind: Kind, team: Team, slug: str, number: int, author=None, source: str = "admin", allow_stdio: bool = True
+) -> SaveResult:
+    """Make version ``number`` the current content again: saved as a new version, older ones stay.
+
+    The old markdown is validated as of now (a workflow's agent may be gone since); a skill gets its
+    reference files of that version back when the version kept them.
+    """
+    version = definition_versions(kind=kind, team=team, slug=slug).filter(number=number).first()
+    if version is None:
+        raise Http404(f"no version {number} of {kind.label.lower()} {slug!r}")
+    parsed = definition_parse(kind=kind, team=team, text=version.content, path=str(kind.relative_path(slug)))
+    return definition_save(
+        kind=kind, team=team, parsed=parsed, slug=slug, author=author, source=source, allow_stdio=allow_stdio,
+        references=version.references if kind is SKILL else None,
+    )

@@ -23,6 +23,7 @@ from agents_app.definitions.kinds import AGENT
 from agents_app.definitions.markdown import DefinitionError, parse_definition
 from agents_app.execution.escalation import Escalation, escalation_next
 from agents_app.execution.eventlog import event_append as event_emit
+from agents_app.money import money_display, money_str
 from agents_app.execution.versions import VersionMissing, definition_pinned
 from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.models import Activation, Agent, Run, Session, Team, WorkspaceFile
@@ -332,7 +333,7 @@ def _run_finish(run: Run) -> None:
     event_emit(run_id=run.id, type="run_complete", agent=run.agent, data={
         "status": run.status, "result": run.result[:2000], "error": run.error,
         "prompt_tokens": run.prompt_tokens, "completion_tokens": run.completion_tokens,
-        "cost_usd": str(run.cost_usd), "duration_s": round(duration, 3),
+        "cost_usd": money_str(run.cost_usd), "duration_s": round(duration, 3),
     })
     telemetry.record_run(run)
 
@@ -573,9 +574,9 @@ def budget_check(*, run_id, tier: str, agent: str, session_id) -> str | None:
                 and run.cost_usd >= Decimal(str(budget["warn_cost_usd"]))):
             Run.objects.filter(pk=run_id).update(budget_warned=True)
             event_emit(run_id=run_id, type="budget_warning", agent=agent, session_id=session_id,
-                       data={"cost_usd": str(run.cost_usd), "warn_cost_usd": str(budget["warn_cost_usd"])})
+                       data={"cost_usd": money_str(run.cost_usd), "warn_cost_usd": money_str(budget["warn_cost_usd"])})
         if budget.get("max_cost_usd") is not None and run.cost_usd >= Decimal(str(budget["max_cost_usd"])):
-            return f"the run's budget of ${budget['max_cost_usd']} is spent (${run.cost_usd})"
+            return f"the run's budget of {money_display(budget['max_cost_usd'])} is spent ({money_display(run.cost_usd)})"
         if (tier == "large" and budget.get("max_large_tier_uses") is not None
                 and run.large_tier_uses >= int(budget["max_large_tier_uses"])):
             return f"the run may use the large tier {budget['max_large_tier_uses']} time(s)"

@@ -31,6 +31,7 @@ from agents_app.llm.pricing import usage_cost
 from agents_app.llm.registry import Resolved
 from agents_app.llm.scripted import MemoryCursor
 from agents_app.llm.types import ModelRequest, ModelResponse, ProviderError, ToolCall
+from agents_app.money import money_str
 from agents_app.models import Activation, Run, Session
 from agents_app.specs import CustomToolSpec
 from agents_app.runner import db
@@ -222,7 +223,7 @@ async def _consolidate(*, state: SessionState, model: ModelHandle, store: Databa
             "tool_calls": [], "purpose": "consolidation",
             "usage": {"prompt_tokens": response.usage.prompt_tokens,
                       "completion_tokens": response.usage.completion_tokens},
-            "cost_usd": str(model.cost(response)),
+            "cost_usd": money_str(model.cost(response)),
         })
         return response.text
 

@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Callable, Protocol
 from agents_app.kernel.outputs import INVALID_OUTPUT, correction
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
 from agents_app.llm.types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
+from agents_app.money import money_str
 
 
 @dataclass
@@ -299,7 +300,7 @@ async def run_session(
             state.steps += 1
             state.prompt_tokens += response.usage.prompt_tokens
             state.completion_tokens += response.usage.completion_tokens
-            state.cost_usd = str(Decimal(state.cost_usd) + cost)
+            state.cost_usd = money_str(Decimal(state.cost_usd) + cost)
             state.messages.append(Message(role="assistant", content=response.text, tool_calls=response.tool_calls))
             state.elapsed_s = elapsed_before + clock() - started
             await store.emit("llm_response", {
@@ -307,7 +308,7 @@ async def run_session(
                 "text": response.text, "tool_calls": [call.to_dict() for call in response.tool_calls],
                 "usage": {"prompt_tokens": response.usage.prompt_tokens,
                           "completion_tokens": response.usage.completion_tokens},
-                "cost_usd": str(cost), **({"cached": True} if response.cached else {}),
+                "cost_usd": money_str(cost), **({"cached": True} if response.cached else {}),
             })
             await store.checkpoint(state, before_tools=bool(response.tool_calls))
             if not response.tool_calls:

@@ -39,6 +39,8 @@ class Team(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "team"
+        verbose_name_plural = "teams"
         ordering = ["slug"]
 
     def __str__(self) -> str:
@@ -52,6 +54,8 @@ class Membership(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "membership"
+        verbose_name_plural = "memberships"
         constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_unique_team_user")]
 
     def __str__(self) -> str:
@@ -71,9 +75,12 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
+    class Meta:
+        verbose_name = "API token"
+        verbose_name_plural = "API tokens"
+
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user}, {self.team})"
-
 
 class Definition(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
@@ -110,6 +117,8 @@ class Agent(Definition):
     tier = models.CharField(max_length=16, blank=True)
 
     class Meta(Definition.Meta):
+        verbose_name = "agent"
+        verbose_name_plural = "agents"
         constraints = [models.UniqueConstraint(fields=["team", "slug"], name="agent_unique_team_slug")]
 
 
@@ -118,6 +127,8 @@ class Skill(Definition):
     references = models.JSONField(default=dict, blank=True, help_text="Files beside SKILL.md: path → text.")
 
     class Meta(Definition.Meta):
+        verbose_name = "skill"
+        verbose_name_plural = "skills"
         constraints = [models.UniqueConstraint(fields=["team", "slug"], name="skill_unique_team_slug")]
 
 
@@ -128,6 +139,8 @@ class ModelProvider(Definition):
     api_key_env = models.CharField(max_length=100, blank=True)
 
     class Meta(Definition.Meta):
+        verbose_name = "model provider"
+        verbose_name_plural = "model providers"
         constraints = [models.UniqueConstraint(fields=["team", "slug"], name="provider_unique_team_slug")]
 
 
@@ -141,6 +154,8 @@ class ProviderModel(models.Model):
     output_price = models.DecimalField(max_digits=12, decimal_places=4, default=0, help_text="USD per million tokens")
 
     class Meta:
+        verbose_name = "provider model"
+        verbose_name_plural = "provider models"
         ordering = ["provider_id", "name"]
         constraints = [models.UniqueConstraint(fields=["provider", "name"], name="provider_model_unique_name")]
 
@@ -164,6 +179,8 @@ class DefinitionVersion(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "definition version"
+        verbose_name_plural = "definition versions"
         ordering = ["team_id", "kind", "slug", "-number"]
         constraints = [
             models.UniqueConstraint(fields=["team", "kind", "slug", "number"], name="definition_version_unique")

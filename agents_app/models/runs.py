@@ -54,6 +54,8 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "run"
+        verbose_name_plural = "runs"
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["team", "-created_at"], name="run_team_created")]
 
@@ -97,6 +99,8 @@ class Activation(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "activation"
+        verbose_name_plural = "activations"
         ordering = ["created_at"]
         indexes = [models.Index(fields=["run", "status", "priority", "created_at"], name="activation_queue")]
 
@@ -137,6 +141,8 @@ class Session(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "session"
+        verbose_name_plural = "sessions"
         ordering = ["started_at"]
         constraints = [
             models.UniqueConstraint(fields=["activation", "attempt"], name="session_unique_attempt"),
@@ -156,6 +162,8 @@ class Event(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "event"
+        verbose_name_plural = "events"
         ordering = ["run_id", "seq"]
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="event_unique_run_seq")]
 
@@ -173,6 +181,8 @@ class WorkspaceFile(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name = "workspace file"
+        verbose_name_plural = "workspace files"
         ordering = ["run_id", "path"]
         constraints = [models.UniqueConstraint(fields=["run", "path"], name="workspace_unique_path")]
 

@@ -55,7 +55,7 @@ def test_follows_a_run_to_success_with_a_summary(team_a, tmp_path, celery_worker
         "lead           run started: lead on 'Investigate'",
         "lead           session started (attempt 1, tier medium)",
         "lead           calls model scripted (step 1,",
-        "lead           model replied: 10 in / 5 out tokens, $0.000000; 3 tool call(s): vfs_write, vfs_write, delegate",
+        "lead           model replied: 10 in / 5 out tokens, $0.00; 3 tool call(s): vfs_write, vfs_write, delegate",
         "lead           → vfs_write(path='notes.md', content='plan')",
         "lead           created notes.md (v1, 4 bytes)",
         "lead           ← vfs_write ok:",
@@ -73,7 +73,7 @@ def test_follows_a_run_to_success_with_a_summary(team_a, tmp_path, celery_worker
     assert summary[0] == "Status:     succeeded"
     assert summary[1].startswith("Duration:   ") and summary[1].endswith(" s")
     assert summary[2:7] == ["Sessions:   2 (2 ok)", "Tool calls: 3", "Tokens:     21 in / 9 out",
-                            "Cost:       $0.000000", "Files:      2"]
+                            "Cost:       $0.00", "Files:      2"]
     assert summary[-1] == "Result:     Done."
 
 

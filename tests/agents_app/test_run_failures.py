@@ -66,8 +66,8 @@ def test_the_budget_stops_the_run_as_policy_denied(team_a, celery_worker_process
     assert str(run.cost_usd) == "1.000000"
     [session] = Session.objects.filter(run=run)
     assert session.failure["kind"] == "policy_denied"
-    assert session.failure["message"] == "the run's budget of $0.5 is spent ($1.000000)"
-    assert [e.data for e in events(run, "budget_warning")] == [{"cost_usd": "1.000000", "warn_cost_usd": "0.2"}]
+    assert session.failure["message"] == "the run's budget of $0.50 is spent ($1.00)"
+    assert [e.data for e in events(run, "budget_warning")] == [{"cost_usd": "1", "warn_cost_usd": "0.2"}]
     assert len(events(run, "llm_request")) == 1
 
 

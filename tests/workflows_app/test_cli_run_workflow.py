@@ -66,17 +66,17 @@ def test_progress_per_step_then_a_table(team_a, tmp_path, celery_worker_process)
     assert lines[0] == f"Workflow two started: run {run.id} in team alpha, 2 steps (scripted)"
     assert lines[1] == f"  monitor: /runs/{run.id}/   API: /api/runs/{run.id}"
     assert steps_part(out) == [
-        "[  0% 0/2] ▶ draft (writer) running (attempt 1) · 0 tokens · $0.000000",
-        "[ 50% 1/2] ✓ draft (writer) done · 15 tokens · $0.000000",
-        "[ 50% 1/2] ▶ review (reviewer) running (attempt 1) · 15 tokens · $0.000000",
-        "[100% 2/2] ✓ review (reviewer) done · 37 tokens · $0.000000",
+        "[  0% 0/2] ▶ draft (writer) running (attempt 1) · 0 tokens · $0.00",
+        "[ 50% 1/2] ✓ draft (writer) done · 15 tokens · $0.00",
+        "[ 50% 1/2] ▶ review (reviewer) running (attempt 1) · 15 tokens · $0.00",
+        "[100% 2/2] ✓ review (reviewer) done · 37 tokens · $0.00",
     ]
     table = out[out.index("step "):].splitlines()
     assert table[:4] == [
         "step    agent     status     tries  tokens  cost",
-        "------  --------  ---------  -----  ------  ---------",
-        "draft   writer    succeeded  1      15      $0.000000",
-        "review  reviewer  succeeded  1      22      $0.000000",
+        "------  --------  ---------  -----  ------  -----",
+        "draft   writer    succeeded  1      15      $0.00",
+        "review  reviewer  succeeded  1      22      $0.00",
     ]
     assert "Status:   succeeded — 2/2 steps succeeded" in out and "Result:   approve" in out
 

@@ -7,6 +7,7 @@ import pytest
 from agents_app.definitions.kinds import AGENT, PROVIDER, WORKFLOW
 from agents_app.execution.services import RunError, run_cancel
 from agents_app.models import Activation, Agent, Event, Run, Session
+from agents_app.money import money_str
 from tests.runs import define, events, finish
 from workflows_app.models import Workflow, WorkflowRun
 from workflows_app.services import workflow_run_start, workflow_steps
@@ -90,7 +91,7 @@ def test_a_pipeline_runs_steps_in_order_with_outputs_substituted(team_a, celery_
     assert {k: complete[k] for k in ("status", "steps_total", "succeeded", "failed", "skipped")} == {
         "status": "succeeded", "steps_total": 4, "succeeded": 4, "failed": 0, "skipped": 0}
     assert complete["tokens"] == run.prompt_tokens + run.completion_tokens > 0
-    assert complete["cost_usd"] == str(run.cost_usd)
+    assert complete["cost_usd"] == money_str(run.cost_usd)
     assert all_events[-1].type == "run_complete" and all_events[-1].data["status"] == "succeeded"
 
     steps = {step["id"]: step for step in workflow_steps(run)}
@@ -260,12 +261,12 @@ def test_the_run_budget_stops_the_workflow_before_the_next_step(team_a, celery_w
     run = finish(workflow_run_start(team=team_a, workflow="budgeted", inputs={}, script=script,
                                     budget={"max_cost_usd": "0.5"}))
     assert run.status == "failed"
-    assert run.error == "the run's budget of $0.5 is spent ($1.000000)"
+    assert run.error == "the run's budget of $0.50 is spent ($1.00)"
     assert {s["id"]: s["status"] for s in workflow_steps(run)} == {"gather": "succeeded", "write": "skipped"}
     assert [e.data for e in events(run, "workflow_stopped")] == [
-        {"reason": "the run's budget of $0.5 is spent ($1.000000)", "skipped": ["write"]}]
+        {"reason": "the run's budget of $0.50 is spent ($1.00)", "skipped": ["write"]}]
     assert [(e.agent, e.data) for e in events(run, "step_skipped")] == [
-        ("writer", {"step": "write", "reason": "the run's budget of $0.5 is spent ($1.000000)"})]
+        ("writer", {"step": "write", "reason": "the run's budget of $0.50 is spent ($1.00)"})]
     assert Session.objects.filter(run=run).count() == 1
 
 

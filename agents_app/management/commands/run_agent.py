@@ -24,6 +24,7 @@ from agents_app.execution.services import RunError, run_start
 from agents_app.llm.scripted import validate_script
 from agents_app.models import Agent, Event, Run, Session, Team, WorkspaceFile
 from agents_app.models.runs import FINISHED_RUN_STATUSES
+from agents_app.money import money_display
 from agents_app.selectors_runs import run_duration_s, run_events
 
 POLL_S = 0.2
@@ -41,8 +42,8 @@ def _short(value: Any, width: int = 60) -> str:
 
 def money(value: Any) -> str:
     try:
-        return f"${Decimal(str(value or 0)):.6f}"
-    except InvalidOperation:
+        return money_display(value)
+    except ValueError:
         return f"${value}"
 
 

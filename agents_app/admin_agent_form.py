@@ -1,0 +1,281 @@
+"""An agent edited as a form — name, model, tools, limits, prompt — with its markdown one click away.
+
+The form composes the markdown from its fields (keys it has no field for —
+custom tools, examples, output schema, unknown keys — are kept as they were)
+and saves it through the same path as the markdown editor, so validation,
+versions and files are the same. A validation error lands on the field it is
+about. Posting ``editor=markdown`` (or no ``editor``) saves the textarea
+instead: the markdown view stays for those who prefer it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.utils.html import format_html
+
+from agents_app.admin_base import DefinitionForm, describe_error, teams_with
+from agents_app.definitions.markdown import DefinitionError, load_frontmatter, render_definition, split_frontmatter
+from agents_app.models import ProviderModel, Skill, Team
+from tools_app.builtin import BUILTIN_TOOL_CLASSES
+from tools_app.catalog import BUILTIN_TOOLS, SAFE_DEFAULT_TOOLS
+from tools_app.models import CustomTool, MCPServer
+
+TIERS = ("small", "medium", "large")
+MAX_CHOICES = 500  # tools, servers, skills or models offered in one list
+
+# Form field → the spec key (dotted for nested keys) it edits; the order of the form. Fields named like a
+# column of the row are prefixed: the admin's ModelForm would copy them onto the row otherwise.
+SPEC_FIELDS: dict[str, str] = {
+    "agent_name": "name",
+    "agent_description": "description",
+    "agent_model": "model",
+    "agent_tier": "tier",
+    "escalation": "escalation",
+    "temperature": "temperature",
+    "max_tokens": "max_tokens",
+    "tools": "tools",
+    "mcp_servers": "mcp_servers",
+    "skills": "skills",
+    "max_steps": "limits.max_steps",
+    "max_tool_calls": "limits.max_tool_calls",
+    "timeout_s": "limits.timeout_s",
+    "memory_enabled": "memory.enabled",
+    "memory_k": "memory.k",
+}
+FIELD_OF_KEY = {key: field for field, key in SPEC_FIELDS.items()}
+
+
+class ToolCheckboxes(forms.CheckboxSelectMultiple):
+    """Each tool with its description under its name, all shown up front."""
+
+    def __init__(self, *args, descriptions: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.descriptions = descriptions or {}
+        self.attrs.setdefault("class", "mas-tools")
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        description = self.descriptions.get(str(value), "")
+        if description:
+            option["label"] = format_html("{} <span class='mas-tool-description'>{}</span>", label, description)
+        return option
+
+
+def _first_line(text: str, limit: int = 160) -> str:
+    line = (text or "").strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _builtin_descriptions() -> dict[str, str]:
+    return {name: _first_line(getattr(cls, "description", "")) for name, cls in BUILTIN_TOOL_CLASSES.items()}
+
+
+def _get(data: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
+
+
+def _set(data: dict[str, Any], key: str, value: Any) -> None:
+    *parents, last = key.split(".")
+    for part in parents:
+        if not isinstance(data.get(part), dict):
+            data[part] = {}
+        data = data[part]
+    if value is None:
+        data.pop(last, None)
+    else:
+        data[last] = value
+
+
+class AgentForm(DefinitionForm):
+    """Fields for an agent's frontmatter and prompt; the whole markdown as the alternative."""
+
+    editor = forms.ChoiceField(
+        choices=[("fields", "the form"), ("markdown", "the markdown")], required=False,
+        widget=forms.RadioSelect(attrs={"class": "mas-editor-choice"}), label="Edit with",
+        help_text="The form and the markdown are two views of one file; the one chosen here is saved.",
+    )
+    agent_name = forms.CharField(max_length=200, required=False, label="Name")
+    agent_description = forms.CharField(required=False, label="Description",
+                                        widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
+    agent_model = forms.ChoiceField(required=False, label="Model",
+                                    help_text="A model of the team's providers, or none to choose by tier.")
+    agent_tier = forms.ChoiceField(required=False, label="Tier", choices=[("", "—"), *((tier, tier) for tier in TIERS)])
+    escalation = forms.CharField(
+        required=False, help_text="Rungs tried in order after failed attempts: tiers or provider:model, comma separated.")
+    temperature = forms.FloatField(required=False, min_value=0, max_value=2)
+    max_tokens = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
+    tools = forms.MultipleChoiceField(required=False, help_text=(
+        "The tools the agent may call. Leaving the safe default set ticked keeps the definition's default."))
+    mcp_servers = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple, label="MCP servers")
+    skills = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    max_steps = forms.IntegerField(required=False, min_value=1, max_value=1000, help_text="Default 20.")
+    max_tool_calls = forms.IntegerField(required=False, min_value=0, max_value=10000, help_text="Default 50.")
+    timeout_s = forms.IntegerField(required=False, min_value=1, max_value=86400, label="Timeout (s)",
+                                   help_text="Default 600.")
+    memory_enabled = forms.BooleanField(required=False, label="Long-term memory")
+    memory_k = forms.IntegerField(required=False, min_value=1, max_value=100, label="Memories recalled (k)",
+                                  help_text="Default 5.")
+    prompt = forms.CharField(
+        required=False, strip=False, label="System prompt",
+        widget=forms.Textarea(attrs={"rows": 16, "cols": 100, "class": "mas-body", "spellcheck": "true"}),
+        help_text="Markdown: the agent's instructions.",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["markdown"].required = False
+        self.fields["editor"].initial = "fields"
+        self.current = self._current_data()
+        teams = self._teams()
+        self._choices(teams)
+        spec = self.current["spec"]
+        for field, key in SPEC_FIELDS.items():
+            value = _get(spec, key)
+            if field == "escalation":
+                value = ", ".join(value or [])
+            elif field == "tools":
+                value = list(SAFE_DEFAULT_TOOLS) if value is None else value
+            elif field == "mcp_servers":
+                value = [entry if isinstance(entry, str) else entry.get("name") for entry in value or []
+                         if isinstance(entry, (str, dict))]
+            elif field == "skills":
+                value = self._skill_slugs(teams, value or [])
+            self.fields[field].initial = value
+        self.fields["prompt"].initial = self.current["body"]
+
+    # -- what the form starts from ---------------------------------------------------------------
+
+    def _current_data(self) -> dict[str, Any]:
+        kind = self.model_admin.kind
+        if self.instance.pk:
+            return {"spec": dict(self.instance.spec or {}), "extra": dict(self.instance.extra or {}),
+                    "body": self.instance.body}
+        # The template of a new agent is not valid yet (no name): read its frontmatter without validating it.
+        try:
+            yaml_text, body = split_frontmatter(self.model_admin.markdown_template, path="")
+            data, _, _ = load_frontmatter(yaml_text, path="")
+        except DefinitionError:
+            return {"spec": {}, "extra": {}, "body": ""}
+        return {"spec": {key: value for key, value in data.items() if value not in (None, "")}, "extra": {},
+                "body": body.strip()}
+
+    def _teams(self) -> list[Team]:
+        if self.instance.pk:
+            return [self.instance.team]
+        return list(teams_with(self.request, self.model_admin.edit_capability)[:20])
+
+    def _choices(self, teams: list[Team]) -> None:
+        several = len(teams) > 1
+
+        def label(team: Team, text: str) -> str:
+            return f"{text} ({team.slug})" if several else text
+
+        models = (ProviderModel.objects.filter(provider__team__in=teams).select_related("provider", "provider__team")
+                  .order_by("provider__slug", "name")[:MAX_CHOICES])
+        model_choices = [("", "— by tier —")] + [
+            (f"{m.provider.slug}:{m.name}", label(m.provider.team, f"{m.provider.name}: {m.name}"
+                                                  + (f" ({m.tier})" if m.tier else "")))
+            for m in models]
+        current_model = self.current["spec"].get("model")
+        if current_model and current_model not in {value for value, _ in model_choices}:
+            model_choices.append((current_model, f"{current_model} (not a model of the team's providers)"))
+        self.fields["agent_model"].choices = model_choices
+
+        custom = list(CustomTool.objects.filter(team__in=teams).select_related("team").order_by("name")[:MAX_CHOICES])
+        descriptions = {**_builtin_descriptions(), **{t.name: _first_line(t.description) for t in custom}}
+        tool_choices = [(name, name) for name in BUILTIN_TOOLS]
+        tool_choices += [(t.name, label(t.team, f"{t.name} (custom)")) for t in custom if t.name not in BUILTIN_TOOLS]
+        self.fields["tools"].choices = tool_choices
+        self.fields["tools"].widget = ToolCheckboxes(descriptions=descriptions, choices=tool_choices)
+
+        servers = MCPServer.objects.filter(team__in=teams).select_related("team").order_by("slug")[:MAX_CHOICES]
+        server_choices = [(s.slug, label(s.team, f"{s.name} ({s.transport})")) for s in servers]
+        for entry in self.current["spec"].get("mcp_servers") or []:
+            name = entry if isinstance(entry, str) else entry.get("name") if isinstance(entry, dict) else None
+            if isinstance(name, str) and name not in {value for value, _ in server_choices}:
+                server_choices.append((name, f"{name} (missing)"))
+        self.fields["mcp_servers"].choices = server_choices
+
+        skills = Skill.objects.filter(team__in=teams).select_related("team").order_by("slug")[:MAX_CHOICES]
+        self.fields["skills"].choices = [(s.slug, label(s.team, f"{s.name}: {_first_line(s.description, 80)}"))
+                                         for s in skills]
+        self.fields["skills"].widget = ToolCheckboxes(choices=self.fields["skills"].choices)
+        self.fields["mcp_servers"].widget = ToolCheckboxes(choices=server_choices)
+
+    def _skill_slugs(self, teams: list[Team], names: list[str]) -> list[str]:
+        rows = Skill.objects.filter(team__in=teams).values_list("slug", "name")
+        by_name = {name: slug for slug, name in rows}
+        return [by_name.get(name, name) for name in names]
+
+    # -- composing the markdown -------------------------------------------------------------------
+
+    @property
+    def editing_fields(self) -> bool:
+        return self.data.get(self.add_prefix("editor")) == "fields"
+
+    def submitted_markdown(self, cleaned: dict) -> str | None:
+        if not self.editing_fields:
+            text = cleaned.get("markdown")
+            if not text:
+                self.add_error("markdown", "This field is required.")
+                return None
+            return text
+        if any(field in self.errors for field in SPEC_FIELDS) or "prompt" in self.errors:
+            return None
+        spec = self._spec_from(cleaned)
+        text = render_definition(spec=spec, extra=self.current["extra"], body=cleaned.get("prompt") or "")
+        cleaned["markdown"] = text
+        return text
+
+    def _spec_from(self, cleaned: dict) -> dict[str, Any]:
+        spec = dict(self.current["spec"])
+        for key in ("limits", "memory"):
+            if isinstance(spec.get(key), dict):
+                spec[key] = dict(spec[key])
+        for field, key in SPEC_FIELDS.items():
+            value = cleaned.get(field)
+            if field == "escalation":
+                value = [rung.strip() for rung in (value or "").split(",") if rung.strip()] or None
+            elif field == "tools":
+                chosen = list(value or [])
+                # The default set, unchanged, stays "the default" rather than becoming a list.
+                if self.current["spec"].get("tools") is None and set(chosen) == set(SAFE_DEFAULT_TOOLS):
+                    value = None
+                else:
+                    value = chosen
+            elif field == "mcp_servers":
+                kept = {(e.get("name") if isinstance(e, dict) else e): e
+                        for e in self.current["spec"].get("mcp_servers") or [] if isinstance(e, (str, dict))}
+                value = [kept.get(slug, slug) for slug in value or []] or None  # narrowed entries stay as they were
+            elif field == "skills":
+                value = list(value or []) or None
+            elif field in ("agent_name", "agent_description"):
+                value = value or ("" if field == "agent_name" else None)
+            elif field == "memory_enabled":
+                value = True if value else None
+            elif value == "":
+                value = None
+            _set(spec, key, value)
+        for key in ("limits", "memory"):
+            if spec.get(key) == {}:
+                spec.pop(key)
+        return spec
+
+    def report(self, error: DefinitionError) -> None:
+        if not self.editing_fields:
+            return super().report(error)
+        key = error.field or ""
+        field = FIELD_OF_KEY.get(key) or FIELD_OF_KEY.get(key.split("[", 1)[0]) or FIELD_OF_KEY.get(key.split(".")[0])
+        if key and field is None and key.split(".")[0] in {"limits", "memory"}:
+            field = FIELD_OF_KEY.get(".".join(key.split(".")[:2]))
+        if field is not None:
+            self.add_error(field, error.message)
+        else:
+            # About a key the form has no field for (custom tools, examples, …): fix it in the markdown.
+            self.add_error(None, f"{describe_error(error)} — edit it in the markdown.")

@@ -1,0 +1,189 @@
+"""The team dashboard on the admin index: what runs, what failed, what it cost, what waits for someone.
+
+The page is a list of panels, one registry for all of them. Each panel has a
+template and a function that builds its context for one team, or returns
+``None`` when it has nothing to show (the panel is then left out). A later
+feature adds its panel from its ``AppConfig.ready`` with
+:func:`panel_register` — pending approvals, for one — without touching this
+module or the template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Callable
+
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+
+from agents_app.models import Run, Session, Team
+from agents_app.models.runs import RunStatus
+from agents_app.money import money_display
+
+RECENT_RUNS = 10
+COST_ROWS = 20  # agents per cost table; the rest are summed in one "other agents" row
+MAX_TEAMS = 20  # teams on one page (a superuser sees every team)
+
+
+# -- the registry -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One box of the dashboard: ``context(team=…, now=…)`` returns its template's context, or None to hide it."""
+
+    name: str
+    title: str
+    template: str
+    context: Callable[..., dict[str, Any] | None]
+    order: int = 100
+
+
+_PANELS: dict[str, Panel] = {}
+
+
+def panel_register(panel: Panel) -> Panel:
+    """Add ``panel`` to every team's dashboard; names are unique (a second registration is a bug)."""
+    if not panel.name or not panel.template:
+        raise ValueError("a dashboard panel needs a name and a template")
+    if panel.name in _PANELS and _PANELS[panel.name] != panel:
+        raise ValueError(f"a dashboard panel named {panel.name!r} is already registered")
+    _PANELS[panel.name] = panel
+    return panel
+
+
+def panels() -> list[Panel]:
+    return sorted(_PANELS.values(), key=lambda panel: (panel.order, panel.name))
+
+
+@dataclass
+class RenderedPanel:
+    panel: Panel
+    context: dict[str, Any]
+
+
+@dataclass
+class TeamDashboard:
+    team: Team
+    panels: list[RenderedPanel]
+
+
+def dashboard_for(*, teams: list[Team], now: datetime | None = None) -> list[TeamDashboard]:
+    """The dashboard of each of ``teams`` (at most ``MAX_TEAMS``), with the panels that have something to show."""
+    now = now or timezone.now()
+    boards = []
+    for team in teams[:MAX_TEAMS]:
+        rendered = []
+        for panel in panels():
+            context = panel.context(team=team, now=now)
+            if context is not None:
+                rendered.append(RenderedPanel(panel=panel, context=context))
+        boards.append(TeamDashboard(team=team, panels=rendered))
+    return boards
+
+
+# -- the figures --------------------------------------------------------------------------
+
+
+def day_start(now: datetime) -> datetime:
+    """Midnight of ``now``'s day in the server's time zone (``TIME_ZONE``)."""
+    local = timezone.localtime(now)
+    return local.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def month_start(now: datetime) -> datetime:
+    return day_start(now).replace(day=1)
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    running: int
+    waiting: int
+    failed_today: int
+
+
+def run_counts(*, team: Team, now: datetime) -> RunCounts:
+    """Runs working now, runs queued for a worker, and runs that failed since midnight."""
+    today = day_start(now)
+    runs = Run.objects.filter(team=team)
+    failed_today = Q(status=RunStatus.FAILED) & (
+        Q(finished_at__gte=today) | Q(finished_at__isnull=True, created_at__gte=today)
+    )
+    counts = runs.order_by().aggregate(
+        running=_count(Q(status=RunStatus.RUNNING)),
+        waiting=_count(Q(status=RunStatus.QUEUED)),
+        failed_today=_count(failed_today),
+    )
+    return RunCounts(**counts)
+
+
+def _count(condition: Q) -> Count:
+    return Count("pk", filter=condition)
+
+
+@dataclass(frozen=True)
+class CostRow:
+    agent: str
+    cost: Decimal
+
+    @property
+    def display(self) -> str:
+        return money_display(self.cost)
+
+
+@dataclass(frozen=True)
+class CostTable:
+    rows: list[CostRow]
+    total: Decimal
+
+    @property
+    def total_display(self) -> str:
+        return money_display(self.total)
+
+
+def cost_by_agent(*, team: Team, since: datetime) -> CostTable:
+    """What each agent's sessions started since ``since`` cost, most expensive first."""
+    sums = (
+        Session.objects.filter(run__team=team, started_at__gte=since)
+        .order_by()
+        .values("agent")
+        .annotate(cost=Sum("cost_usd"))
+        .order_by("-cost", "agent")
+    )
+    rows = [CostRow(agent=row["agent"], cost=row["cost"] or Decimal(0)) for row in sums]
+    total = sum((row.cost for row in rows), Decimal(0))
+    if len(rows) > COST_ROWS:
+        rest = sum((row.cost for row in rows[COST_ROWS - 1:]), Decimal(0))
+        rows = [*rows[: COST_ROWS - 1], CostRow(agent=f"{len(rows) - COST_ROWS + 1} other agents", cost=rest)]
+    return CostTable(rows=rows, total=total)
+
+
+def recent_runs(*, team: Team, limit: int = RECENT_RUNS) -> list[Run]:
+    return list(
+        Run.objects.filter(team=team)
+        .only("id", "agent", "workflow", "status", "cost_usd", "created_at", "team_id")
+        .order_by("-created_at")[:limit]
+    )
+
+
+# -- the built-in panels ------------------------------------------------------------------------
+
+
+def _activity(*, team: Team, now: datetime) -> dict[str, Any]:
+    return {"counts": run_counts(team=team, now=now)}
+
+
+def _costs(*, team: Team, now: datetime) -> dict[str, Any]:
+    return {"today": cost_by_agent(team=team, since=day_start(now)),
+            "month": cost_by_agent(team=team, since=month_start(now))}
+
+
+def _recent(*, team: Team, now: datetime) -> dict[str, Any]:
+    return {"runs": [{"run": run, "cost": money_display(run.cost_usd)} for run in recent_runs(team=team)]}
+
+
+panel_register(Panel("activity", "Runs", "admin/mas/panels/activity.html", _activity, order=10))
+panel_register(Panel("costs", "Cost by agent", "admin/mas/panels/costs.html", _costs, order=20))
+panel_register(Panel("recent_runs", "Recent runs", "admin/mas/panels/recent_runs.html", _recent, order=30))

@@ -1,0 +1,138 @@
+"""The admin index is the team's dashboard: exact figures from runs made with known costs and states."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from agents_app import dashboard
+from agents_app.dashboard import Panel, day_start, panel_register
+from agents_app.models import Activation, Run, Session
+from tests.agents_app.test_admin_definitions import client_for
+
+pytestmark = pytest.mark.django_db
+
+
+def make_run(team, *, agent: str, status: str, costs: dict[str, str] = {}, age: timedelta = timedelta(0),
+             workflow: str = "") -> Run:
+    """A run and one session per agent of ``costs``, all dated ``age`` ago (no worker involved)."""
+    when = timezone.now() - age
+    run = Run.objects.create(team=team, agent=agent, workflow=workflow, status=status,
+                             cost_usd=sum((Decimal(c) for c in costs.values()), Decimal(0)))
+    finished = when if status in {"succeeded", "failed", "cancelled"} else None
+    Run.objects.filter(pk=run.pk).update(created_at=when, finished_at=finished)
+    for name, cost in costs.items():
+        activation = Activation.objects.create(run=run, agent=name)
+        session = Session.objects.create(run=run, activation=activation, agent=name, cost_usd=Decimal(cost))
+        Session.objects.filter(pk=session.pk).update(started_at=when)
+    run.refresh_from_db()
+    return run
+
+
+@pytest.fixture
+def history(team_a, team_b):
+    now = timezone.now()
+    # Far enough into "today" and "this month" that the ages below stay inside (or outside) them.
+    since_midnight = now - day_start(now)
+    into_month = now - day_start(now).replace(day=1)
+    runs = {
+        "running": make_run(team_a, agent="lead", status="running", costs={"lead": "0.25", "helper": "0.000001"}),
+        "queued_1": make_run(team_a, agent="lead", status="queued"),
+        "queued_2": make_run(team_a, agent="writer", status="queued"),
+        "failed_now": make_run(team_a, agent="writer", status="failed", costs={"writer": "1.5"}),
+        "succeeded": make_run(team_a, agent="lead", status="succeeded", costs={"lead": "0.75"}),
+        # Before midnight but this month (unless today is the 1st: then it is last month).
+        "failed_yesterday": make_run(team_a, agent="writer", status="failed", costs={"writer": "2"},
+                                     age=since_midnight + timedelta(minutes=1)),
+        "last_month": make_run(team_a, agent="lead", status="succeeded", costs={"lead": "100"},
+                               age=into_month + timedelta(days=1)),
+        # Another team's runs count nowhere on alpha's dashboard.
+        "theirs": make_run(team_b, agent="lead", status="failed", costs={"lead": "9"}),
+    }
+    return runs, into_month > since_midnight + timedelta(minutes=1)
+
+
+def panel(response, name: str):
+    board, = response.context["boards"]
+    return next(item.context for item in board.panels if item.panel.name == name)
+
+
+def test_the_dashboard_counts_and_costs_a_teams_runs_exactly(history, team_a, make_member):
+    runs, yesterday_in_month = history
+    client = client_for(make_member(team_a, "viewer"))
+    response = client.get(reverse("admin:index"))
+    assert response.status_code == 200
+    assert [item.panel.name for item in response.context["boards"][0].panels] == ["activity", "costs", "recent_runs"]
+
+    counts = panel(response, "activity")["counts"]
+    assert (counts.running, counts.waiting, counts.failed_today) == (1, 2, 1)
+
+    costs = panel(response, "costs")
+    assert [(row.agent, row.cost) for row in costs["today"].rows] == [
+        ("writer", Decimal("1.5")), ("lead", Decimal("1.0")), ("helper", Decimal("0.000001"))]
+    assert costs["today"].total == Decimal("2.500001")
+    month = [("writer", Decimal("3.5") if yesterday_in_month else Decimal("1.5")), ("lead", Decimal("1.0")),
+             ("helper", Decimal("0.000001"))]
+    assert [(row.agent, row.cost) for row in costs["month"].rows] == month
+
+    recent = [item["run"].pk for item in panel(response, "recent_runs")["runs"]]
+    ours = sorted((r for key, r in runs.items() if key != "theirs"), key=lambda r: r.created_at, reverse=True)
+    assert recent == [r.pk for r in ours]
+    assert runs["theirs"].pk not in recent
+
+    html = response.content.decode()
+    # Figures as people read them, in the one money format, and each run one click from its monitor.
+    assert '<td class="mas-num">$2.500001</td>' in html
+    assert '<td>helper</td><td class="mas-num">$0.000001</td>' in html
+    for run in ours:
+        assert f'href="{reverse("monitor-run", args=[run.pk])}"' in html
+    assert f'href="{reverse("monitor-run", args=[runs["theirs"].pk])}"' not in html
+    assert f'href="{reverse("monitor-runs")}"' in html  # the header's link to the live monitor
+
+
+def test_a_user_in_two_teams_sees_one_board_per_team_and_a_user_in_none_a_hint(team_a, team_b, make_member):
+    from agents_app.services import membership_set
+
+    user = make_member(team_a, "viewer")
+    membership_set(team=team_b, user=user, role="editor")
+    make_run(team_b, agent="lead", status="running")
+    response = client_for(user).get(reverse("admin:index"))
+    boards = response.context["boards"]
+    assert [board.team.slug for board in boards] == ["alpha", "beta"]
+    counts = [next(p.context["counts"] for p in board.panels if p.panel.name == "activity") for board in boards]
+    assert [(c.running, c.waiting, c.failed_today) for c in counts] == [(0, 0, 0), (1, 0, 0)]
+
+
+def test_a_registered_panel_shows_only_when_it_has_something(team_a, make_member, monkeypatch):
+    # How a later feature (pending approvals) adds its box: one registration, no template edit.
+    monkeypatch.setattr(dashboard, "_PANELS", dict(dashboard._PANELS))
+    shown = {"alpha": True}
+    panel_register(Panel("pending", "Pending approvals", "admin/mas/panels/activity.html",
+                         lambda *, team, now: {"counts": dashboard.run_counts(team=team, now=now)}
+                         if shown.get(team.slug) else None, order=5))
+    client = client_for(make_member(team_a, "viewer"))
+    names = [p.panel.name for p in client.get(reverse("admin:index")).context["boards"][0].panels]
+    assert names == ["pending", "activity", "costs", "recent_runs"]
+    shown["alpha"] = False
+    names = [p.panel.name for p in client.get(reverse("admin:index")).context["boards"][0].panels]
+    assert names == ["activity", "costs", "recent_runs"]
+    with pytest.raises(ValueError, match="already registered"):
+        panel_register(Panel("costs", "Other", "x.html", lambda **_: None))
+
+
+def test_no_pending_approvals_panel_before_approvals_exist():
+    assert "approvals" not in {panel.name for panel in dashboard.panels()}
+
+
+def test_a_runs_admin_page_links_to_its_monitor(team_a, make_member):
+    run = make_run(team_a, agent="lead", status="succeeded", costs={"lead": "0.000001"})
+    client = client_for(make_member(team_a, "viewer"))
+    html = client.get(reverse("admin:agents_app_run_change", args=[run.pk])).content.decode()
+    assert f"href='{reverse('monitor-run', args=[run.pk])}'" in html
+    listing = client.get(reverse("admin:agents_app_run_changelist")).content.decode()
+    assert f"href='{reverse('monitor-run', args=[run.pk])}'" in listing
+    assert "$0.000001" in listing
