@@ -123,7 +123,8 @@ class StatusFilter(admin.SimpleListFilter):
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
-    list_display = ("short_id", "team", "agent", "workflow", "status", "tokens", "cost_usd", "created_at")
+    list_display = ("short_id", "team", "agent", "workflow", "status", "tokens", "cost_usd", "created_at",
+                    "monitor_link")
     list_filter = (StatusFilter, "created_at")
     list_select_related = ("team",)
     search_fields = ("agent", "workflow", "input")
@@ -133,12 +134,12 @@ class RunAdmin(ReadOnlyAdmin):
         ("Totals", {"fields": ("prompt_tokens", "completion_tokens", "cost_usd", "duration", "large_tier_uses")}),
         ("Settings", {"fields": ("provider", "show_limits", "show_budget", "show_versions", "created_by",
                                  "created_at", "started_at", "finished_at")}),
-        ("Activity", {"fields": ("events_link", "files_link")}),
+        ("Activity", {"fields": ("monitor_link", "events_link", "files_link")}),
     )
     readonly_fields = ("id", "team", "agent", "workflow", "status", "input", "result", "error", "notice",
                        "prompt_tokens", "completion_tokens", "cost_usd", "duration", "large_tier_uses", "provider",
                        "show_limits", "show_budget", "show_versions", "created_by", "created_at", "started_at",
-                       "finished_at", "events_link", "files_link")
+                       "finished_at", "monitor_link", "events_link", "files_link")
     inlines = (ActivationInline, SessionInline)
     actions = ("cancel_runs",)
 
@@ -166,6 +167,10 @@ class RunAdmin(ReadOnlyAdmin):
     @admin.display(description="Definition versions")
     def show_versions(self, obj):
         return pretty_json(obj.versions)
+
+    @admin.display(description="Live monitor")
+    def monitor_link(self, obj):
+        return format_html('<a href="{}">Open in the monitor</a>', reverse("monitor-run", args=[obj.pk]))
 
     @admin.display(description="Events")
     def events_link(self, obj):
@@ -218,6 +223,10 @@ class SessionAdmin(RunChildAdmin):
     @admin.display(description="Meta")
     def show_meta(self, obj):
         return pretty_json(obj.meta)
+
+    @admin.display(description="Live monitor")
+    def monitor_link(self, obj):
+        return format_html('<a href="{}">Open in the monitor</a>', reverse("monitor-run", args=[obj.pk]))
 
     @admin.display(description="Events")
     def events_link(self, obj):
