@@ -63,12 +63,24 @@ def check_celery() -> str:
     return f"{len(beats)} worker(s): " + ", ".join(beat["name"] for beat in beats)
 
 
-def check_embeddings() -> str:
-    from memory_app.embeddings import DIMENSIONS, embed
+# When this process last embedded a text for the check (time.monotonic()); None: never.
+embeddings_checked_at: float | None = None
 
+
+def check_embeddings() -> str:
+    # Embedding a sentence costs tens of milliseconds of CPU (hundreds on a busy machine): done once,
+    # then again every MAS_HEALTH_EMBED_RECHECK_S while the model stays loaded in this process.
+    from memory_app.embeddings import DIMENSIONS, embed, is_loaded
+
+    global embeddings_checked_at
+    now = time.monotonic()
+    if (embeddings_checked_at is not None and is_loaded()
+            and now - embeddings_checked_at < settings.MAS_HEALTH_EMBED_RECHECK_S):
+        return f"all-MiniLM-L6-v2, {DIMENSIONS} dimensions"
     vector = embed(["health check"])[0]
     if len(vector) != DIMENSIONS:
         raise RuntimeError(f"embedding has {len(vector)} dimensions, expected {DIMENSIONS}")
+    embeddings_checked_at = now
     return f"all-MiniLM-L6-v2, {DIMENSIONS} dimensions"
 
 

@@ -127,6 +127,8 @@ MAS_REAP_INTERVAL_S = float(os.environ.get("MAS_REAP_INTERVAL_S", 10))
 # key is younger than the TTL, instead of pinging them.
 MAS_WORKER_HEARTBEAT_S = float(os.environ.get("MAS_WORKER_HEARTBEAT_S", 5))
 MAS_WORKER_HEARTBEAT_TTL_S = float(os.environ.get("MAS_WORKER_HEARTBEAT_TTL_S", 15))
+# /api/health embeds a sentence at most this often per web process (the model staying loaded in between).
+MAS_HEALTH_EMBED_RECHECK_S = float(os.environ.get("MAS_HEALTH_EMBED_RECHECK_S", 60))
 # Rate limits (mas_project/ratelimit.py): failed token authentications per client address, and run starts
 # per team, in a minute.
 MAS_AUTH_FAILURES_PER_MIN = int(os.environ.get("MAS_AUTH_FAILURES_PER_MIN", 10))

@@ -111,3 +111,15 @@ def test_health_needs_no_authentication_and_exposes_no_settings(celery_worker_pr
     assert response.status_code == 200
     assert settings.SECRET_KEY not in response.content.decode()
     assert "password" not in response.content.decode().lower()
+
+
+def test_the_embedding_check_embeds_once_a_minute_not_per_request(settings):
+    from mas_project import health
+
+    health.check_embeddings()
+    first = health.embeddings_checked_at
+    assert health.check_embeddings() == "all-MiniLM-L6-v2, 384 dimensions"
+    assert health.embeddings_checked_at == first  # the model was not asked again
+    settings.MAS_HEALTH_EMBED_RECHECK_S = 0
+    assert health.check_embeddings() == "all-MiniLM-L6-v2, 384 dimensions"
+    assert health.embeddings_checked_at > first
