@@ -113,12 +113,13 @@ def runs_page(request: HttpRequest) -> HttpResponse:
     since = timezone.now().timestamp()
     form = RunFilterForm(request.GET)
     valid = form.is_valid()
-    filters = {key: value for key, value in form.cleaned_data.items() if key != "page"} if valid else {}
-    filters["archived"] = filters.get("archived") or "exclude"
     page = None
     if valid:
-        paginator = Paginator(run_filter(team=actor.team, **{k: v for k, v in filters.items() if v}), RUNS_PER_PAGE)
-        page = paginator.get_page(form.cleaned_data.get("page") or 1)
+        data = form.cleaned_data
+        runs = run_filter(team=actor.team, status=data["status"] or None, agent=data["agent"] or None,
+                          workflow=data["workflow"] or None, search=data["q"], created_from=data["created_from"],
+                          created_to=data["created_to"], archived=data["archived"] or "exclude")
+        page = Paginator(runs, RUNS_PER_PAGE).get_page(data.get("page") or 1)
     runs = [run_out(run) for run in page] if page else []
     # The query string without the page, for the page links; the team stays chosen.
     kept = {key: value for key, value in request.GET.items() if key != "page" and value}
