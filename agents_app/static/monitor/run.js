@@ -180,7 +180,8 @@
         for (const step of d.steps || []) { state.steps.set(step, "pending"); state.rounds.set(step, d.round); }
         break;
       case "run_start":
-        clockStart(Date.parse(e.created_at));
+        // A run the server drew as finished keeps the duration it showed.
+        if (!["succeeded", "failed", "cancelled"].includes($("status").textContent)) clockStart(Date.parse(e.created_at));
         break;
       case "file_change": fileChanged(d); break;
       case "run_complete":
