@@ -1,7 +1,7 @@
-"""REST endpoints of runs: start, list, inspect, follow events, cancel, read workspace files.
+"""REST endpoints of runs: start, list, inspect, follow events, cancel, archive, delete, read workspace files.
 
-Reading needs the ``view`` capability; starting and cancelling need ``run``
-(operators and admins). Every lookup goes through the actor's team
+Reading needs the ``view`` capability; starting, cancelling, archiving and
+deleting need ``run`` (operators and admins). Every lookup goes through the actor's team
 (``selectors_runs``), so another team's run — or an id that is not a UUID —
 is a 404. The work is done by ``execution.services``, as for the CLI and the
 admin.
@@ -9,7 +9,8 @@ admin.
 
 # No `from __future__ import annotations`: ninja reads the annotations at import time.
 
-from typing import Any
+from datetime import date
+from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Query, Router, Status
@@ -17,6 +18,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import BaseModel, Field
 
 from agents_app.events import event_to_dict
+from agents_app.execution.housekeeping import RunBusy, run_archive, run_delete
 from agents_app.execution.replay import run_script_export
 from agents_app.execution.services import RunError, ScriptError, run_cancel, run_start
 from agents_app.models import Agent, ModelProvider, Run
@@ -28,6 +30,7 @@ from agents_app.schemas_runs import (
     EventOut,
     FileContentOut,
     FileOut,
+    RunDeletedOut,
     RunDetailOut,
     RunIn,
     RunOut,
@@ -41,8 +44,8 @@ from agents_app.selectors_runs import (
     run_events,
     run_file_get,
     run_files,
+    run_filter,
     run_get,
-    run_list,
     run_tree,
 )
 from mas_project import ratelimit
@@ -79,6 +82,7 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "created_at": run.created_at,
         "started_at": run.started_at,
         "finished_at": run.finished_at,
+        "archived_at": run.archived_at,
     }
     if detail:
         from memory_app.cache import run_cache_counts
@@ -174,17 +178,23 @@ class RunFilters(BaseModel):
     status: RunStatusName | None = None
     agent: str | None = Field(default=None, max_length=100)
     workflow: str | None = Field(default=None, max_length=100)
+    q: str = Field(default="", max_length=200, description="Words to find in the task or the result (all of them).")
+    created_from: date | None = Field(default=None, description="First day (YYYY-MM-DD), included.")
+    created_to: date | None = Field(default=None, description="Last day (YYYY-MM-DD), included.")
+    archived: Literal["exclude", "only", "include"] = Field(
+        default="exclude", description="Archived runs are left out unless asked for.")
     limit: int = Field(default=50, ge=1, le=500)
     offset: int = Field(default=0, ge=0, le=10_000_000)
 
 
 @router.get("/runs", auth=read, response={200: list[RunOut], **LIST_ERRORS}, operation_id="run_list",
-            summary="The team's runs, newest first")
+            summary="The team's runs, newest first (archived ones only when asked for)")
 def list_runs(request: HttpRequest, filters: Query[RunFilters]):
     actor: Actor = request.auth
-    runs = run_list(team=actor.team, status=filters.status, agent=filters.agent, workflow=filters.workflow,
-                    limit=filters.limit, offset=filters.offset)
-    return [run_out(run) for run in runs]
+    runs = run_filter(team=actor.team, status=filters.status, agent=filters.agent, workflow=filters.workflow,
+                      search=filters.q, created_from=filters.created_from, created_to=filters.created_to,
+                      archived=filters.archived)
+    return [run_out(run) for run in runs[filters.offset:filters.offset + filters.limit]]
 
 
 @router.get("/runs/{run_id}", auth=read, response={200: RunDetailOut, **READ_ERRORS}, operation_id="run_get",
@@ -215,6 +225,32 @@ def cancel(request: HttpRequest, run_id: str):
     run = run_get(team=actor.team, run_id=run_id)
     run_cancel(run=run, user=actor.user)
     return run_out(run_get(team=actor.team, run_id=run_id), detail=True)
+
+
+@router.post("/runs/{run_id}/archive", auth=operate, response={200: RunOut, **READ_ERRORS},
+             operation_id="run_archive", summary="Archive a run: it leaves the lists (GET /api/runs?archived=only)")
+def archive(request: HttpRequest, run_id: str):
+    actor: Actor = request.auth
+    return run_out(run_archive(run=run_get(team=actor.team, run_id=run_id)))
+
+
+@router.post("/runs/{run_id}/unarchive", auth=operate, response={200: RunOut, **READ_ERRORS},
+             operation_id="run_unarchive", summary="Bring an archived run back into the lists")
+def unarchive(request: HttpRequest, run_id: str):
+    actor: Actor = request.auth
+    return run_out(run_archive(run=run_get(team=actor.team, run_id=run_id), archived=False))
+
+
+@router.delete("/runs/{run_id}", auth=operate, response={200: RunDeletedOut, **READ_ERRORS, **error_responses(409)},
+               operation_id="run_delete",
+               summary="Delete a finished run with its events and files (409 while it is queued or running)")
+def delete(request: HttpRequest, run_id: str):
+    actor: Actor = request.auth
+    try:
+        deleted = run_delete(run=run_get(team=actor.team, run_id=run_id), user=actor.user)
+    except RunBusy as error:
+        return Status(409, {"detail": str(error)})
+    return {"id": deleted.run_id, "deleted": True, "events": deleted.events, "files": deleted.files}
 
 
 @router.get("/runs/{run_id}/script", auth=read,

@@ -105,6 +105,14 @@ class RunOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    archived_at: datetime | None = Field(description="When it was archived (hidden from lists), if it was.")
+
+
+class RunDeletedOut(BaseModel):
+    id: str
+    deleted: bool
+    events: int = Field(description="Events deleted with it.")
+    files: int = Field(description="Workspace files deleted with it.")
 
 
 class SessionOut(BaseModel):

@@ -6,9 +6,10 @@ Shared by the runs API, the ``run_agent`` command and the admin.
 from __future__ import annotations
 
 import uuid
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
-from django.db.models import F, Func, IntegerField, Prefetch, QuerySet
+from django.db.models import F, Func, IntegerField, Prefetch, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
@@ -35,9 +36,22 @@ def run_get(*, team: Team, run_id: Any) -> Run:
     return run
 
 
-def run_list(*, team: Team, status: str | None = None, agent: str | None = None, workflow: str | None = None,
-             limit: int = 50, offset: int = 0) -> list[Run]:
-    """The team's runs, newest first, filtered by status, root agent or workflow."""
+ARCHIVED_CHOICES = ("exclude", "only", "include")
+SEARCH_MAX_CHARS = 200
+
+
+def run_filter(*, team: Team, status: str | None = None, agent: str | None = None, workflow: str | None = None,
+               search: str = "", created_from: date | None = None, created_to: date | None = None,
+               archived: str = "include") -> QuerySet[Run]:
+    """The team's runs, newest first, filtered.
+
+    ``agent`` and ``workflow`` match the root agent's or the workflow's slug; ``search`` finds
+    words in the task or the result (case-insensitive, every word); ``created_from`` and
+    ``created_to`` are days, both included (the server's time zone); ``archived`` is
+    ``exclude`` (the default of lists), ``only`` or ``include``.
+    """
+    if archived not in ARCHIVED_CHOICES:
+        raise ValueError(f"archived must be one of {', '.join(ARCHIVED_CHOICES)}")
     runs: QuerySet[Run] = Run.objects.filter(team=team).select_related("created_by")
     if status:
         runs = runs.filter(status=status)
@@ -45,7 +59,25 @@ def run_list(*, team: Team, status: str | None = None, agent: str | None = None,
         runs = runs.filter(agent=agent)
     if workflow:
         runs = runs.filter(workflow=workflow)
-    return list(runs.order_by("-created_at", "-pk")[offset:offset + limit])
+    for word in search[:SEARCH_MAX_CHARS].split()[:10]:
+        runs = runs.filter(Q(input__icontains=word) | Q(result__icontains=word))
+    tz = timezone.get_current_timezone()
+    if created_from:
+        runs = runs.filter(created_at__gte=datetime.combine(created_from, time.min, tzinfo=tz))
+    if created_to:
+        runs = runs.filter(created_at__lt=datetime.combine(created_to + timedelta(days=1), time.min, tzinfo=tz))
+    if archived == "exclude":
+        runs = runs.filter(archived_at__isnull=True)
+    elif archived == "only":
+        runs = runs.filter(archived_at__isnull=False)
+    return runs.order_by("-created_at", "-pk")
+
+
+def run_list(*, team: Team, status: str | None = None, agent: str | None = None, workflow: str | None = None,
+             limit: int = 50, offset: int = 0, **filters: Any) -> list[Run]:
+    """A page of ``run_filter``: the team's runs, newest first (every run unless ``archived`` says otherwise)."""
+    runs = run_filter(team=team, status=status, agent=agent, workflow=workflow, **filters)
+    return list(runs[offset:offset + limit])
 
 
 def run_duration_s(run: Run) -> float | None:

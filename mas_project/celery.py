@@ -2,7 +2,7 @@ import os
 import sys
 
 from celery import Celery
-from celery.signals import setup_logging, worker_init, worker_ready
+from celery.signals import setup_logging, worker_init, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mas_project.settings")
 
@@ -39,3 +39,27 @@ def _short_gil_turns(**_kwargs) -> None:
     # default 5 ms switch interval each hand-over can wait a full interval
     # behind a busy thread, which capped task intake near 75 per second.
     sys.setswitchinterval(float(os.environ.get("MAS_GIL_SWITCH_INTERVAL_S", "0.0005")))
+
+
+_heartbeat = None
+
+
+@worker_ready.connect
+def _heartbeat_start(sender=None, **_kwargs) -> None:
+    # /api/health reads this key rather than pinging workers (mas_project/heartbeat.py).
+    from django.conf import settings
+
+    from mas_project.heartbeat import Heartbeat
+
+    global _heartbeat
+    try:
+        queues = sorted(queue.name for queue in sender.task_consumer.queues)
+    except AttributeError:
+        queues = [settings.CELERY_TASK_DEFAULT_QUEUE]
+    _heartbeat = Heartbeat(queues=queues, name=sender.hostname).start()
+
+
+@worker_shutdown.connect
+def _heartbeat_stop(**_kwargs) -> None:
+    if _heartbeat is not None:
+        _heartbeat.stop()

@@ -51,22 +51,36 @@ def check_redis() -> str:
 
 
 def check_celery() -> str:
-    from mas_project.celery import app
+    # Workers renew a key with a time-to-live (mas_project/heartbeat.py): reading them takes a
+    # millisecond, where a broadcast ping waits its whole timeout for replies.
+    from mas_project.heartbeat import heartbeats_read
 
-    with app.connection_for_write(settings.CELERY_BROKER_URL) as conn:
-        conn.ensure_connection(max_retries=1, timeout=1)
-        replies = app.control.ping(timeout=1.0, connection=conn)
-    if not replies:
-        raise RuntimeError("no Celery worker answered a ping within 1 s")
-    return f"{len(replies)} worker(s): " + ", ".join(sorted(name for reply in replies for name in reply))
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    beats = heartbeats_read(queue=queue)
+    if not beats:
+        raise RuntimeError(f"no Celery worker of queue {queue!r} sent a heartbeat in the last "
+                           f"{settings.MAS_WORKER_HEARTBEAT_TTL_S:g} s")
+    return f"{len(beats)} worker(s): " + ", ".join(beat["name"] for beat in beats)
+
+
+# When this process last embedded a text for the check (time.monotonic()); None: never.
+embeddings_checked_at: float | None = None
 
 
 def check_embeddings() -> str:
-    from memory_app.embeddings import DIMENSIONS, embed
+    # Embedding a sentence costs tens of milliseconds of CPU (hundreds on a busy machine): done once,
+    # then again every MAS_HEALTH_EMBED_RECHECK_S while the model stays loaded in this process.
+    from memory_app.embeddings import DIMENSIONS, embed, is_loaded
 
+    global embeddings_checked_at
+    now = time.monotonic()
+    if (embeddings_checked_at is not None and is_loaded()
+            and now - embeddings_checked_at < settings.MAS_HEALTH_EMBED_RECHECK_S):
+        return f"all-MiniLM-L6-v2, {DIMENSIONS} dimensions"
     vector = embed(["health check"])[0]
     if len(vector) != DIMENSIONS:
         raise RuntimeError(f"embedding has {len(vector)} dimensions, expected {DIMENSIONS}")
+    embeddings_checked_at = now
     return f"all-MiniLM-L6-v2, {DIMENSIONS} dimensions"
 
 

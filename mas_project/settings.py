@@ -123,6 +123,12 @@ MAS_SESSION_STALE_S = float(os.environ.get("MAS_SESSION_STALE_S", 30))
 # Every worker sweeps for dead sessions and lost work this often (one sweep at a time across workers,
 # through a PostgreSQL advisory lock): recovery needs no beat. 0 sweeps only when a worker starts.
 MAS_REAP_INTERVAL_S = float(os.environ.get("MAS_REAP_INTERVAL_S", 10))
+# Workers renew a key in Redis this often (mas_project/heartbeat.py); /api/health counts the workers whose
+# key is younger than the TTL, instead of pinging them.
+MAS_WORKER_HEARTBEAT_S = float(os.environ.get("MAS_WORKER_HEARTBEAT_S", 5))
+MAS_WORKER_HEARTBEAT_TTL_S = float(os.environ.get("MAS_WORKER_HEARTBEAT_TTL_S", 15))
+# /api/health embeds a sentence at most this often per web process (the model staying loaded in between).
+MAS_HEALTH_EMBED_RECHECK_S = float(os.environ.get("MAS_HEALTH_EMBED_RECHECK_S", 60))
 # Rate limits (mas_project/ratelimit.py): failed token authentications per client address, and run starts
 # per team, in a minute.
 MAS_AUTH_FAILURES_PER_MIN = int(os.environ.get("MAS_AUTH_FAILURES_PER_MIN", 10))

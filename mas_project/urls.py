@@ -1,7 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
-from django.views.generic import TemplateView
 
 from agents_app import views as monitor
 from mas_project.api import api
@@ -11,7 +10,7 @@ from mas_project.sign_in import AdminSignInForm, SignInForm
 admin.site.login_form = AdminSignInForm  # throttled per account and address, as the site's login
 
 urlpatterns = [
-    path("", TemplateView.as_view(template_name="home.html"), name="home"),
+    path("", monitor.home_page, name="home"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("metrics", metrics_view, name="metrics"),
@@ -20,4 +19,7 @@ urlpatterns = [
     path("runs/", monitor.runs_page, name="monitor-runs"),
     path("runs/<str:run_id>/", monitor.run_page, name="monitor-run"),
     path("runs/<str:run_id>/cancel", monitor.run_cancel_view, name="monitor-run-cancel"),
+    path("runs/<str:run_id>/archive", monitor.run_archive_view, name="monitor-run-archive"),
+    path("runs/<str:run_id>/delete", monitor.run_delete_view, name="monitor-run-delete"),
+    path("runs/<str:run_id>/files/<path:path>", monitor.run_file_view, name="monitor-run-file"),
 ]

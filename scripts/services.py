@@ -2,13 +2,13 @@
 """Start, check and stop the local MAS stack for `make demo`, `make test`, `make stop`.
 
     services.py deps     ensure PostgreSQL (embedded unless DATABASE_URL) and Redis
-    services.py start    start daphne and a Celery worker in the background (once)
+    services.py start    start daphne, a Celery worker and Celery beat in the background (once)
     services.py wait     wait for /api/health and print the report
     services.py status   what runs, with pids
     services.py stop     stop what `start` started (and the Redis that `deps` started)
 
 Runs with the project's virtualenv Python; state lives under var/ (pids in
-var/run/, logs in var/log/).
+var/run/, logs in var/log/; beat's schedule in var/run/celerybeat-schedule).
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR = Path(os.environ.get("MAS_VAR_DIR", ROOT / "var"))
-RUN, LOG = VAR / "run", VAR / "log"
+# Pids and logs; MAS_SERVICES_DIR puts a second stack's apart (the suite's test of this script).
+STATE = Path(os.environ.get("MAS_SERVICES_DIR", VAR))
+RUN, LOG = STATE / "run", STATE / "log"
 BIN = Path(sys.executable).parent
 HOST = os.environ.get("MAS_HOST", "127.0.0.1")
 PORT = int(os.environ.get("MAS_PORT", "8000"))
@@ -70,6 +72,15 @@ def spawn(name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
     return process.pid
 
 
+def running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie or a process on its way out has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in {"Z", "X", "x"}
+
+
 def stop(name: str, marker: str, timeout: float = 20) -> bool:
     pid = pid_alive(name, marker)
     if pid is None:
@@ -79,11 +90,14 @@ def stop(name: str, marker: str, timeout: float = 20) -> bool:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
         pass
+    # Until it is gone, not only until its command line is (an exiting process loses it first).
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and pid_alive(name, marker):
+    while time.monotonic() < deadline and running(pid):
         time.sleep(0.2)
-    if pid_alive(name, marker):
+    if running(pid):
         os.killpg(pid, signal.SIGKILL)
+        while running(pid):
+            time.sleep(0.1)
     (RUN / f"{name}.pid").unlink(missing_ok=True)
     return True
 
@@ -169,6 +183,14 @@ SERVICES = {
             "-n", f"mas-worker@{os.uname().nodename}",
         ],
     ),
+    # One beat: schedule triggers, the periodic sweep for lost work, retention (settings.CELERY_BEAT_SCHEDULE).
+    "beat": (
+        "beat",
+        [
+            str(BIN / "celery"), "-A", "mas_project", "beat", "-l", "info",
+            "--schedule", str(RUN / "celerybeat-schedule"), "--pidfile", "",
+        ],
+    ),
 }
 
 
@@ -188,7 +210,7 @@ def start() -> None:
             continue
         if name == "web" and port_taken():
             sys.exit(f"[mas] {HOST}:{PORT} is taken by another program: stop it or set MAS_PORT")
-        pid = spawn(name, argv, env={"MAS_WARM_EMBEDDINGS": "1"})
+        pid = spawn(name, argv, env={"MAS_WARM_EMBEDDINGS": "0" if name == "beat" else "1"})
         say(f"started {name} (pid {pid}), log {LOG / (name + '.log')}")
 
 

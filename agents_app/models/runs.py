@@ -52,6 +52,8 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Archived runs leave the team's lists (shown again on request); nothing else changes.
+    archived_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "run"

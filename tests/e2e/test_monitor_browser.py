@@ -256,6 +256,7 @@ def test_an_operator_sees_the_run_list_change_live_and_cancels_a_run(team_a, tea
         run_page = context.new_page()
         run_page.goto(f"{server}/runs/{run_id}/")
         run_page.wait_for_selector("#tree g.node[data-agent=lead][data-status=running]", timeout=15_000)
+        run_page.once("dialog", lambda dialog: dialog.accept())  # "Cancel this run? …"
         run_page.click("#cancel-form button")
         run_page.wait_for_load_state()
         run_page.wait_for_selector("#status.cancelled", timeout=10_000)

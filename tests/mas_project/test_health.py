@@ -1,5 +1,8 @@
 """GET /api/health against the real database, Redis, a real Celery worker and the model."""
 
+import os
+import time
+
 import pytest
 from django.test import Client
 
@@ -38,7 +41,69 @@ def test_health_names_celery_when_no_worker_listens(settings):
     body = response.json()
     assert response.status_code == 503
     assert body["failed"] == ["celery"]
-    assert body["checks"]["celery"]["detail"] == "RuntimeError: no Celery worker answered a ping within 1 s"
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    assert body["checks"]["celery"]["detail"] == (
+        f"RuntimeError: no Celery worker of queue {queue!r} sent a heartbeat in the last 15 s")
+
+
+def _beat(settings, queue, name):
+    import redis
+
+    from mas_project.heartbeat import heartbeat_key
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    try:
+        key = heartbeat_key(queue=queue, name=name)
+        return client.get(key), client.ttl(key)
+    finally:
+        client.close()
+
+
+def test_a_worker_keeps_a_heartbeat_key_and_removes_it_when_it_stops(settings):
+    import json
+
+    from tests.workers import start_worker, stop_worker
+
+    queue = f"{settings.CELERY_TASK_DEFAULT_QUEUE}-beat"
+    worker = start_worker(f"beat-{os.getpid()}", queue=queue, concurrency=2)
+    try:
+        deadline = time.monotonic() + 10
+        while _beat(settings, queue, worker.name)[0] is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        value, ttl = _beat(settings, queue, worker.name)
+        beat = json.loads(value)
+        assert (beat["name"], beat["queue"]) == (worker.name, queue)
+        assert 0 < ttl <= 15
+        assert abs(beat["at"] - time.time()) < 10
+        # Health of that queue: this worker, found without a ping.
+        settings.CELERY_TASK_DEFAULT_QUEUE = queue
+        body = Client().get("/api/health").json()
+        assert body["checks"]["celery"] == {"ok": True, "detail": f"1 worker(s): {worker.name}",
+                                            "ms": body["checks"]["celery"]["ms"]}
+    finally:
+        stop_worker(worker)
+    assert _beat(settings, queue, worker.name) == (None, -2)  # removed at shutdown, not left to expire
+    body = Client().get("/api/health").json()
+    assert body["failed"] == ["celery"]
+
+
+def test_a_killed_workers_heartbeat_expires(settings):
+    import signal
+
+    from tests.workers import start_worker, stop_worker
+
+    queue = f"{settings.CELERY_TASK_DEFAULT_QUEUE}-killed"
+    worker = start_worker(f"killed-{os.getpid()}", queue=queue, concurrency=2,
+                          env={"MAS_WORKER_HEARTBEAT_S": "0.5", "MAS_WORKER_HEARTBEAT_TTL_S": "2"})
+    deadline = time.monotonic() + 10
+    while _beat(settings, queue, worker.name)[0] is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert 0 < _beat(settings, queue, worker.name)[1] <= 2
+    stop_worker(worker, sig=signal.SIGKILL)  # no shutdown handler runs
+    deadline = time.monotonic() + 5
+    while _beat(settings, queue, worker.name)[0] is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _beat(settings, queue, worker.name) == (None, -2)
 
 
 def test_health_needs_no_authentication_and_exposes_no_settings(celery_worker_process, settings):
@@ -46,3 +111,15 @@ def test_health_needs_no_authentication_and_exposes_no_settings(celery_worker_pr
     assert response.status_code == 200
     assert settings.SECRET_KEY not in response.content.decode()
     assert "password" not in response.content.decode().lower()
+
+
+def test_the_embedding_check_embeds_once_a_minute_not_per_request(settings):
+    from mas_project import health
+
+    health.check_embeddings()
+    first = health.embeddings_checked_at
+    assert health.check_embeddings() == "all-MiniLM-L6-v2, 384 dimensions"
+    assert health.embeddings_checked_at == first  # the model was not asked again
+    settings.MAS_HEALTH_EMBED_RECHECK_S = 0
+    assert health.check_embeddings() == "all-MiniLM-L6-v2, 384 dimensions"
+    assert health.embeddings_checked_at > first

@@ -86,6 +86,9 @@ API_ROUTES: dict[str, str] = {
     "run_get": "item",
     "run_events": "item",
     "run_cancel": "item",
+    "run_archive": "item",
+    "run_unarchive": "item",
+    "run_delete": "item",
     "run_script": "item",
     "run_files": "item",
     "run_file": "item",
@@ -383,7 +386,8 @@ def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(wor
 # URL name → what it touches. Admin and API are swept above.
 # metrics: operators' aggregate counts, no team's rows (token or local only: tests/ops/test_metrics.py).
 PAGE_ROUTES = {"home": "public", "login": "public", "logout": "public", "monitor-runs": "list",
-               "monitor-run": "item", "monitor-run-cancel": "item-post", "metrics": "public"}
+               "monitor-run": "item", "monitor-run-cancel": "item-post", "monitor-run-archive": "item-post",
+               "monitor-run-delete": "item-post", "monitor-run-file": "item-file", "metrics": "public"}
 
 
 def page_patterns() -> list[URLPattern]:
@@ -417,6 +421,12 @@ def test_every_page_is_classified_and_keeps_to_the_callers_team(world, team_a, t
         elif role == "item-post":
             response = client.post(reverse(pattern.name, args=[b.run.id]))
             assert response.status_code == 404
+        elif role == "item-file":
+            response = client.get(reverse(pattern.name, args=[b.run.id, "out/report.md"]))
+            assert response.status_code == 404 and MARK not in response.content.decode()
+    # The landing page lists the caller's runs, never B's.
+    home = client.get(reverse("home")).content.decode()
+    assert str(a.run.id) in home and str(b.run.id) not in home and MARK not in home
     assert db_snapshot() == before
 
 

@@ -4,6 +4,7 @@
 (function () {
   const runId = JSON.parse(document.getElementById("run-id").textContent);
   const workflow = JSON.parse(document.getElementById("workflow").textContent);
+  const clock = JSON.parse(document.getElementById("clock").textContent);
   const $ = (id) => document.getElementById(id);
   const SVG = "http://www.w3.org/2000/svg";
   const state = {
@@ -26,14 +27,17 @@
     const type = $("f-type").value, agent = $("f-agent").value;
     return (!type || tr.dataset.type === type) && (!agent || tr.dataset.agent === agent);
   }
+  const LABELS = ["#", "Time", "Type", "Agent"];
   function logEvent(e) {
     const tr = document.createElement("tr");
     tr.dataset.type = e.type; tr.dataset.agent = e.agent; tr.dataset.seq = e.seq;
     const cells = [e.seq, e.created_at.slice(11, 23), e.type, e.agent];
-    for (const text of cells) { const td = document.createElement("td"); td.textContent = text; tr.appendChild(td); }
+    cells.forEach((text, i) => {
+      const td = document.createElement("td"); td.textContent = text; td.dataset.label = LABELS[i]; tr.appendChild(td);
+    });
     const td = document.createElement("td"), details = document.createElement("details"), summary = document.createElement("summary");
-    const json = JSON.stringify(e.data);
-    summary.textContent = json.length > 140 ? json.slice(0, 139) + "…" : json;
+    td.className = "what";
+    summary.textContent = describeEvent(e);
     details.appendChild(summary);
     details.addEventListener("toggle", () => {
       if (details.open && !details.querySelector("pre")) {
@@ -45,6 +49,80 @@
     $("events").appendChild(tr);
     addOption($("f-type"), e.type); addOption($("f-agent"), e.agent || "");
   }
+
+  // -- the live clock: from the run's start, ticking until it ends ---------------------------
+  const started = clock.started_at ? Date.parse(clock.started_at) : null;
+  // The page's clock may differ from the server's: measure from the duration the server computed.
+  const offset = started !== null && clock.duration_s !== null && !clock.finished_at
+    ? Date.now() - (started + clock.duration_s * 1000) : 0;
+  let tickStart = started, ticking = null;
+  function showDuration(seconds) { $("t-duration").textContent = `${seconds.toFixed(1)} s`; }
+  function tick() { if (tickStart !== null) showDuration(Math.max(0, (Date.now() - offset - tickStart) / 1000)); }
+  function clockStart(at) {
+    if (ticking !== null) return;
+    tickStart = tickStart ?? at; tick(); ticking = setInterval(tick, 100);
+  }
+  function clockStop(seconds) {
+    if (ticking !== null) clearInterval(ticking);
+    ticking = -1; // never again
+    if (seconds !== undefined && seconds !== null) showDuration(Number(seconds));
+    $("t-duration").dataset.stopped = "1";
+  }
+  if (started !== null && !clock.finished_at) clockStart(started);
+  else if (clock.finished_at) clockStop(clock.duration_s);
+
+  // -- the result, as markdown ------------------------------------------------------------
+  function showResult(text, failed) {
+    const box = $("result");
+    box.hidden = !text; box.classList.toggle("failed", Boolean(failed));
+    if (text) renderMarkdown(box, text);
+  }
+  const drawn = JSON.parse(document.getElementById("run-result").textContent);
+  showResult(drawn, $("result").classList.contains("failed"));
+  if (drawn) $("result").dataset.whole = "1";
+
+  // -- the workspace's files ----------------------------------------------------------------
+  const fileUrl = (path) => `/runs/${runId}/files/${path.split("/").map(encodeURIComponent).join("/")}`;
+  function fileRow(li, path) {
+    li.dataset.path = path; li.replaceChildren();
+    const view = document.createElement("button"); view.type = "button"; view.className = "link view"; view.textContent = path;
+    const size = document.createElement("span"); size.className = "muted size";
+    const down = document.createElement("a"); down.className = "download"; down.textContent = "download";
+    down.href = `${fileUrl(path)}?download=1`; down.setAttribute("download", "");
+    li.append(view, " ", size, " ", down);
+  }
+  function fileChanged(d) {
+    if (!d.path) return;
+    const list = $("file-list");
+    let li = [...list.children].find((item) => item.dataset.path === d.path);
+    if (d.action === "deleted") { li?.remove(); }
+    else {
+      if (!li) {
+        li = document.createElement("li"); fileRow(li, d.path);
+        const after = [...list.children].find((item) => item.dataset.path > d.path);
+        list.insertBefore(li, after || null);
+      }
+      if (d.bytes !== undefined) li.querySelector(".size").textContent = `${d.bytes} B`;
+      li.classList.add("changed");
+      if ($("file-view-path").textContent === d.path && !$("file-view").hidden) openFile(d.path);
+    }
+    $("file-count").textContent = list.children.length;
+    document.querySelector("#files .empty-files").hidden = list.children.length > 0;
+  }
+  async function openFile(path) {
+    $("file-view").hidden = false; $("file-view-path").textContent = path; $("file-view-content").textContent = "loading…";
+    try {
+      const response = await fetch(fileUrl(path), { credentials: "same-origin" });
+      $("file-view-content").textContent = response.ok ? await response.text() : `could not read it (${response.status})`;
+    } catch (error) {
+      $("file-view-content").textContent = `could not read it (${error})`;
+    }
+  }
+  $("file-list").addEventListener("click", (e) => {
+    const button = e.target.closest("button.view");
+    if (button) openFile(button.closest("li").dataset.path);
+  });
+  $("file-view-close").addEventListener("click", () => { $("file-view").hidden = true; });
   for (const id of ["f-type", "f-agent"]) {
     $(id).addEventListener("change", () => { for (const tr of $("events").rows) tr.hidden = !visible(tr); });
   }
@@ -101,11 +179,23 @@
         // A loop's steps start over: pending in their next round.
         for (const step of d.steps || []) { state.steps.set(step, "pending"); state.rounds.set(step, d.round); }
         break;
+      case "run_start":
+        // A run the server drew as finished keeps the duration it showed.
+        if (!["succeeded", "failed", "cancelled"].includes($("status").textContent)) clockStart(Date.parse(e.created_at));
+        break;
+      case "file_change": fileChanged(d); break;
       case "run_complete":
         $("status").className = `status ${d.status}`; $("status").textContent = d.status;
-        if (d.duration_s !== undefined) $("t-duration").textContent = `${Number(d.duration_s).toFixed(1)} s`;
-        if (d.result || d.error) { $("result").hidden = false; $("result").textContent = d.result || d.error; }
+        clockStop(d.duration_s);
+        // The event holds the first 2,000 characters; the page drawn by the server had it whole.
+        if ((d.result || d.error) && !(d.result && $("result").dataset.whole)) showResult(d.result || d.error, !d.result);
         document.getElementById("cancel-form")?.remove();
+        // A cancelled or failed run stops every agent still waiting or working.
+        if (d.status !== "succeeded") {
+          for (const node of state.nodes.values()) {
+            if (["queued", "running", "waiting"].includes(node.status)) node.status = d.status === "cancelled" ? "cancelled" : "failed";
+          }
+        }
         break;
     }
   }

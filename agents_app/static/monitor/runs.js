@@ -3,32 +3,45 @@
   const team = JSON.parse(document.getElementById("team-slug").textContent);
   // When the server drew the table: every (re)connection asks for the changes made since.
   const since = JSON.parse(document.getElementById("since").textContent);
+  // New runs are added only to the first page of the unfiltered list; rows shown are always kept current.
+  const liveNew = JSON.parse(document.getElementById("live-new").textContent);
   const body = document.getElementById("runs");
-  const fmt = (n) => Number(n).toLocaleString();
-  function cell(text, cls) { const td = document.createElement("td"); if (cls) td.className = cls; td.textContent = text; return td; }
-  function row(run) {
-    const tr = document.createElement("tr");
-    tr.dataset.run = run.id;
-    const first = document.createElement("td"), a = document.createElement("a");
+  const withActions = document.querySelector("table.runs thead th:last-child").textContent === "";
+  const fmt = (n) => Number(n).toLocaleString("en-US");
+  function cell(label, text, cls) {
+    const td = document.createElement("td"); td.dataset.label = label;
+    if (cls) td.className = cls; td.textContent = text; return td;
+  }
+  function cells(run) {
+    const first = cell("Started", ""), a = document.createElement("a");
     a.href = `/runs/${run.id}/`; a.textContent = new Date(run.created_at).toISOString().replace("T", " ").slice(0, 19);
-    first.appendChild(a); tr.appendChild(first);
-    tr.appendChild(cell(run.workflow || run.agent));
-    const st = document.createElement("td"), badge = document.createElement("span");
-    badge.className = `status ${run.status}`; badge.textContent = run.status; st.appendChild(badge); tr.appendChild(st);
+    first.appendChild(a);
+    const st = cell("Status", ""), badge = document.createElement("span");
+    badge.className = `status ${run.status}`; badge.textContent = run.status; st.appendChild(badge);
     const t = run.totals;
-    tr.appendChild(cell(t.duration_s === null ? "" : `${t.duration_s.toFixed(1)} s`));
-    tr.appendChild(cell(`${fmt(t.prompt_tokens)} / ${fmt(t.completion_tokens)}`));
-    tr.appendChild(cell(`$${Number(t.cost_usd).toFixed(4)}`));
-    tr.appendChild(cell(run.input.length > 80 ? run.input.slice(0, 79) + "…" : run.input, "task"));
-    return tr;
+    return [first, cell("Agent / workflow", run.workflow || run.agent), st,
+            cell("Duration", t.duration_s === null ? "" : `${t.duration_s.toFixed(1)} s`),
+            cell("Tokens", `${fmt(t.prompt_tokens)} / ${fmt(t.completion_tokens)}`),
+            cell("Cost", `$${Number(t.cost_usd).toFixed(4)}`),
+            cell("Task", run.input.length > 80 ? run.input.slice(0, 79) + "…" : run.input, "task")];
   }
   monitorSocket(`/ws/runs/?team=${encodeURIComponent(team)}&since=${since}`, {
     onState: setLive,
     onMessage(m) {
       if (m.message !== "run") return;
-      const fresh = row(m.run), old = body.querySelector(`tr[data-run="${m.run.id}"]`);
+      const old = body.querySelector(`tr[data-run="${m.run.id}"]`);
+      if (old) {
+        // The actions cell (archive, delete) stays as the server drew it.
+        const fresh = cells(m.run);
+        fresh.forEach((td, i) => old.cells[i].replaceWith(td));
+        return;
+      }
+      if (!liveNew) return;
+      const tr = document.createElement("tr"); tr.dataset.run = m.run.id;
+      for (const td of cells(m.run)) tr.appendChild(td);
+      if (withActions) tr.appendChild(cell("", "", "actions"));
       body.querySelector("tr.empty")?.remove();
-      if (old) old.replaceWith(fresh); else body.prepend(fresh);
+      body.prepend(tr);
     },
   });
 })();

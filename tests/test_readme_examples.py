@@ -1,0 +1,98 @@
+"""The README's examples, run as written: the websocket follower and the token that starts runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+
+from agents_app.definitions.kinds import AGENT
+from agents_app.definitions.services import definition_parse, definition_save
+from tests.conftest import ApiClient
+from tests.web import WebServer
+
+README = Path(settings.BASE_DIR, "README.md").read_text()
+
+
+def readme_block(containing: str, language: str = "python") -> str:
+    blocks = [block for block in re.findall(rf"```{language}\n(.*?)```", README, re.S) if containing in block]
+    assert len(blocks) == 1, f"expected one {language} block with {containing!r} in the README"
+    return blocks[0]
+
+
+def define(team, name: str) -> None:
+    definition_save(kind=AGENT, team=team, parsed=definition_parse(
+        kind=AGENT, team=team, text=f"---\nname: {name}\n---\n\nYou work.\n"))
+
+
+@pytest.fixture
+def web(transactional_db):
+    server = WebServer(label="readme")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_the_websocket_example_prints_a_live_runs_events(team_a, make_member, make_token, celery_worker_process,
+                                                         web, tmp_path):
+    from agents_app.models import Event, Run
+
+    define(team_a, "Lead")
+    token = make_token(team_a, make_member(team_a, role="operator"))
+    script = {"lead": [
+        {"latency_ms": 1500, "tool_calls": [{"name": "vfs_write", "arguments": {"path": "notes.md", "content": "tides"}}]},
+        {"latency_ms": 300, "text": "The moon pulls the sea."}]}
+    answer = web.request("POST", "/api/runs", json.dumps({"agent": "lead", "input": "Explain tides", "script": script}),
+                         token=token, content_type="application/json")
+    assert answer.status == 201, answer.body
+    run_id = json.loads(answer.body)["id"]
+    assert Run.objects.get(pk=run_id).status in {"queued", "running"}  # followed live, not read afterwards
+    follow = tmp_path / "follow.py"
+    follow.write_text(readme_block("websockets.connect"))
+    done = subprocess.run([sys.executable, str(follow), run_id, token, f"ws://127.0.0.1:{web.port}"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    printed = [tuple(line.split(" ")) for line in done.stdout.splitlines()]
+    expected = [(str(seq), type_) for seq, type_ in
+                Event.objects.filter(run_id=run_id, seq__lte=int(printed[-1][0])).order_by("seq")
+                .values_list("seq", "type")]
+    assert printed == expected
+    assert printed[0] == ("1", "run_start") and printed[-1][1] == "run_complete"
+    assert {"session_start", "llm_request", "llm_response", "tool_call", "tool_result", "file_change",
+            "session_end"} <= {type_ for _, type_ in printed}
+    assert Run.objects.get(pk=run_id).status == "succeeded"
+
+
+def test_the_readme_token_has_a_role_that_starts_runs(team_a, make_member):
+    [line] = [line for line in README.splitlines() if "manage.py create_api_token" in line and "--role" in line]
+    argv = shlex.split(line[line.index("manage.py") + len("manage.py"):].split("|")[0].strip(" )"))
+    assert argv == ["create_api_token", "demo", "--team", "demo", "--role", "operator"]
+    make_member(team_a, role="admin", username="demo")
+    define(team_a, "Researcher")
+    out = StringIO()
+    call_command(*[team_a.slug if arg == "demo" and argv[i - 1] == "--team" else arg for i, arg in enumerate(argv)],
+                 stdout=out)
+    token = out.getvalue().splitlines()[-1]
+    # The README's next lines: list the agents, start a run.
+    assert ApiClient(token).get("/api/agents").status_code == 200
+    payload = json.loads(re.search(r"-d '(\{.*?\})'", README).group(1))
+    assert payload == {"agent": "researcher", "input": "How do ocean tides work?"}
+    started = ApiClient(token).post("/api/runs", payload)
+    assert started.status_code == 201, started.content
+    assert (started.json()["agent"], started.json()["input"], started.json()["created_by"]) == (
+        "researcher", "How do ocean tides work?", "demo")
+    # The role it showed before could not.
+    editor = StringIO()
+    call_command("create_api_token", "demo", "--team", team_a.slug, "--role", "editor", stdout=editor)
+    refused = ApiClient(editor.getvalue().splitlines()[-1]).post("/api/runs", payload)
+    assert refused.status_code == 403
