@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Awaitable, Callable, Protocol
 
+from agents_app.kernel.context import Window, calibrated, estimate_tokens, request_chars
 from agents_app.kernel.outputs import INVALID_OUTPUT, correction
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
 from agents_app.llm.types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
@@ -54,9 +55,17 @@ class SessionState:
     correction_step: int = 0
     rejected: str | None = None
     rejected_errors: str = ""
+    # Context: the provider's tokens per character of this session's last request (0: none reported yet),
+    # and how many times the history was compacted.
+    token_ratio: float = 0.0
+    compactions: int = 0
+
+    def counters(self) -> dict[str, Any]:
+        """Everything but the messages (which a store may keep apart, appended as they come)."""
+        return {k: v for k, v in self.__dict__.items() if k != "messages"}
 
     def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items() if k != "messages"}
+        data = self.counters()
         data["messages"] = [message.to_dict() for message in self.messages]
         return data
 
@@ -139,6 +148,19 @@ class SessionConfig:
     # acceptable; and how many corrective turns a session gets before it fails as validation_failed.
     output_check: Callable[[str], str | None] | None = None
     max_corrections: int = 1
+    window: Window | None = None  # the model's context window; None: unknown, compacted only when refused
+
+
+# (state, tools, reason) → True when the history was shortened. ``reason``: "threshold" (the request would
+# pass the window's threshold) or "context_length" (the provider refused it as too long).
+Compactor = Callable[[SessionState, list[ToolSchema], str], Awaitable[bool]]
+
+
+def request_digest(request: ModelRequest) -> str:
+    """A short fingerprint of what a request sends (messages and tools, in order), recorded with its event."""
+    body = json.dumps([[m.to_dict() for m in request.messages], [t.name for t in request.tools]],
+                      ensure_ascii=False)
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:24]
 
 
 def call_signature(call: ToolCall) -> str:
@@ -215,9 +237,15 @@ async def run_session(
     config: SessionConfig,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    compact: Compactor | None = None,
 ) -> SessionOutcome:
-    """Run (or resume) one session until a final answer, a limit, a failure or cancellation."""
+    """Run (or resume) one session until a final answer, a limit, a failure or cancellation.
+
+    With ``config.window`` and ``compact``, a request estimated above the window's threshold is preceded by
+    a compaction; a provider's "context length exceeded" answer leads to one compaction and one retry.
+    """
     limits = config.limits
+    overflow_retried_at = -1  # the step whose request was retried after a "context length exceeded"
     started, elapsed_before = clock(), state.elapsed_s
 
     def meta() -> Meta:
@@ -277,14 +305,21 @@ async def run_session(
                 await store.before_model_call(state)
             except PolicyDenied as denied:
                 return await fail("policy_denied", str(denied), retry=False)
+            if compact is not None and config.window is not None and estimate_tokens(
+                    request_chars(state.messages, tools), state.token_ratio) > config.window.threshold_tokens:
+                if await compact(state, tools, "threshold"):
+                    await store.checkpoint(state)
             request = ModelRequest(
                 model=model.model, messages=list(state.messages), tools=tools, temperature=config.temperature,
                 max_tokens=config.max_tokens, agent=config.agent,
                 timeout_s=max(min(1.0, config.model_timeout_s),
                               min(config.model_timeout_s, limits.timeout_s - (elapsed_before + clock() - started))),
             )
+            chars = request_chars(request.messages, tools)
             await store.emit("llm_request", {"model": model.model, "tier": model.tier, "messages": len(state.messages),
-                                             "tools": len(tools), "step": state.steps + 1})
+                                             "tools": len(tools), "step": state.steps + 1,
+                                             "estimated_tokens": estimate_tokens(chars, state.token_ratio),
+                                             "digest": request_digest(request)})
             try:
                 response = await _call_model(
                     model, request, config, store, sleep,
@@ -292,6 +327,13 @@ async def run_session(
                 )
             except ProviderError as error:
                 await store.emit("error", {"where": "model_call", "kind": error.kind, "message": str(error)})
+                if error.kind == "context_length" and compact is not None and overflow_retried_at != state.steps:
+                    overflow_retried_at = state.steps  # one retry per step
+                    if await compact(state, tools, "context_length"):
+                        await store.checkpoint(state)
+                        await store.emit("retry", {"what": "model_call", "attempt": 1, "delay_s": 0,
+                                                   "error": str(error)})
+                        continue
                 if elapsed_before + clock() - started >= limits.timeout_s:
                     return await fail("timeout", f"the session ran longer than {limits.timeout_s:g} s", retry=True)
                 return await fail("provider_error", str(error), retry=error.retryable or error.kind == "malformed")
@@ -299,6 +341,8 @@ async def run_session(
             state.steps += 1
             state.prompt_tokens += response.usage.prompt_tokens
             state.completion_tokens += response.usage.completion_tokens
+            if not response.cached:
+                state.token_ratio = calibrated(chars, response.usage.prompt_tokens, state.token_ratio)
             state.cost_usd = str(Decimal(state.cost_usd) + cost)
             state.messages.append(Message(role="assistant", content=response.text, tool_calls=response.tool_calls))
             state.elapsed_s = elapsed_before + clock() - started
