@@ -246,7 +246,8 @@ class DatabaseStore:
             self.usage[1] += usage["completion_tokens"]
             self.usage[2] += Decimal(data["cost_usd"])
             # A use of the large tier is a call to a model whose row says large; a cached answer called none.
-            self.usage[3] += 1 if self.tier == "large" and not data.get("cached") else 0
+            # (A compaction's summary names the tier of the model it called.)
+            self.usage[3] += 1 if (data.get("tier") or self.tier) == "large" and not data.get("cached") else 0
         if type in self.LIVE:
             if live_delay_s() <= 0:
                 await self.flush()
