@@ -222,3 +222,17 @@ def test_big_results_of_builtin_custom_and_mcp_tools_go_to_workspace_files(team_
     [session] = Session.objects.filter(run=run, agent="lead")
     tool_messages = [m.content for m in session_messages(session_id=session.id) if m.role == "tool"]
     assert max(len(text.encode()) for text in tool_messages) < 2_000 + 300
+
+
+def test_a_models_window_is_kept_on_its_row_and_an_impossible_one_is_refused(team_a):
+    from agents_app.definitions.markdown import DefinitionError
+    from agents_app.definitions.services import definition_parse
+    from agents_app.models import ProviderModel
+
+    long_team(team_a)
+    row = ProviderModel.objects.get(provider__team=team_a, name="long-16k")
+    assert (row.context_window, row.max_output_tokens) == (WINDOW, 2_000)
+    text = "---\nname: Tiny\ntype: scripted\nmodels:\n- name: t\n  context_window: 10\n---\n"
+    with pytest.raises(DefinitionError) as refused:
+        definition_parse(kind=PROVIDER, team=team_a, text=text)
+    assert "context_window" in str(refused.value) and "greater than or equal to 1024" in str(refused.value)
