@@ -5,9 +5,10 @@ messages already stored (by identity, with their entry numbers): a step that
 appended messages adds one ``message`` entry per new message; a history that
 was rewritten (compacted) adds its new messages and one ``compaction`` entry
 listing, in order, the entries it is made of — the entries it dropped are
-marked ``replaced_by`` it. :func:`journal_load` rebuilds the history from the
-entries still in use. The counters (steps, tokens, …) are small and kept on
-``Session.state``.
+marked ``replaced_by`` it. The digests of the tool results seen (the loop's
+progress check) are appended as ``seen`` entries. :func:`journal_load` rebuilds
+the history from the entries still in use. The other counters (steps, tokens,
+…) are small and kept on ``Session.state``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,20 @@ class Journal:
         self.seqs = list(seqs or [])
         self.next_seq = next_seq
         self.compaction = compaction  # seq of the compaction entry in force, if any
+        self.seen_last: str | None = None  # the last result digest stored
+
+    def stage_seen(self, seen: list[str]) -> list[tuple[int, str, str, int | None]]:
+        """Entries for the digests appended to ``seen`` since the last call (it only grows at its end)."""
+        new = seen
+        if self.seen_last is not None and self.seen_last in seen:
+            new = seen[len(seen) - seen[::-1].index(self.seen_last):]
+        entries = []
+        for digest in new:
+            entries.append((self.next_seq, "seen", digest, None))
+            self.next_seq += 1
+        if seen:
+            self.seen_last = seen[-1]
+        return entries
 
     def stage(self, messages: list[Message]) -> Staged:
         staged = Staged()
@@ -77,8 +92,13 @@ class Journal:
 
 ENTRIES_SQL = """
 SELECT seq, kind, payload FROM agents_app_sessionentry
-WHERE session_id = %s AND replaced_by IS NULL ORDER BY seq
+WHERE session_id = %s AND replaced_by IS NULL AND kind IN ('message', 'compaction') ORDER BY seq
 """
+SEEN_SQL = """
+SELECT payload FROM (SELECT seq, payload FROM agents_app_sessionentry WHERE session_id = %s AND kind = 'seen'
+                     ORDER BY seq DESC LIMIT %s) AS last ORDER BY seq
+"""
+SEEN_KEPT = 200  # as many as the loop keeps (agents_app.kernel.loop._record)
 
 
 def journal_load(*, session_id, counters: dict[str, Any]) -> tuple[SessionState, Journal]:
@@ -90,6 +110,8 @@ def journal_load(*, session_id, counters: dict[str, Any]) -> tuple[SessionState,
         cursor.execute("SELECT COALESCE(max(seq), 0) FROM agents_app_sessionentry WHERE session_id = %s",
                        [session_id])
         last = cursor.fetchone()[0]
+        cursor.execute(SEEN_SQL, [session_id, SEEN_KEPT])
+        seen = [row[0] for row in cursor.fetchall()]
     if "messages" in counters:  # a whole-state checkpoint: its messages are stored as entries at the next one
         state = SessionState.from_dict(counters)
         return state, Journal(next_seq=last + 1)
@@ -106,8 +128,10 @@ def journal_load(*, session_id, counters: dict[str, Any]) -> tuple[SessionState,
     else:
         seqs = [*compaction[1], *sorted(seq for seq in messages if seq > compaction[0])]
     history = [messages[seq] for seq in seqs]
-    state = SessionState(messages=history, **counters)
-    return state, Journal(history, seqs, next_seq=last + 1, compaction=compaction[0] if compaction else None)
+    state = SessionState(messages=history, **{**counters, "seen_results": seen})
+    journal = Journal(history, seqs, next_seq=last + 1, compaction=compaction[0] if compaction else None)
+    journal.seen_last = seen[-1] if seen else None
+    return state, journal
 
 
 def session_messages(*, session_id) -> list[Message]:

@@ -210,7 +210,9 @@ class DatabaseStore:
                       if key == self.agent or key in self.cursor.positions} if self.cursor is not None else {})
         state.cursor = positions
         self._stage(self.journal.stage(state.messages))
-        self.pending_counters = json.dumps(state.counters())
+        counters = state.counters()
+        self.pending_entries.extend(self.journal.stage_seen(counters.pop("seen_results")))
+        self.pending_counters = json.dumps(counters)
         self.pending_positions = positions
         self.checkpoint_bytes = len(self.pending_counters) + sum(len(e[2]) for e in self.pending_entries)
         if before_tools:

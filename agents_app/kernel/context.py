@@ -15,6 +15,7 @@ always stays with (or goes with) the call it answers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -78,6 +79,33 @@ def tools_chars(tools: Iterable[ToolSchema]) -> int:
 
 def request_chars(messages: Iterable[Message], tools: Iterable[ToolSchema]) -> int:
     return sum(map(message_chars, messages)) + tools_chars(tools)
+
+
+class Meter:
+    """A request's characters and digest, figured per message once: a session's messages are not changed
+    after they are appended (a compaction makes new ones), so each step measures only what it added."""
+
+    def __init__(self) -> None:
+        self.measured: list[tuple[Message, int, bytes]] = []  # message, its chars, digest of the prefix to it
+
+    def measure(self, messages: list[Message], tools: list[ToolSchema]) -> tuple[int, str]:
+        """Characters (as :func:`request_chars` counts them) and a digest of the messages, in order, and of
+        the tools' names."""
+        same = 0
+        for (known, _, _), message in zip(self.measured, messages):
+            if known is not message:
+                break
+            same += 1
+        del self.measured[same:]
+        chain = self.measured[-1][2] if self.measured else b""
+        total = sum(chars for _, chars, _ in self.measured)
+        for message in messages[same:]:
+            chars = message_chars(message)
+            chain = hashlib.sha256(chain + json.dumps(message.to_dict(), ensure_ascii=False).encode()).digest()
+            self.measured.append((message, chars, chain))
+            total += chars
+        digest = hashlib.sha256(chain + json.dumps([t.name for t in tools]).encode()).hexdigest()[:24]
+        return total + tools_chars(tools), digest
 
 
 def estimate_tokens(chars: int, ratio: float) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Awaitable, Callable, Protocol
 
-from agents_app.kernel.context import Window, calibrated, estimate_tokens, request_chars
+from agents_app.kernel.context import Meter, Window, calibrated, estimate_tokens
 from agents_app.kernel.outputs import INVALID_OUTPUT, correction
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
 from agents_app.llm.types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
@@ -156,11 +156,6 @@ class SessionConfig:
 Compactor = Callable[[SessionState, list[ToolSchema], str], Awaitable[bool]]
 
 
-def request_digest(request: ModelRequest) -> str:
-    """A short fingerprint of what a request sends (messages and tools, in order), recorded with its event."""
-    body = json.dumps([[m.to_dict() for m in request.messages], [t.name for t in request.tools]],
-                      ensure_ascii=False)
-    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:24]
 
 
 def call_signature(call: ToolCall) -> str:
@@ -219,7 +214,7 @@ async def _record(state: SessionState, store: SessionStore, call: ToolCall, resu
     digest = _digest(call.name + "\0" + result.content)
     new = digest not in state.seen_results
     if new:
-        state.seen_results = (state.seen_results + [digest])[-200:]
+        state.seen_results = (state.seen_results + [digest])[-200:]  # as many as a resume reads back
     state.elapsed_s = elapsed
     await store.emit("tool_result", {"id": call.id, "name": call.name, "ok": result.ok,
                                      "error_kind": result.error_kind, "content": result.content[:2000]})
@@ -246,6 +241,7 @@ async def run_session(
     """
     limits = config.limits
     overflow_retried_at = -1  # the step whose request was retried after a "context length exceeded"
+    meter = Meter()  # each request's size (for the window) and digest (recorded with llm_request)
     started, elapsed_before = clock(), state.elapsed_s
 
     def meta() -> Meta:
@@ -306,7 +302,7 @@ async def run_session(
             except PolicyDenied as denied:
                 return await fail("policy_denied", str(denied), retry=False)
             if compact is not None and config.window is not None and estimate_tokens(
-                    request_chars(state.messages, tools), state.token_ratio) > config.window.threshold_tokens:
+                    meter.measure(state.messages, tools)[0], state.token_ratio) > config.window.threshold_tokens:
                 if await compact(state, tools, "threshold"):
                     await store.checkpoint(state)
             request = ModelRequest(
@@ -315,11 +311,11 @@ async def run_session(
                 timeout_s=max(min(1.0, config.model_timeout_s),
                               min(config.model_timeout_s, limits.timeout_s - (elapsed_before + clock() - started))),
             )
-            chars = request_chars(request.messages, tools)
+            chars, digest = meter.measure(request.messages, tools)
             await store.emit("llm_request", {"model": model.model, "tier": model.tier, "messages": len(state.messages),
                                              "tools": len(tools), "step": state.steps + 1,
                                              "estimated_tokens": estimate_tokens(chars, state.token_ratio),
-                                             "digest": request_digest(request)})
+                                             "digest": digest})
             try:
                 response = await _call_model(
                     model, request, config, store, sleep,

@@ -141,3 +141,28 @@ def test_big_results_are_stored_and_pointed_to_and_vfs_read_is_paged_in_place():
                                    content=big, agent="a", max_bytes=16_384, write=files))
     assert len(files.files) == 1  # a file read is not copied to another file
     assert read.endswith("Read on with vfs_read, path 'big.txt', offset 4010 and max_chars]")
+
+
+def test_journal_stores_each_new_result_digest_once():
+    journal = Journal()
+    assert [(e[1], e[2]) for e in journal.stage_seen(["a", "b"])] == [("seen", "a"), ("seen", "b")]
+    assert journal.stage_seen(["a", "b"]) == []
+    assert [e[2] for e in journal.stage_seen(["b", "c", "d"])] == ["c", "d"]  # the oldest fell off the end
+    assert [e[0] for e in journal.stage_seen(["x"])] == [5]  # "d" is gone: all of them are new
+
+
+def test_meter_measures_only_new_messages_and_gives_the_digest_a_fresh_count_gives():
+    from agents_app.kernel.context import Meter, request_chars
+
+    messages = start().messages + [Message(role="assistant", content="a"), Message(role="tool", content="r",
+                                                                                   tool_call_id="c", name="t")]
+    meter = Meter()
+    first = meter.measure(messages[:2], [])
+    assert first[0] == request_chars(messages[:2], [])
+    chars, digest = meter.measure(messages, [])
+    assert (chars, digest) == Meter().measure(list(messages), [])
+    assert chars == request_chars(messages, [])
+    assert len(meter.measured) == 4 and digest != first[1]
+    changed = [*messages[:3], Message(role="tool", content="R", tool_call_id="c", name="t")]
+    assert meter.measure(changed, [])[1] != digest
+    assert meter.measure(messages, [])[1] == digest
