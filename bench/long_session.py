@@ -13,9 +13,9 @@ measures the checkpoints alone). It runs twice in the same script:
 
 Bytes per checkpoint are what the store hands to PostgreSQL for the session's history and
 counters (events, the same in both, are not counted); ms per step is the wall time between
-two model calls. Each figure is the mean over the five steps ending at 10, 100 and 500.
+two model calls. Each figure is the median of the nine steps ending at 10, 100 and 500.
 
-    .venv/bin/python bench/long_session.py [--steps 500] [--result-bytes 5000] [--keep-db]
+    .venv/bin/python bench/long_session.py [--steps 500] [--result-bytes 5000] [--only before|after] [--keep-db]
 """
 
 from __future__ import annotations
@@ -109,13 +109,14 @@ async def one_session(store_class, run, session, *, steps: int, result_bytes: in
 
 
 def at(values: list[float], step: int) -> float:
-    return statistics.mean(values[max(0, step - 5):step])
+    return statistics.median(values[max(0, step - 9):step])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--result-bytes", type=int, default=5_000)
+    parser.add_argument("--only", choices=["before", "after"], help="measure one of the two")
     parser.add_argument("--keep-db", action="store_true")
     args = parser.parse_args()
     points = [step for step in AT if step <= args.steps]
@@ -130,6 +131,8 @@ def main() -> None:
 
         team = team_create(slug="bench-long", name="bench-long", defs_dir=str(Path(c.ENV["MAS_DEFS_ROOT"]) / "bench-long"))
         for name, store_class in stores().items():
+            if args.only and name != args.only:
+                continue
             run, session = session_rows(team, name)
             figures[name] = asyncio.run(one_session(store_class, run, session, steps=args.steps,
                                                     result_bytes=args.result_bytes))
@@ -138,15 +141,13 @@ def main() -> None:
             c.database_drop()
 
     c.say("\n            " + "".join(f"{f'step {p}':>14}" for p in points) + f"{'500/10':>10}")
-    for name in ("before", "after"):
-        data = figures[name]
+    for name, data in figures.items():
         for label, key, fmt in (("B/checkpoint", "bytes", "{:>14,.0f}"), ("ms/step", "ms", "{:>14.2f}")):
             values = [at(data[key], p) for p in points]
             ratio = values[-1] / values[0] if values[0] else float("nan")
             c.say(f"{name:6s} {label:13s}" + "".join(fmt.format(v) for v in values) + f"{ratio:>9.1f}x")
-    total = {name: sum(figures[name]["bytes"]) for name in figures}
-    c.say(f"\ncheckpoint bytes of the whole session: before {total['before'] / 1e6:,.1f} MB, "
-          f"after {total['after'] / 1e6:,.1f} MB")
+    c.say("\ncheckpoint bytes of the whole session: " + ", ".join(
+        f"{name} {sum(data['bytes']) / 1e6:,.1f} MB" for name, data in figures.items()))
 
 
 if __name__ == "__main__":

@@ -113,7 +113,8 @@ WITH {file}r AS (
 ), k AS (
   UPDATE agents_app_sessionentry AS t SET replaced_by = x.rb
   FROM unnest(%(k_seq)s::int[], %(k_rb)s::int[]) AS x(seq, rb)
-  WHERE t.session_id = %(session)s::uuid AND t.seq = x.seq AND t.replaced_by IS NULL
+  WHERE cardinality(%(k_seq)s::int[]) > 0  -- a one-time filter: most writes mark nothing, and scan nothing
+    AND t.session_id = %(session)s::uuid AND t.seq = x.seq AND t.replaced_by IS NULL
 )
 SELECT r.base{file_columns} FROM r{file_from}
 """
