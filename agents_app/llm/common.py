@@ -77,7 +77,7 @@ def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
 CONTEXT_LENGTH_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
 CONTEXT_LENGTH_PHRASES = ("maximum context length", "prompt is too long", "exceeds the maximum number of tokens",
                           "context length exceeded", "exceeds the context window", "context_length_exceeded",
-                          "input is too long", "too many tokens")
+                          "input is too long")
 
 
 def is_context_length(message: str, code: str | None = None) -> bool:
