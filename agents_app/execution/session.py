@@ -24,8 +24,8 @@ from agents_app.execution.compaction import SUMMARY_MAX_TOKENS, SUMMARY_SYSTEM, 
 from agents_app.execution.journal import journal_load
 from agents_app.execution.modelchoice import model_resolve
 from agents_app.execution.store import COMPACTOR_KEY, DatabaseStore, DatabaseWorkspace, WriteRefused, monitor
-from agents_app.kernel.context import window_for
 from agents_app.execution.versions import mcp_pinned, tools_pinned
+from agents_app.kernel.context import window_for
 from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
 from agents_app.kernel.outputs import INVALID_OUTPUT, answer_check, answer_format
 from agents_app.kernel.prompt import build_messages, build_system_prompt

@@ -156,8 +156,6 @@ class SessionConfig:
 Compactor = Callable[[SessionState, list[ToolSchema], str], Awaitable[bool]]
 
 
-
-
 def call_signature(call: ToolCall) -> str:
     return call.name + ":" + json.dumps(call.arguments, sort_keys=True, default=str)
 
