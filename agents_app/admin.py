@@ -84,7 +84,7 @@ class ProviderModelInline(admin.TabularInline):
     """The provider's models: derived from its markdown on every save, so read-only."""
 
     model = ProviderModel
-    fields = ("name", "tier", "input", "output")
+    fields = ("name", "tier", "input", "output", "context_window", "max_output_tokens")
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -157,7 +157,7 @@ class TeamMemberAdmin(TeamScopedAdmin):
 class TeamForm(forms.ModelForm):
     class Meta:
         model = Team
-        fields = ("slug", "name", "defs_dir")
+        fields = ("slug", "name", "defs_dir", "tool_result_max_bytes")
 
     def clean_defs_dir(self):
         defs_dir = self.cleaned_data["defs_dir"]
@@ -174,7 +174,7 @@ class TeamAdmin(TeamMemberAdmin):
     team_lookup = "pk"
     list_display = ("slug", "name", "member_count", "created_at")
     search_fields = ("slug", "name")
-    fields = ("slug", "name", "defs_dir")
+    fields = ("slug", "name", "defs_dir", "tool_result_max_bytes")
 
     def team_id_of(self, obj) -> int:
         return obj.pk

@@ -196,6 +196,9 @@ class ProviderModelSpec(Strict):
     tier: Tier | None = None
     input_price: Decimal = Field(default=Decimal(0), ge=0, max_digits=12, decimal_places=4)
     output_price: Decimal = Field(default=Decimal(0), ge=0, max_digits=12, decimal_places=4)
+    # Tokens: left out, a well-known model's defaults apply (agents_app.llm.windows).
+    context_window: int | None = Field(default=None, ge=1024, le=100_000_000)
+    max_output_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
 
 
 def team_of(info: ValidationInfo) -> str | None:

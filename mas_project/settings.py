@@ -276,6 +276,11 @@ MAS_MCP_MAX_OUTPUT_CHARS = int(os.environ.get("MAS_MCP_MAX_OUTPUT_CHARS", 100_00
 MAS_MCP_IDLE_S = float(os.environ.get("MAS_MCP_IDLE_S", 60))
 # Tool discovery (tools_app/discovery.py): an agent with more tools than the threshold is offered the K most
 # relevant to its task (plus tool_search to find the others).
+# Long sessions: a tool result above this many bytes is stored as a workspace file and the model gets its
+# head, size and path (a team's tool_result_max_bytes overrides it); a request estimated above this share
+# of the model's window (less the answer's reserve) is preceded by a compaction of the history.
+MAS_TOOL_RESULT_MAX_BYTES = int(os.environ.get("MAS_TOOL_RESULT_MAX_BYTES", 16 * 1024))
+MAS_CONTEXT_THRESHOLD = float(os.environ.get("MAS_CONTEXT_THRESHOLD", 0.8))
 MAS_TOOL_DISCOVERY_THRESHOLD = int(os.environ.get("MAS_TOOL_DISCOVERY_THRESHOLD", 24))
 MAS_TOOL_DISCOVERY_K = int(os.environ.get("MAS_TOOL_DISCOVERY_K", 10))
 # code_exec (tools_app/sandbox.py): limits of one program in the bubblewrap sandbox.

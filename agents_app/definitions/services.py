@@ -127,6 +127,8 @@ def _sync_provider_models(row: Definition, parsed: ParsedDefinition) -> None:
             tier=model.tier or "",
             input_price=model.input_price,
             output_price=model.output_price,
+            context_window=model.context_window,
+            max_output_tokens=model.max_output_tokens,
         )
         for model in parsed.spec.models
     )

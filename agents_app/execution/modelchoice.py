@@ -16,6 +16,7 @@ from pathlib import Path
 from agents_app.llm.pricing import Prices
 from agents_app.llm.registry import ProviderConfig, Resolved, build_provider, provider_config, resolve_model
 from agents_app.llm.scripted import MemoryCursor, ScriptedProvider
+from agents_app.llm.windows import ModelLimits, model_limits
 from agents_app.models import ModelProvider, ProviderModel, Run, Team
 from agents_app.specs import TIERS
 
@@ -34,6 +35,7 @@ class Choice:
     prices: Prices
     source: str  # "script" | "demo" | "provider"
     config: ProviderConfig | None = None
+    limits: ModelLimits = ModelLimits()
 
     @property
     def ref(self) -> str:
@@ -54,22 +56,25 @@ def model_choice(*, run: Run, ref: str, tier: str) -> Choice:
     if not usable:
         return Choice("scripted", "demo-recording", tier, Prices(), "demo")
     config, model = resolve_model(ref, [provider_config(p) for p in usable])
-    return Choice(config.slug, model.name, model.tier, model.prices, "provider", config)
+    return Choice(config.slug, model.name, model.tier, model.prices, "provider", config, model.limits)
 
 
 def _scripted(run: Run, ref: str) -> Choice:
     if ref not in TIERS:  # a model, named: the script plays it, billed at its row's prices
         slug, _, name = ref.partition(":")
         row = (ProviderModel.objects.filter(provider__team_id=run.team_id, provider__slug=slug, name=name)
-               .values_list("tier", "input_price", "output_price").first())
+               .values_list("tier", "input_price", "output_price", "context_window", "max_output_tokens").first())
         if row is None:
-            return Choice(slug, name, None, Prices(), "script")
-        return Choice(slug, name, row[0] or None, Prices.of(row[1], row[2]), "script")
+            return Choice(slug, name, None, Prices(), "script", limits=model_limits(name))
+        return Choice(slug, name, row[0] or None, Prices.of(row[1], row[2]), "script",
+                      limits=model_limits(name, context_window=row[3], max_output_tokens=row[4]))
     row = (ProviderModel.objects.filter(provider__team_id=run.team_id, provider__provider_type="scripted", tier=ref)
-           .order_by("provider__slug", "name").values_list("name", "input_price", "output_price").first())
+           .order_by("provider__slug", "name")
+           .values_list("name", "input_price", "output_price", "context_window", "max_output_tokens").first())
     if row is None:
         return Choice("scripted", "scripted", ref, Prices(), "script")
-    return Choice("scripted", row[0], ref, Prices.of(row[1], row[2]), "script")
+    return Choice("scripted", row[0], ref, Prices.of(row[1], row[2]), "script",
+                  limits=model_limits(row[0], context_window=row[3], max_output_tokens=row[4]))
 
 
 def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor) -> tuple[Resolved, str]:
@@ -83,4 +88,4 @@ def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor) -> tup
         team = Team.objects.filter(pk=run.team_id).values_list("slug", flat=True).first() or ""
         provider = build_provider(choice.config, team=team, cursor=cursor)
     notice = NO_PROVIDER_NOTICE if choice.source == "demo" else ""
-    return Resolved(provider, choice.provider_slug, choice.model, choice.tier, choice.prices), notice
+    return Resolved(provider, choice.provider_slug, choice.model, choice.tier, choice.prices, choice.limits), notice

@@ -20,9 +20,12 @@ from typing import Any
 from django.conf import settings
 
 from agents_app.execution import services
+from agents_app.execution.compaction import SUMMARY_MAX_TOKENS, SUMMARY_SYSTEM, Compaction, result_kept
+from agents_app.execution.journal import journal_load
 from agents_app.execution.modelchoice import model_resolve
-from agents_app.execution.store import DatabaseStore, DatabaseWorkspace, WriteRefused, monitor
+from agents_app.execution.store import COMPACTOR_KEY, DatabaseStore, DatabaseWorkspace, WriteRefused, monitor
 from agents_app.execution.versions import mcp_pinned, tools_pinned
+from agents_app.kernel.context import window_for
 from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
 from agents_app.kernel.outputs import INVALID_OUTPUT, answer_check, answer_format
 from agents_app.kernel.prompt import build_messages, build_system_prompt
@@ -30,9 +33,9 @@ from agents_app.kernel.results import Limits, Meta
 from agents_app.llm.pricing import usage_cost
 from agents_app.llm.registry import Resolved
 from agents_app.llm.scripted import MemoryCursor
-from agents_app.llm.types import ModelRequest, ModelResponse, ProviderError, ToolCall
+from agents_app.llm.types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall
 from agents_app.money import money_str
-from agents_app.models import Activation, Run, Session
+from agents_app.models import Activation, Run, Session, Team
 from agents_app.specs import CustomToolSpec
 from agents_app.runner import db
 from mas_project import telemetry
@@ -244,6 +247,53 @@ async def _consolidate(*, state: SessionState, model: ModelHandle, store: Databa
                                    "message": str(error)})
 
 
+def _summariser(*, run: Run, resolved: Resolved, cursor: MemoryCursor, store: DatabaseStore):
+    """The compactor's writer: the team's small tier (the session's own model when the team has none),
+    called under the run's budget and accounted on it like any model call."""
+    chosen: list[Resolved] = []
+
+    async def summarise(state: SessionState, text: str) -> str:
+        if not chosen:
+            try:
+                chosen.append((await db(model_resolve)(run=run, ref="small", tier="small", cursor=cursor))[0])
+            except ProviderError:
+                chosen.append(resolved)
+        small = chosen[0]
+        try:
+            await store.before_model_call(state)
+        except PolicyDenied as denied:
+            raise ProviderError("bad_request", f"the run's budget allows no summary: {denied}") from None
+        request = ModelRequest(model=small.model, messages=[Message(role="system", content=SUMMARY_SYSTEM),
+                                                            Message(role="user", content=text)],
+                               max_tokens=SUMMARY_MAX_TOKENS, agent=COMPACTOR_KEY,
+                               timeout_s=settings.MAS_MODEL_TIMEOUT_S)
+        await store.emit("llm_request", {"model": small.model, "tier": small.tier or "", "purpose": "compaction",
+                                         "messages": 2, "tools": 0})
+        try:
+            response = await asyncio.wait_for(small.provider.complete(request), timeout=request.timeout_s)
+        except asyncio.TimeoutError:
+            raise ProviderError("timeout", f"no summary within {request.timeout_s:.0f} s") from None
+        cost = usage_cost(response.usage, small.prices)
+        state.prompt_tokens += response.usage.prompt_tokens
+        state.completion_tokens += response.usage.completion_tokens
+        state.cost_usd = str(Decimal(state.cost_usd) + cost)
+        await store.emit("llm_response", {
+            "model": response.model or small.model, "tier": small.tier or "", "purpose": "compaction",
+            "finish_reason": response.finish_reason, "text": response.text, "tool_calls": [],
+            "usage": {"prompt_tokens": response.usage.prompt_tokens,
+                      "completion_tokens": response.usage.completion_tokens},
+            "cost_usd": str(cost),
+        })
+        return response.text
+
+    return summarise
+
+
+def _team_result_limit(team_id: int) -> int:
+    own = Team.objects.filter(pk=team_id).values_list("tool_result_max_bytes", flat=True).first()
+    return own or settings.MAS_TOOL_RESULT_MAX_BYTES
+
+
 def _remembered(start: services.SessionStart) -> str:
     """The memories most relevant to the task (the agent's own and the team's shared), for its prompt."""
     from memory_app.selectors import memory_prompt_section, memory_search
@@ -367,7 +417,9 @@ async def execute_activation(activation_id: str) -> None:
         return
     store.tier = resolved.tier or ""  # the budget counts the model called, by its row's tier
     if resumed_state:
-        state = SessionState.from_dict(resumed_state)
+        counters = {key: value for key, value in resumed_state.items()
+                    if key in SessionState.__dataclass_fields__}
+        state, store.journal = await db(journal_load)(session_id=session.id, counters=counters)
     else:
         remembered = await db(_remembered)(start) if agent.spec.memory.enabled else ""
         section = await db(skills_section)(skills, task=activation.input) if skills else ""
@@ -400,6 +452,8 @@ async def execute_activation(activation_id: str) -> None:
         _skill_tool(registry, context.services, skills)
     offered = await _offered_tools(registry, task=activation.input, services=context.services)
 
+    result_limit = await db(_team_result_limit)(run.team_id)
+
     async def call_tool(call: ToolCall) -> ToolResult:
         tool_call_ids["current"] = f"{session.id}:{call.id}"
         if call.name not in WORKSPACE_TOOLS:
@@ -415,7 +469,10 @@ async def execute_activation(activation_id: str) -> None:
             return ToolResult(ok=True, content="", suspended=True)
         telemetry.end(span, error=None if outcome.ok else (outcome.error_kind or "tool_error"))
         rejected = _text(call.arguments.get("value")) if outcome.error_kind == INVALID_OUTPUT else None
-        return ToolResult(ok=outcome.ok, content=outcome.content, error_kind=outcome.error_kind, rejected=rejected)
+        content = await result_kept(name=call.name, call_id=call.id, arguments=call.arguments,
+                                    content=outcome.content, agent=agent.slug, max_bytes=result_limit,
+                                    write=store.file_write)
+        return ToolResult(ok=outcome.ok, content=content, error_kind=outcome.error_kind, rejected=rejected)
 
     limits = agent.spec.limits
     config = SessionConfig(
@@ -426,13 +483,18 @@ async def execute_activation(activation_id: str) -> None:
         output_check=answer_check(schema=agent.spec.output_schema,
                                   step_schemas=activation.context.get("output_schemas") or {},
                                   answer_output=activation.context.get("answer_output"), outputs_set=outputs_set),
+        window=window_for(context_window=resolved.limits.context_window,
+                          max_output_tokens=resolved.limits.max_output_tokens, max_tokens=agent.spec.max_tokens,
+                          threshold=settings.MAS_CONTEXT_THRESHOLD),
     )
+    compactor = Compaction(agent=agent.slug, window=config.window, write=store.file_write, emit=store.emit,
+                           summarise=_summariser(run=run, resolved=resolved, cursor=cursor, store=store))
     cache = agent.spec.memory.cache
     loop_model = cached_model(model, enabled=cache.enabled, similarity=cache.similarity, ttl_s=cache.ttl_s,
                               model_key=f"{resolved.provider_slug}:{resolved.model}", team_id=run.team_id,
                               run_id=run.id, agent=agent.slug, emit=store.emit)
     loop_task = asyncio.create_task(run_session(state=state, model=loop_model, tools=offered,
-                                                call_tool=call_tool, store=store, config=config))
+                                                call_tool=call_tool, store=store, config=config, compact=compactor))
     monitor.watch(session.id, run.id, store, loop_task)
     ending: dict[str, Any] | None = None
     try:

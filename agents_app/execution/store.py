@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
+from agents_app.execution.journal import Journal, Staged
 from agents_app.execution.eventlog import INSERT_NUMBERED, Entry, entry, events_param, payloads, push_bounded
 from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.kernel.loop import PolicyDenied, SessionState
@@ -87,14 +88,15 @@ def pool() -> ConnectionPool:
 # One statement per write, so a write is one round trip and one commit. ``r`` numbers the
 # events from the run's counter (the row stays locked until commit, so numbers are gap-free
 # and in commit order) and adds the session's usage; ``e`` inserts the events; ``s`` adds the
-# usage to the session and stores its checkpoint. A file change adds ``f`` and its event.
+# usage to the session and stores its counters; ``j`` appends the checkpoint's new history entries
+# (idempotent: a write retried after a failure inserts nothing twice) and ``k`` marks the entries a
+# compaction replaced. A file change adds ``f`` and its event.
 _WRITE = """
 WITH {file}r AS (
   UPDATE agents_app_run SET next_seq = next_seq + %(n)s{file_count}, prompt_tokens = prompt_tokens + %(pt)s,
     completion_tokens = completion_tokens + %(ct)s, cost_usd = cost_usd + %(cost)s::numeric,
     large_tier_uses = large_tier_uses + %(large)s,
-    script_cursor = CASE WHEN %(pos)s::bigint IS NULL THEN script_cursor
-                    ELSE script_cursor || jsonb_build_object(%(agent)s::text, %(pos)s::bigint) END
+    script_cursor = CASE WHEN %(pos)s::jsonb IS NULL THEN script_cursor ELSE script_cursor || %(pos)s::jsonb END
   WHERE id = %(run)s::uuid RETURNING next_seq - (%(n)s{file_count}) AS base
 ), e AS (
   {insert}{file_event}
@@ -103,6 +105,16 @@ WITH {file}r AS (
     completion_tokens = completion_tokens + %(ct)s, cost_usd = cost_usd + %(cost)s::numeric,
     state = COALESCE(%(state)s::jsonb, state), heartbeat_at = CASE WHEN %(beat)s THEN now() ELSE heartbeat_at END
   WHERE id = %(session)s::uuid AND %(touch)s
+), j AS (
+  INSERT INTO agents_app_sessionentry (session_id, seq, kind, payload, replaced_by)
+  SELECT %(session)s::uuid, x.seq, x.kind, x.payload, x.rb
+  FROM unnest(%(j_seq)s::int[], %(j_kind)s::text[], %(j_payload)s::text[], %(j_rb)s::int[]) AS x(seq, kind, payload, rb)
+  ON CONFLICT (session_id, seq) DO NOTHING
+), k AS (
+  UPDATE agents_app_sessionentry AS t SET replaced_by = x.rb
+  FROM unnest(%(k_seq)s::int[], %(k_rb)s::int[]) AS x(seq, rb)
+  WHERE cardinality(%(k_seq)s::int[]) > 0  -- a one-time filter: most writes mark nothing, and scan nothing
+    AND t.session_id = %(session)s::uuid AND t.seq = x.seq AND t.replaced_by IS NULL
 )
 SELECT r.base{file_columns} FROM r{file_from}
 """
@@ -146,6 +158,9 @@ class WriteRefused(Exception):
 _TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
+COMPACTOR_KEY = "compactor"  # the scripted provider's script key of the summaries compaction asks for
+
+
 def live_delay_s() -> float:
     return float(getattr(settings, "MAS_LIVE_EVENT_DELAY_MS", 20)) / 1000
 
@@ -165,7 +180,7 @@ class DatabaseStore:
     LIVE = frozenset({"llm_request", "stream_chunk", "tool_call"})
 
     def __init__(self, *, run_id, session_id, agent: str, tier: str, cursor: MemoryCursor | None,
-                 budget: dict[str, Any], team_id: int | None = None) -> None:
+                 budget: dict[str, Any], team_id: int | None = None, journal: Journal | None = None) -> None:
         # tier: of the model the session calls, as its provider row says ("" for none): what the budget counts.
         self.run_id, self.session_id, self.agent, self.tier, self.cursor = run_id, session_id, agent, tier, cursor
         self.team_id = team_id
@@ -173,26 +188,58 @@ class DatabaseStore:
         self.pending: list[Entry] = []
         self.usage = [0, 0, Decimal(0), 0]
         self.cancel_requested = False
-        self.saved_position: int | None = cursor.get(agent) if cursor is not None else None
+        self.saved_positions: dict[str, int] = (
+            {key: cursor.get(key) for key in (agent, COMPACTOR_KEY) if key in cursor.positions}
+            if cursor is not None else {})
+        self.journal = journal or Journal()
+        # The checkpoint not written yet: new history entries, marks, counters (JSON), script positions.
+        self.pending_entries: list[tuple[int, str, str, int | None]] = []
+        self.pending_marks: list[tuple[int, int]] = []
+        self.pending_counters: str | None = None
+        self.pending_positions: dict[str, int] | None = None
+        self.checkpoint_bytes = 0  # of the last checkpoint staged (bench/long_session.py reads it)
         self.pushing: asyncio.Future | None = None
         self.waiting_push: list[dict[str, Any]] | None = None
         self.writing = asyncio.Lock()
         self.live_timer: asyncio.TimerHandle | None = None
-        self.pending_state: tuple[dict[str, Any], int | None] | None = None
         self.live_write: asyncio.Task | None = None
 
     # SessionStore
 
     async def checkpoint(self, state: SessionState, *, before_tools: bool = False) -> None:
-        position = self.cursor.get(self.agent) if self.cursor is not None else None
-        state.cursor = {self.agent: position} if position is not None else {}
+        positions = ({key: self.cursor.get(key) for key in (self.agent, COMPACTOR_KEY)
+                      if key == self.agent or key in self.cursor.positions} if self.cursor is not None else {})
+        state.cursor = positions
+        self._stage(self.journal.stage(state.messages))
+        counters = state.counters()
+        self.pending_entries.extend(self.journal.stage_seen(counters.pop("seen_results")))
+        self.pending_counters = json.dumps(counters)
+        self.pending_positions = positions
+        self.checkpoint_bytes = len(self.pending_counters) + sum(len(e[2]) for e in self.pending_entries)
         if before_tools:
             # Written with the tool's own write (a file), or before a tool that writes elsewhere
             # (see session.call_tool), or within the live delay — whichever comes first.
-            self.pending_state = (state.to_dict(), position)
             self._schedule_live_write()
             return
-        await self._write(state=state.to_dict(), position=position)
+        await self._write()
+
+    def _stage(self, staged: Staged) -> None:
+        self.pending_entries.extend(staged.entries)
+        self._mark(staged.marks)
+
+    def _mark(self, marks: list[tuple[int, int]]) -> None:
+        # An entry not inserted yet is inserted marked: its statement's UPDATE would not see it.
+        waiting = {entry[0]: index for index, entry in enumerate(self.pending_entries)}
+        for seq, by in marks:
+            index = waiting.get(seq)
+            if index is None:
+                self.pending_marks.append((seq, by))
+            else:
+                self.pending_entries[index] = (*self.pending_entries[index][:3], by)
+
+    @property
+    def has_checkpoint(self) -> bool:
+        return self.pending_counters is not None or bool(self.pending_entries or self.pending_marks)
 
     async def emit(self, type: str, data: dict[str, Any]) -> None:
         self.pending.append(entry(type, agent=self.agent, session_id=self.session_id, data=data))
@@ -202,7 +249,8 @@ class DatabaseStore:
             self.usage[1] += usage["completion_tokens"]
             self.usage[2] += Decimal(data["cost_usd"])
             # A use of the large tier is a call to a model whose row says large; a cached answer called none.
-            self.usage[3] += 1 if self.tier == "large" and not data.get("cached") else 0
+            # (A compaction's summary names the tier of the model it called.)
+            self.usage[3] += 1 if (data.get("tier") or self.tier) == "large" and not data.get("cached") else 0
         if type in self.LIVE:
             if live_delay_s() <= 0:
                 await self.flush()
@@ -227,7 +275,7 @@ class DatabaseStore:
 
     async def flush(self) -> None:
         """Write the pending events and checkpoint now (before anything else writes for this run)."""
-        if self.pending or self.pending_state is not None:
+        if self.pending or self.has_checkpoint:
             await self._write()
 
     def _schedule_live_write(self) -> None:
@@ -259,26 +307,28 @@ class DatabaseStore:
         row = await self._write(sql=FILE_DELETE_SQL, file={"path": path, "content": None, "bytes": None})
         return bool(row[1])
 
-    async def _write(self, *, state: dict[str, Any] | None = None, position: int | None = None,
-                     sql: str = WRITE_SQL, file: dict[str, Any] | None = None) -> tuple:
+    async def _write(self, *, sql: str = WRITE_SQL, file: dict[str, Any] | None = None) -> tuple:
         async with self.writing:
             if self.live_timer is not None:
                 self.live_timer.cancel()
                 self.live_timer = None
-            held = self.pending_state
-            if state is None and held is not None:
-                state, position = held
-            self.pending_state = None  # a newer checkpoint replaces a held one
-            if position == self.saved_position:
-                position = None
+            counters, entries, marks = self.pending_counters, self.pending_entries, self.pending_marks
+            positions = self.pending_positions
+            self.pending_counters, self.pending_entries, self.pending_marks = None, [], []
+            self.pending_positions = None
+            changed = {key: value for key, value in (positions or {}).items()
+                       if self.saved_positions.get(key) != value}
             events, usage = self.pending, self.usage
             self.pending, self.usage = [], [0, 0, Decimal(0), 0]
             params = {
                 "run": str(self.run_id), "session": str(self.session_id), "agent": self.agent,
                 "n": len(events), "pt": usage[0], "ct": usage[1], "cost": str(usage[2]), "large": usage[3],
-                "pos": position, "state": json.dumps(state) if state is not None else None,
-                "beat": state is not None, "touch": bool(state is not None or usage[0] or usage[1] or usage[2]),
+                "pos": json.dumps(changed) if changed else None, "state": counters,
+                "beat": counters is not None, "touch": bool(counters is not None or usage[0] or usage[1] or usage[2]),
                 "events": events_param(events),
+                "j_seq": [e[0] for e in entries], "j_kind": [e[1] for e in entries],
+                "j_payload": [e[2] for e in entries], "j_rb": [e[3] for e in entries],
+                "k_seq": [m[0] for m in marks], "k_rb": [m[1] for m in marks],
             }
             if file is not None:
                 params |= {**file, "at": datetime.now(UTC)}
@@ -292,12 +342,16 @@ class DatabaseStore:
                 # Not written: keep the events for the next write (the rows are the truth).
                 self.pending = events + self.pending
                 self.usage = [a + b for a, b in zip(usage, self.usage)]
-                self.pending_state = self.pending_state or held
+                later = self.pending_marks
+                self.pending_entries, self.pending_marks = entries + self.pending_entries, marks
+                self._mark(later)
+                self.pending_counters = self.pending_counters or counters
+                if self.pending_positions is None:
+                    self.pending_positions = positions
                 if isinstance(error, psycopg.Error) and not isinstance(error, _TRANSIENT):
                     raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
                 raise
-            if position is not None:
-                self.saved_position = position
+            self.saved_positions.update(changed)
             if file is not None and (sql is not FILE_DELETE_SQL or row[1]):
                 data = ({"path": file["path"], "version": row[1], "action": "created" if row[2] else "updated",
                          "bytes": file["bytes"]} if sql is FILE_WRITE_SQL
@@ -328,7 +382,8 @@ class DatabaseStore:
     async def salvage(self) -> int:
         """After :class:`WriteRefused`: write the pending events without the usage and checkpoint that
         came with them; if those are refused too, drop them. Returns how many events were dropped."""
-        self.usage, self.pending_state = [0, 0, Decimal(0), 0], None
+        self.usage = [0, 0, Decimal(0), 0]
+        self.pending_counters, self.pending_entries, self.pending_marks = None, [], []
         try:
             await self.flush()
         except WriteRefused:

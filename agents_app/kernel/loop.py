@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Awaitable, Callable, Protocol
 
+from agents_app.kernel.context import Meter, Window, calibrated, estimate_tokens
 from agents_app.kernel.outputs import INVALID_OUTPUT, correction
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
 from agents_app.llm.types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
@@ -55,9 +56,17 @@ class SessionState:
     correction_step: int = 0
     rejected: str | None = None
     rejected_errors: str = ""
+    # Context: the provider's tokens per character of this session's last request (0: none reported yet),
+    # and how many times the history was compacted.
+    token_ratio: float = 0.0
+    compactions: int = 0
+
+    def counters(self) -> dict[str, Any]:
+        """Everything but the messages (which a store may keep apart, appended as they come)."""
+        return {k: v for k, v in self.__dict__.items() if k != "messages"}
 
     def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items() if k != "messages"}
+        data = self.counters()
         data["messages"] = [message.to_dict() for message in self.messages]
         return data
 
@@ -140,6 +149,12 @@ class SessionConfig:
     # acceptable; and how many corrective turns a session gets before it fails as validation_failed.
     output_check: Callable[[str], str | None] | None = None
     max_corrections: int = 1
+    window: Window | None = None  # the model's context window; None: unknown, compacted only when refused
+
+
+# (state, tools, reason) → True when the history was shortened. ``reason``: "threshold" (the request would
+# pass the window's threshold) or "context_length" (the provider refused it as too long).
+Compactor = Callable[[SessionState, list[ToolSchema], str], Awaitable[bool]]
 
 
 def call_signature(call: ToolCall) -> str:
@@ -198,7 +213,7 @@ async def _record(state: SessionState, store: SessionStore, call: ToolCall, resu
     digest = _digest(call.name + "\0" + result.content)
     new = digest not in state.seen_results
     if new:
-        state.seen_results = (state.seen_results + [digest])[-200:]
+        state.seen_results = (state.seen_results + [digest])[-200:]  # as many as a resume reads back
     state.elapsed_s = elapsed
     await store.emit("tool_result", {"id": call.id, "name": call.name, "ok": result.ok,
                                      "error_kind": result.error_kind, "content": result.content[:2000]})
@@ -216,9 +231,16 @@ async def run_session(
     config: SessionConfig,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    compact: Compactor | None = None,
 ) -> SessionOutcome:
-    """Run (or resume) one session until a final answer, a limit, a failure or cancellation."""
+    """Run (or resume) one session until a final answer, a limit, a failure or cancellation.
+
+    With ``config.window`` and ``compact``, a request estimated above the window's threshold is preceded by
+    a compaction; a provider's "context length exceeded" answer leads to one compaction and one retry.
+    """
     limits = config.limits
+    overflow_retried_at = -1  # the step whose request was retried after a "context length exceeded"
+    meter = Meter()  # each request's size (for the window) and digest (recorded with llm_request)
     started, elapsed_before = clock(), state.elapsed_s
 
     def meta() -> Meta:
@@ -278,14 +300,21 @@ async def run_session(
                 await store.before_model_call(state)
             except PolicyDenied as denied:
                 return await fail("policy_denied", str(denied), retry=False)
+            if compact is not None and config.window is not None and estimate_tokens(
+                    meter.measure(state.messages, tools)[0], state.token_ratio) > config.window.threshold_tokens:
+                if await compact(state, tools, "threshold"):
+                    await store.checkpoint(state)
             request = ModelRequest(
                 model=model.model, messages=list(state.messages), tools=tools, temperature=config.temperature,
                 max_tokens=config.max_tokens, agent=config.agent,
                 timeout_s=max(min(1.0, config.model_timeout_s),
                               min(config.model_timeout_s, limits.timeout_s - (elapsed_before + clock() - started))),
             )
+            chars, digest = meter.measure(request.messages, tools)
             await store.emit("llm_request", {"model": model.model, "tier": model.tier, "messages": len(state.messages),
-                                             "tools": len(tools), "step": state.steps + 1})
+                                             "tools": len(tools), "step": state.steps + 1,
+                                             "estimated_tokens": estimate_tokens(chars, state.token_ratio),
+                                             "digest": digest})
             try:
                 response = await _call_model(
                     model, request, config, store, sleep,
@@ -293,6 +322,13 @@ async def run_session(
                 )
             except ProviderError as error:
                 await store.emit("error", {"where": "model_call", "kind": error.kind, "message": str(error)})
+                if error.kind == "context_length" and compact is not None and overflow_retried_at != state.steps:
+                    overflow_retried_at = state.steps  # one retry per step
+                    if await compact(state, tools, "context_length"):
+                        await store.checkpoint(state)
+                        await store.emit("retry", {"what": "model_call", "attempt": 1, "delay_s": 0,
+                                                   "error": str(error)})
+                        continue
                 if elapsed_before + clock() - started >= limits.timeout_s:
                     return await fail("timeout", f"the session ran longer than {limits.timeout_s:g} s", retry=True)
                 return await fail("provider_error", str(error), retry=error.retryable or error.kind == "malformed")
@@ -300,6 +336,8 @@ async def run_session(
             state.steps += 1
             state.prompt_tokens += response.usage.prompt_tokens
             state.completion_tokens += response.usage.completion_tokens
+            if not response.cached:
+                state.token_ratio = calibrated(chars, response.usage.prompt_tokens, state.token_ratio)
             state.cost_usd = money_str(Decimal(state.cost_usd) + cost)
             state.messages.append(Message(role="assistant", content=response.text, tool_calls=response.tool_calls))
             state.elapsed_s = elapsed_before + clock() - started

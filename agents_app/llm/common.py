@@ -71,8 +71,28 @@ def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
     return max(when.timestamp() - time.time(), 0.0)
 
 
-def error_from_status(status: int, message: str, headers: Mapping[str, str] | None = None) -> ProviderError:
-    """The kernel's error kind for an HTTP status."""
+# How each API says the request is longer than the model's window: OpenAI (and compatible servers) send
+# code ``context_length_exceeded``; Anthropic "prompt is too long: N tokens > M maximum"; Gemini "The input
+# token count (N) exceeds the maximum number of tokens allowed (M)"; vLLM/llama.cpp word it like OpenAI.
+CONTEXT_LENGTH_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+CONTEXT_LENGTH_PHRASES = ("maximum context length", "prompt is too long", "exceeds the maximum number of tokens",
+                          "context length exceeded", "exceeds the context window", "context_length_exceeded",
+                          "input is too long")
+
+
+def is_context_length(message: str, code: str | None = None) -> bool:
+    """Whether an API's refusal says the request does not fit the model's context window."""
+    if code and str(code) in CONTEXT_LENGTH_CODES:
+        return True
+    lowered = message.lower()
+    return any(phrase in lowered for phrase in CONTEXT_LENGTH_PHRASES)
+
+
+def error_from_status(status: int, message: str, headers: Mapping[str, str] | None = None, *,
+                      code: str | None = None) -> ProviderError:
+    """The kernel's error kind for an HTTP status (``code``: the API's own error code, when it sends one)."""
+    if status in (400, 413, 422) and is_context_length(message, code):
+        return ProviderError("context_length", message, status=status)
     if status == 429:
         return ProviderError("rate_limit", message, status=status, retry_after_s=parse_retry_after(headers))
     if status == 408:

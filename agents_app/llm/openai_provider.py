@@ -61,7 +61,8 @@ def map_error(exc: BaseException) -> ProviderError:
     if isinstance(exc, openai.APIConnectionError):
         return ProviderError("connection", f"openai: cannot reach the server ({exc.__cause__ or exc})")
     if isinstance(exc, openai.APIStatusError):
-        return error_from_status(exc.status_code, f"openai: {exc.message}", exc.response.headers)
+        return error_from_status(exc.status_code, f"openai: {exc.message}", exc.response.headers,
+                                 code=getattr(exc, "code", None))
     if isinstance(exc, openai.APIError):  # an error event inside the stream
         return ProviderError("server", f"openai: {exc.message}")
     return other_error(exc, "openai")

@@ -24,6 +24,7 @@ from .openai_provider import OpenAIProvider
 from .pricing import Prices
 from .scripted import ScriptCursor, ScriptedProvider
 from .types import Provider, ProviderError
+from .windows import ModelLimits, model_limits
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class ModelInfo:
     name: str
     tier: str | None
     prices: Prices
+    limits: ModelLimits = ModelLimits()
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class Resolved:
     model: str
     tier: str | None
     prices: Prices = field(default_factory=Prices)
+    limits: ModelLimits = field(default_factory=ModelLimits)  # context window, max output tokens
 
 
 # type → factory(config, api_key). Scripted providers are built apart: they
@@ -94,7 +97,9 @@ def provider_config(source: Any) -> ProviderConfig:
     for model in models_source:
         read = model.get if isinstance(model, Mapping) else (lambda key, m=model: getattr(m, key, None))
         models.append(ModelInfo(name=read("name"), tier=read("tier") or None,
-                                prices=Prices.of(read("input_price"), read("output_price"))))
+                                prices=Prices.of(read("input_price"), read("output_price")),
+                                limits=model_limits(read("name") or "", context_window=read("context_window"),
+                                                    max_output_tokens=read("max_output_tokens"))))
     return ProviderConfig(slug=str(slug), type=str(type_name), base_url=get("base_url") or None,
                           api_key_env=get("api_key_env") or None, models=tuple(models))
 
@@ -168,7 +173,7 @@ def resolve_model(ref: str, configs: list[ProviderConfig]) -> tuple[ProviderConf
         if config.models:
             listed = ", ".join(model.name for model in config.models)
             raise ProviderError("bad_request", f"provider {slug} lists no model {name!r} (models: {listed})")
-        model = ModelInfo(name=name, tier=None, prices=Prices())  # unlisted: free (local servers)
+        model = ModelInfo(name=name, tier=None, prices=Prices(), limits=model_limits(name))  # unlisted: free
     return config, model
 
 
@@ -185,4 +190,4 @@ def provider_for(ref: str, *, providers: Iterable[Any], team: str = "", script: 
     config, model = resolve_model(ref, configs)
     provider = build_provider(config, team=team, script=script, cursor=cursor, environ=environ)
     return Resolved(provider=provider, provider_slug=config.slug, model=model.name, tier=model.tier,
-                    prices=model.prices)
+                    prices=model.prices, limits=model.limits)

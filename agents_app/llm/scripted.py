@@ -15,7 +15,8 @@ previous turn — the results of all its tool calls, or on a session's first
 turn everything: the system prompt and the task. A turn whose expectation is not met fails the session, naming the turn
 and the text it expected.
 
-The key ``"*"`` serves agents the script does not name. The provider keeps
+The key ``"*"`` serves agents the script does not name; the key ``"compactor"`` gives the summaries a
+session asks for when it compacts its history (agents_app.execution.compaction). The provider keeps
 no position of its own: a :class:`ScriptCursor` says which turn comes next,
 and the kernel stores it with the session so a replaced worker resumes at the
 same turn.

@@ -104,7 +104,8 @@ class ModelResponse:
 
 
 ProviderErrorKind = Literal["rate_limit", "server", "timeout", "auth", "bad_request", "malformed", "connection",
-                            "expectation"]  # expectation: a scripted turn was not sent what it expected
+                            "expectation",  # a scripted turn was not sent what it expected
+                            "context_length"]  # the request is longer than the model's context window
 
 
 class ProviderError(Exception):

@@ -11,4 +11,4 @@ from agents_app.models.definitions import (  # noqa: F401
     Skill,
     Team,
 )
-from agents_app.models.runs import Activation, Event, Run, Session, WorkspaceFile  # noqa: F401
+from agents_app.models.runs import Activation, Event, Run, Session, SessionEntry, WorkspaceFile  # noqa: F401

@@ -36,6 +36,11 @@ class Team(models.Model):
         blank=True,
         help_text="Folder of this team's markdown definitions; blank means MAS_DEFS_ROOT/<slug>.",
     )
+    tool_result_max_bytes = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="A tool result longer than this is stored as a workspace file; the model gets its head, size "
+                  "and path. Blank means MAS_TOOL_RESULT_MAX_BYTES.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -152,6 +157,9 @@ class ProviderModel(models.Model):
     tier = models.CharField(max_length=16, blank=True)
     input_price = models.DecimalField(max_digits=12, decimal_places=4, default=0, help_text="USD per million tokens")
     output_price = models.DecimalField(max_digits=12, decimal_places=4, default=0, help_text="USD per million tokens")
+    # Blank: the default for a well-known model name (agents_app.llm.windows), else none is known.
+    context_window = models.PositiveIntegerField(null=True, blank=True, help_text="Tokens the model accepts")
+    max_output_tokens = models.PositiveIntegerField(null=True, blank=True, help_text="Tokens it may answer")
 
     class Meta:
         verbose_name = "provider model"

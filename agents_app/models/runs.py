@@ -154,6 +154,32 @@ class Session(models.Model):
         return f"{self.agent} #{self.attempt} ({self.status})"
 
 
+class SessionEntry(models.Model):
+    """One append-only piece of a session's history (agents_app.execution.journal).
+
+    ``message``: a message of the history, in order; ``compaction``: the history was compacted —
+    its payload lists the entries the history holds from then on (``order``), and the entries it
+    dropped carry its seq in ``replaced_by``; ``seen``: the digest of a new tool result (the loop's
+    progress check). A step inserts only its new entries; the session's other counters are kept on
+    ``Session.state``.
+    """
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="entries")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16)  # message | compaction | seen
+    # JSON text (a digest for ``seen``), not jsonb: a message's tool-call arguments keep the order the model gave them, so a
+    # resumed session sends the very request the uninterrupted one would have.
+    payload = models.TextField()
+    replaced_by = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["session_id", "seq"]
+        constraints = [models.UniqueConstraint(fields=["session", "seq"], name="session_entry_unique_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.seq}"
+
+
 class Event(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveBigIntegerField()

@@ -110,21 +110,24 @@ CASES = [
             "type": "openai",
             "base_url": "http://127.0.0.1:11434/v1",
             "api_key_env": "LOCAL_LLM_KEY",
-            "models": [{"name": "llama3", "tier": "small", "input_price": "0.10", "output_price": "0.20"}],
+            "models": [{"name": "llama3", "tier": "small", "input_price": "0.10", "output_price": "0.20",
+                        "context_window": 8192}],
         },
         created={
             "name": "Local LLM",
             "type": "openai",
             "base_url": "http://127.0.0.1:11434/v1",
             "api_key_env": "LOCAL_LLM_KEY",
-            "models": [{"name": "llama3", "tier": "small", "input_price": "0.10", "output_price": "0.20"}],
+            "models": [{"name": "llama3", "tier": "small", "input_price": "0.10", "output_price": "0.20",
+                        "context_window": 8192, "max_output_tokens": None}],
         },
         replace={"name": "Local LLM", "type": "anthropic", "models": [{"name": "claude-x", "input_price": 3}]},
         replaced={
             "type": "anthropic",
             "base_url": None,
             "api_key_env": None,
-            "models": [{"name": "claude-x", "tier": None, "input_price": "3", "output_price": "0"}],
+            "models": [{"name": "claude-x", "tier": None, "input_price": "3", "output_price": "0",
+                        "context_window": None, "max_output_tokens": None}],
         },
         patch={"api_key_env": "ANTHROPIC_API_KEY"},
         patched={"type": "anthropic", "api_key_env": "ANTHROPIC_API_KEY"},
@@ -452,9 +455,8 @@ def test_provider_models_and_prices_are_rows(team_a, api_for):
     api = api_for(team_a, "editor")
     create(api, CASES[2])
     models = ProviderModel.objects.filter(provider__team=team_a, provider__slug="local-llm")
-    assert [(m.name, m.tier, m.input_price, m.output_price) for m in models] == [
-        ("llama3", "small", Decimal("0.1000"), Decimal("0.2000"))
-    ]
+    assert [(m.name, m.tier, m.input_price, m.output_price, m.context_window, m.max_output_tokens)
+            for m in models] == [("llama3", "small", Decimal("0.1000"), Decimal("0.2000"), 8192, None)]
     row = PROVIDER.model.objects.get(team=team_a, slug="local-llm")
     assert (row.provider_type, row.base_url, row.api_key_env) == ("openai", "http://127.0.0.1:11434/v1", "LOCAL_LLM_KEY")
 

@@ -1,5 +1,6 @@
 """Skills: rules always in the prompt, references loaded when the task matches, skill_load, team rules."""
 
+from agents_app.execution.journal import session_messages
 import pytest
 
 from agents_app.definitions.kinds import SKILL
@@ -69,7 +70,7 @@ def test_an_agent_gets_its_skills_in_the_prompt_and_loads_one(team_a, celery_wor
     ]}
     run = finish(run_start(team=team_a, agent="writer", input="Cite the dataset you downloaded", script=script))
     assert (run.status, run.result) == ("succeeded", "cited")
-    system = Session.objects.get(run=run).state["messages"][0]["content"]
+    system = session_messages(session_id=Session.objects.get(run=run).id)[0].content
     assert "## Skills\n\n### house-rules (team rules)\n\nNever promise delivery dates" in system
     assert "#### datasets.md\nCiting a dataset" in system and "#### examples.md" not in system
     loaded, refused = [e.data for e in events(run, "tool_result")]

@@ -6,6 +6,7 @@ reached the model naming the errors.
 
 from __future__ import annotations
 
+from agents_app.execution.journal import session_messages
 import pytest
 
 from agents_app.definitions.kinds import AGENT, WORKFLOW
@@ -35,7 +36,7 @@ def test_an_answer_that_does_not_match_gets_one_corrective_turn_then_succeeds(te
     session = Session.objects.get(run=run)
     assert (session.status, session.failure, session.meta["steps"]) == ("ok", None, 2)
     # The system prompt told the agent the format it must answer in.
-    system = session.state["messages"][0]["content"]
+    system = session_messages(session_id=session.id)[0].content
     assert "## Answer format\n\nYour final answer (the message you end with, without tool calls) must be JSON " \
            "only (no prose around it), matching this JSON Schema:" in system and '"score": {' in system
     assert [e.data for e in events(run, "output_invalid")] == [

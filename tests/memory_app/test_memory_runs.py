@@ -1,6 +1,7 @@
 """Agents remember across runs, on a real worker: shared knowledge reaches others, private memories do not."""
 
 
+from agents_app.execution.journal import session_messages
 import pytest
 
 from agents_app.execution.services import run_start
@@ -49,7 +50,7 @@ def test_knowledge_contributed_in_one_run_is_found_by_another_agent_later(team_a
     # The scout's private memory never reaches the analyst: recall finds only the shared entry.
     assert recall == ("memory_recall",
                       f"- [{shared.id}] (fact, shared) The northern pass is blocked by snow until April.")
-    system = Session.objects.get(run=second).state["messages"][0]["content"]
+    system = session_messages(session_id=Session.objects.get(run=second).id)[0].content
     assert "## What you remember\n\n- (fact) The northern pass is blocked by snow until April." in system
     assert "tunnel" not in system
     assert Memory.objects.get(pk=shared.pk).access_count == 3  # prompt retrieval, query, recall

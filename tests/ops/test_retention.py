@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from agents_app.execution.eventlog import event_append
-from agents_app.models import Activation, Event, Run, Session, WorkspaceFile
+from agents_app.models import Activation, Event, Run, Session, SessionEntry, WorkspaceFile
 
 pytestmark = [pytest.mark.django_db]
 
@@ -18,8 +18,9 @@ def run_with_records(team, *, status, finished_days_ago):
     run = Run.objects.create(team=team, agent="a", status=status, finished_at=finished, result="kept",
                              prompt_tokens=5)
     activation = Activation.objects.create(run=run, agent="a")
-    Session.objects.create(run=run, activation=activation, agent="a", status="ok",
-                           state={"messages": [{"role": "user", "content": "x"}]}, prompt_tokens=5)
+    session = Session.objects.create(run=run, activation=activation, agent="a", status="ok",
+                                     state={"messages": [{"role": "user", "content": "x"}]}, prompt_tokens=5)
+    SessionEntry.objects.create(session=session, seq=1, kind="message", payload='{"role": "user", "content": "x"}')
     for index in range(3):
         event_append(run_id=run.id, type="note", agent="a", data={"n": index})
     WorkspaceFile.objects.create(run=run, path="out.md", content="big")
@@ -39,11 +40,13 @@ def test_old_finished_runs_lose_events_checkpoints_and_files_only(team_a, team_b
         assert not Event.objects.filter(run=run).exists() and not WorkspaceFile.objects.filter(run=run).exists()
         session = Session.objects.get(run=run)
         assert (session.state, session.status, session.prompt_tokens) == ({}, "ok", 5)
+        assert not SessionEntry.objects.filter(session=session).exists()
         kept = Run.objects.get(pk=run.pk)
         assert (kept.result, kept.prompt_tokens) == ("kept", 5)
     for run in (recent, going):
         assert Event.objects.filter(run=run).count() == 3 and WorkspaceFile.objects.filter(run=run).count() == 1
         assert Session.objects.get(run=run).state != {}
+        assert SessionEntry.objects.filter(session__run=run).count() == 1
     call_command("prune_runs", "--older-than-days", "30", stdout=out)  # nothing left to prune
     assert out.getvalue().strip().endswith("0 event(s), 0 checkpoint(s), 0 file(s) deleted.")
     with pytest.raises(CommandError, match="more than 0"):

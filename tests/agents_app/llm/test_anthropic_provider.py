@@ -144,3 +144,10 @@ def test_hanging_server_times_out(server):
 def test_connection_refused():
     error = run_error(AnthropicProvider(api_key="k", base_url=closed_port_url()), request("claude-test"))
     assert error.kind == "connection"
+
+
+def test_prompt_too_long_is_the_context_length_kind(server):
+    server.add(json_reply(400, anthropic_error("invalid_request_error", "prompt is too long: 208954 tokens > "
+                                                                        "200000 maximum")))
+    error = run_error(provider(server), request("claude-test"))
+    assert (error.kind, error.status, error.retryable) == ("context_length", 400, False)

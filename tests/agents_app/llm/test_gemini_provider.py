@@ -114,3 +114,10 @@ def test_hanging_server_times_out(server):
 def test_connection_refused():
     error = run_error(GeminiProvider(api_key="k", base_url=closed_port_url()), request("gemini-test"))
     assert error.kind == "connection"
+
+
+def test_input_token_count_over_the_maximum_is_the_context_length_kind(server):
+    server.add(json_reply(400, gemini_error(400, "INVALID_ARGUMENT", "The input token count (1290571) exceeds the "
+                                                                     "maximum number of tokens allowed (1048576).")))
+    error = run_error(provider(server), request("gemini-test"))
+    assert (error.kind, error.status, error.retryable) == ("context_length", 400, False)

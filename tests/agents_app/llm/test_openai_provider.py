@@ -162,3 +162,13 @@ def test_async_chunk_callback(server):
 
     assert asyncio.run(go()).text == "ab"
     assert seen == ["a", "b"]
+
+
+def test_context_length_exceeded_is_its_own_kind(server):
+    server.add(json_reply(400, {"error": {
+        "message": "This model's maximum context length is 128000 tokens. However, your messages resulted in "
+                   "130211 tokens. Please reduce the length of the messages.",
+        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}))
+    error = run_error(provider(server), request("gpt-test"))
+    assert (error.kind, error.status, error.retryable) == ("context_length", 400, False)
+    assert "maximum context length is 128000 tokens" in error.message
