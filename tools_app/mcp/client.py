@@ -100,6 +100,8 @@ class DiscoveredTool:
     name: str
     description: str
     input_schema: dict[str, Any]
+    # The server's annotation readOnlyHint (not part of the hash an admin approves: a hint, not a contract).
+    read_only: bool = False
 
     @property
     def hash(self) -> str:
@@ -251,7 +253,9 @@ class Connection:
         except Exception as error:
             await self.close()
             raise self._fail(f"MCP server {self.config.slug} could not list its tools: {self._why(error)}") from None
-        self.tools = [DiscoveredTool(tool.name, tool.description or "", dict(tool.input_schema or {}))
+        self.tools = [DiscoveredTool(tool.name, tool.description or "", dict(tool.input_schema or {}),
+                                     read_only=bool(getattr(getattr(tool, "annotations", None), "readOnlyHint",
+                                                            False)))
                       for tool in listed.tools]
 
     async def _stderr_note(self) -> str:
