@@ -78,7 +78,7 @@ def run_page(request: HttpRequest, run_id: str) -> HttpResponse:
     actor, run = _run_actor(request, run_id)
     detail = run_out(run, detail=True)
     return render(request, "monitor/run.html", {
-        "actor": actor, "run": detail, "can_cancel": actor.can("run") and run.status in {"queued", "running"},
+        "actor": actor, "run": detail, "can_cancel": actor.can("run") and run.status in {"queued", "running", "waiting"},
         "workflow": _workflow_graph(run),
     })
 

@@ -195,7 +195,7 @@ def approval_decide(*, team: Team, request_id, user, decision: str, arguments: A
         raise RequestNotFound(f"no approval request {request_id} in team {team.slug}")
     with transaction.atomic():
         run = _run_locked(run_id)
-        request = ApprovalRequest.objects.select_for_update().select_related("decided_by").get(pk=request_id)
+        request = ApprovalRequest.objects.select_for_update(of=("self",)).select_related("decided_by").get(pk=request_id)
         if request.status == RequestStatus.CANCELLED or (request.status == RequestStatus.PENDING
                                                          and run.status in FINISHED_RUN_STATUSES):
             raise RequestConflict(f"the run is {run.status}: nothing waits for this decision any more")
