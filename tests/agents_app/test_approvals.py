@@ -240,3 +240,63 @@ def test_a_run_may_add_approvals_never_remove_them_and_the_team_default_covers_e
     assert request.reason == "the run policy requires approval for tools matching vfs_*"
     assert Run.objects.get(pk=run.pk).approvals == ["vfs_*"]
     run_cancel(run=run)
+
+
+def test_viewers_see_the_inbox_but_cannot_decide_and_other_teams_see_nothing(
+        team_a, team_b, celery_worker_process, api_for):
+    agent(team_a, "Coder", CODER)
+    run = run_start(team=team_a, agent="coder", input="x",
+                    script={"coder": [code_call("print(1)"), {"text": "done"}]})
+    request = pending(run)
+    viewer, outsider = api_for(team_a, "viewer"), api_for(team_b, "admin")
+    [listed] = viewer.get("/api/approvals?status=pending").json()
+    assert (listed["id"], listed["run"], listed["run_status"], listed["tool"], listed["arguments"]) == (
+        str(request.id), str(run.id), "waiting", "code_exec", {"language": "python", "code": "print(1)"})
+    assert viewer.get(f"/api/approvals/{request.id}").json() == listed
+    refused = viewer.post(f"/api/approvals/{request.id}", {"decision": "approve"})
+    assert refused.status_code == 403
+    # Another team's request does not exist for this team, whatever the role.
+    assert outsider.get("/api/approvals").json() == []
+    assert outsider.get(f"/api/approvals/{request.id}").status_code == 404
+    assert outsider.post(f"/api/approvals/{request.id}", {"decision": "approve"}).status_code == 404
+    assert outsider.get("/api/approvals/not-a-uuid").status_code == 404
+    assert viewer.get("/api/approvals?status=maybe").status_code == 422
+    request.refresh_from_db()
+    assert (request.status, request.decided_by) == ("pending", None)
+    assert events(run, "approval_decided") == []
+    team = viewer.get("/api/team").json()
+    assert team == {"slug": "alpha", "name": team_a.name, "approval_policy": [], "approval_deadline_s": 86400,
+                    "approval_default": "reject", "webhook_url": "", "webhook_secret_set": False}
+    assert viewer.patch("/api/team", {"approval_deadline_s": 60}).status_code == 403
+    run_cancel(run=run)
+
+
+def test_a_workflow_steps_gates_wait_before_it_starts_and_before_its_outputs_are_accepted(
+        team_a, celery_worker_process, api_for):
+    from agents_app.definitions.kinds import WORKFLOW
+    from tests.runs import define
+    from workflows_app.services import workflow_run_start
+
+    agent(team_a, "Writer")
+    define(team_a, WORKFLOW, "---\nname: Publish\nsteps:\n- id: draft\n  agent: writer\n  prompt: Draft it\n"
+                             "  gate: [start, outputs]\n---\n")
+    run = workflow_run_start(team=team_a, workflow="publish", inputs={},
+                         script={"writer": [{"text": "The draft."}]})
+    operator = api_for(team_a, "operator")
+    start = pending(run)
+    assert (start.kind, start.tool, start.reason) == ("gate", "step start",
+                                                      "step draft waits for approval before it starts")
+    assert not events(run, "llm_request")  # nothing ran before the gate opened
+    assert operator.post(f"/api/approvals/{start.id}", {"decision": "approve"}).status_code == 200
+    outputs = wait_until(lambda: ApprovalRequest.objects.filter(run=run, status="pending").first(), 30,
+                         "the outputs gate")
+    assert (outputs.tool, outputs.arguments) == ("step outputs", {"step": "draft", "result": "The draft.",
+                                                                  "outputs": {}})
+    assert operator.post(f"/api/approvals/{outputs.id}", {"decision": "reject", "message": "Too short."}
+                         ).status_code == 200
+    run = finish(run)
+    assert run.status == "failed"
+    session = Session.objects.get(run=run)
+    assert (session.status, session.failure["kind"], session.failure["message"]) == (
+        "failed", "policy_denied", f"the step may not go on: {operator.user.username} rejected it. "
+                                   f"Their message: Too short.")
