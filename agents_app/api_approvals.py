@@ -83,7 +83,7 @@ class ApprovalFilters(BaseModel):
     offset: int = Field(default=0, ge=0, le=10_000_000)
 
 
-class TeamOut(BaseModel):
+class TeamSettingsOut(BaseModel):
     slug: str
     name: str
     approval_policy: list[Any] = Field(description=(
@@ -95,7 +95,7 @@ class TeamOut(BaseModel):
     webhook_secret_set: bool = Field(description="Whether a webhook secret is set (the secret is never shown).")
 
 
-class TeamPatchIn(BaseModel):
+class TeamSettingsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     approval_policy: list[str | dict[str, Any]] | None = Field(default=None, max_length=100)
@@ -118,7 +118,7 @@ def approval_out(request: ApprovalRequest) -> dict[str, Any]:
     }
 
 
-def team_out(team: Team) -> dict[str, Any]:
+def team_settings_out(team: Team) -> dict[str, Any]:
     return {"slug": team.slug, "name": team.name, "approval_policy": team.approval_policy,
             "approval_deadline_s": team.approval_deadline_s, "approval_default": team.approval_default,
             "webhook_url": team.webhook_url, "webhook_secret_set": bool(team.webhook_secret)}
@@ -166,17 +166,17 @@ def decide(request: HttpRequest, request_id: str, payload: DecisionIn):
     return approval_out(approval_get(team=actor.team, request_id=row.id))
 
 
-@router.get("/team", auth=read, response={200: TeamOut, **error_responses(401, 403)}, operation_id="team_get",
+@router.get("/team", auth=read, response={200: TeamSettingsOut, **error_responses(401, 403)}, operation_id="team_get",
             summary="The team's approval policy, deadline, default outcome and webhook (never its secret)")
 def get_team(request: HttpRequest):
     actor: Actor = request.auth
-    return team_out(actor.team)
+    return team_settings_out(actor.team)
 
 
-@router.patch("/team", auth=manage, response={200: TeamOut, **error_responses(401, 403, 413, 415, 422)},
+@router.patch("/team", auth=manage, response={200: TeamSettingsOut, **error_responses(401, 403, 413, 415, 422)},
               operation_id="team_update",
               summary="Change the team's approval policy, deadline, default outcome or webhook (admins)")
-def patch_team(request: HttpRequest, payload: TeamPatchIn):
+def patch_team(request: HttpRequest, payload: TeamSettingsIn):
     actor: Actor = request.auth
     changes = payload.model_dump(exclude_unset=True)
     for name in ("approval_deadline_s", "approval_default", "approval_policy"):
@@ -186,4 +186,4 @@ def patch_team(request: HttpRequest, payload: TeamPatchIn):
         team = team_approvals_update(team=actor.team, changes=changes)
     except InvalidDecision as error:
         raise _invalid(error) from None
-    return team_out(team)
+    return team_settings_out(team)
