@@ -77,3 +77,31 @@ def test_the_readmes_webhook_body_has_the_keys_a_request_sends():
     request = ApprovalRequest(kind="approval", agent="deployer", tool="code_exec", call_id="call_1",
                               arguments={}, reason="", deadline=timezone.now())
     assert sorted(body["data"]) == sorted(["run", *request_data(request)])
+
+
+@pytest.mark.django_db
+def test_beat_and_every_workers_sweep_give_an_overdue_request_its_default(team_a):
+    from datetime import timedelta
+
+    from agents_app.execution.recovery import Sweep, recovery_sweep
+    from agents_app.execution.services import run_start
+    from agents_app.models import Event, Session
+    from tests.runs import agent
+
+    assert settings.CELERY_BEAT_SCHEDULE["expire-approvals"] == {
+        "task": "agents_app.tasks.expire_approvals", "schedule": 15.0}
+    agent(team_a, "Lead")
+    run = run_start(team=team_a, agent="lead", input="x")  # in this test's transaction: never sent to a worker
+    activation = run.activations.get()
+    session = Session.objects.create(run=run, activation=activation, agent="lead", tier="medium")
+    due = ApprovalRequest.objects.create(team=team_a, run=run, session=session, agent="lead", tool="code_exec",
+                                         call_id="call_1", deadline=timezone.now() - timedelta(seconds=1))
+    later = ApprovalRequest.objects.create(team=team_a, run=run, session=session, agent="lead", tool="code_exec",
+                                           call_id="call_2", deadline=timezone.now() + timedelta(hours=1))
+    assert recovery_sweep() == Sweep(resumed=[], dispatched=[], expired=[str(due.id)])
+    due.refresh_from_db()
+    later.refresh_from_db()
+    assert (due.status, due.decided_by, due.decision["decision"]) == ("expired", None, "reject")
+    assert later.status == "pending"
+    [decided] = Event.objects.filter(run=run, type="approval_decided")
+    assert (decided.data["request"], decided.data["by"]) == (str(due.id), "the system")

@@ -300,3 +300,37 @@ def test_a_workflow_steps_gates_wait_before_it_starts_and_before_its_outputs_are
     assert (session.status, session.failure["kind"], session.failure["message"]) == (
         "failed", "policy_denied", f"the step may not go on: {operator.user.username} rejected it. "
                                    f"Their message: Too short.")
+
+
+def test_the_teams_mcp_unmarked_default_holds_every_mcp_tool_not_marked_read_only(
+        team_a, celery_worker_process, api_for):
+    import sys
+
+    from agents_app.definitions.kinds import MCP
+    from tests.runs import define
+    from tests.tools_app.mcp_servers.launch import SERVER
+    from tools_app.mcp.services import mcp_server_approve, mcp_server_test
+    from tools_app.models import MCPServer
+
+    define(team_a, MCP, f"---\nname: demo\ntransport: stdio\ncommand: {sys.executable}\nargs:\n- {SERVER}\n"
+                        "- stdio\ntimeout_s: 15\n---\n")
+    row = MCPServer.objects.get(team=team_a, slug="demo")
+    assert mcp_server_test(row=row)["ok"] is True
+    mcp_server_approve(row=row)
+    admin = api_for(team_a, "admin")
+    assert admin.patch("/api/team", {"approval_policy": ["mcp_unmarked"]}).json()["approval_policy"] == [
+        "mcp_unmarked"]
+    agent(team_a, "Lead", "tools: []\nmcp_servers:\n- demo\n")
+    script = {"lead": [call("mcp__demo__add", a=2, b=40),  # marked read-only by its server: runs at once
+                       call("mcp__demo__hang", seconds=0),
+                       {"text": "done"}]}
+    run = run_start(team=team_a, agent="lead", input="x", script=script)
+    request = pending(run, timeout=60)
+    assert (request.tool, request.reason) == (
+        "mcp__demo__hang", "the team policy requires approval for every MCP tool not marked read-only")
+    assert [(e.data["name"], e.data["content"]) for e in events(run, "tool_result")] == [("mcp__demo__add", "42")]
+    assert admin.post(f"/api/approvals/{request.id}", {"decision": "approve"}).status_code == 200
+    run = finish(run)
+    assert (run.status, run.result) == ("succeeded", "done")
+    assert [e.data["name"] for e in events(run, "tool_result")] == ["mcp__demo__add", "mcp__demo__hang"]
+    assert [e.data["tool"] for e in events(run, "mcp_tool_call")] == ["add", "hang"]

@@ -112,6 +112,12 @@ class DiscoveredTool:
                 "hash": self.hash}
 
 
+def _read_only(tool) -> bool:
+    """The tool's ``readOnlyHint`` annotation (``read_only_hint`` in the SDK's own model)."""
+    annotations = getattr(tool, "annotations", None)
+    return bool(getattr(annotations, "read_only_hint", None) or getattr(annotations, "readOnlyHint", None))
+
+
 # -- circuit breaker (per worker process) ---------------------------------------------------------
 
 _failures: dict[tuple, tuple[int, float]] = {}
@@ -254,8 +260,7 @@ class Connection:
             await self.close()
             raise self._fail(f"MCP server {self.config.slug} could not list its tools: {self._why(error)}") from None
         self.tools = [DiscoveredTool(tool.name, tool.description or "", dict(tool.input_schema or {}),
-                                     read_only=bool(getattr(getattr(tool, "annotations", None), "readOnlyHint",
-                                                            False)))
+                                     read_only=_read_only(tool))
                       for tool in listed.tools]
 
     async def _stderr_note(self) -> str:
