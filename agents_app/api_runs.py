@@ -94,6 +94,7 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
             "provider": run.provider,
             "limits": run.limits,
             "budget": run.budget,
+            "approvals": run.approvals,
             "versions": run.versions,
             "uses_script": run.script is not None,
             "activations": [_activation_out(activation) for activation in run_tree(run=run)],
@@ -166,7 +167,7 @@ def start(request: HttpRequest, payload: RunIn):
     try:
         run = run_start(team=actor.team, agent=payload.agent, input=payload.input, user=actor.user,
                         limits=payload.limits_data(), budget=payload.budget_data(), provider=payload.provider,
-                        script=payload.script)
+                        script=payload.script, approvals=payload.approvals)
     except ScriptError as error:
         raise _invalid("script", str(error), "invalid_script") from None
     except RunError as error:

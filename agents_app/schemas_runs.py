@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_valida
 from agents_app.llm.scripted import validate_script
 from agents_app.money import money_str
 
-RunStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+RunStatusName = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
 
 MAX_INPUT_CHARS = 200_000
 SLUG_PATTERN = r"^[-a-zA-Z0-9_]{1,100}$"
@@ -61,6 +61,16 @@ class RunIn(BaseModel):
         default=None,
         description="Turns for the scripted provider (agent slug → list of turns); the run then uses no real model.",
     )
+    approvals: list[str | dict[str, Any]] = Field(default_factory=list, max_length=100, description=(
+        "More tool calls that wait for a person's approval in this run, on top of the agents' and the team's "
+        "(a run can add approvals, never remove them): names, patterns or {tool, deadline_s, default, reason}."))
+
+    @field_validator("approvals")
+    @classmethod
+    def _approvals(cls, value: list[Any]) -> list[Any]:
+        from agents_app.approvals.policy import entries_check
+
+        return entries_check(value)
 
     @field_validator("script")
     @classmethod
@@ -188,6 +198,7 @@ class RunDetailOut(RunOut):
     provider: str
     limits: dict[str, Any]
     budget: dict[str, Any]
+    approvals: list[Any] = Field(description="Approvals the run asked for at start, beyond its definitions'.")
     versions: dict[str, Any] = Field(description=(
         'Definition versions the run pinned (every session, retry and resume uses them), e.g. '
         '{"agent:lead": 3, "tool:summarize": 1, "mcp:files": 2, "skill:citation-style": 1}.'))

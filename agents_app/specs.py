@@ -132,9 +132,20 @@ class AgentSpec(Strict):
     context: str = ""
     examples: list[AgentExample] = Field(default_factory=list)
     skills: list[str] = Field(default_factory=list)
+    approval: list[str | dict[str, Any]] = Field(default_factory=list, description=(
+        "Tool calls that wait for a person's approval: tool names or patterns (code_exec, mcp__github__*, "
+        "mcp_unmarked for every MCP tool not marked read-only), or mappings {tool, deadline_s, default, reason} "
+        "overriding the team's deadline and default outcome (reject, approve or fail)."))
     output_schema: dict[str, Any] | None = Field(default=None, description=(
         "A JSON Schema the final answer must match (read as JSON unless the schema asks for a string): an answer "
         "that does not gets one corrective turn, then the session fails as validation_failed."))
+
+    @field_validator("approval")
+    @classmethod
+    def _approval(cls, value: list[Any]) -> list[Any]:
+        from agents_app.approvals.policy import entries_check
+
+        return entries_check(value)
 
     @field_validator("output_schema")
     @classmethod

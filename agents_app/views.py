@@ -144,7 +144,7 @@ def run_page(request: HttpRequest, run_id: str) -> HttpResponse:
     files = [{"path": file.path, "size": file_size(file), "version": file.version, "author": file.author}
              for file in run_files(run=run)]
     return render(request, "monitor/run.html", {
-        "actor": actor, "run": detail, "can_cancel": actor.can("run") and run.status in {"queued", "running"},
+        "actor": actor, "run": detail, "can_cancel": actor.can("run") and run.status in {"queued", "running", "waiting"},
         "workflow": _workflow_graph(run), "files": files, "can_run": actor.can("run"),
         "clock": {"started_at": run.started_at.isoformat() if run.started_at else None,
                   "finished_at": run.finished_at.isoformat() if run.finished_at else None,

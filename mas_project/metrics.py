@@ -54,7 +54,7 @@ def render() -> str:
     with connection.cursor() as cursor:
         cursor.execute("SELECT status, count(*) FROM agents_app_run GROUP BY status")
         by_status = dict(cursor.fetchall())
-    statuses = ("queued", "running", "succeeded", "failed", "cancelled")
+    statuses = ("queued", "running", "waiting", "succeeded", "failed", "cancelled")
     metric("mas_runs", "gauge", "Runs by status.",
            [(f'{{status="{status}"}}', float(by_status.get(status, 0))) for status in statuses])
     metric("mas_sessions_in_flight", "gauge", "Agent sessions running now.",

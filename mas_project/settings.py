@@ -159,6 +159,8 @@ CELERY_BEAT_SCHEDULE = {
     "reap-sessions": {"task": "agents_app.tasks.reap_sessions", "schedule": max(5.0, MAS_SESSION_STALE_S / 2)},
     "workflow-schedules": {"task": "workflows_app.tasks.workflow_schedules_tick", "schedule": 30.0},
     "prune-runs": {"task": "agents_app.tasks.prune_runs", "schedule": 24 * 3600.0},
+    # Approval requests past their deadline get their default outcome (agents_app.approvals).
+    "expire-approvals": {"task": "agents_app.tasks.expire_approvals", "schedule": 15.0},
 }
 
 CHANNEL_LAYERS = {

@@ -137,7 +137,7 @@ def runs_settled(transactional_db):
     deadline = time.monotonic() + 20
     while busy() and time.monotonic() < deadline:
         time.sleep(0.1)
-    for run in Run.objects.filter(status__in=["queued", "running"]):
+    for run in Run.objects.filter(status__in=["queued", "running", "waiting"]):
         run_cancel(run=run)
     deadline = time.monotonic() + 10
     while busy() and time.monotonic() < deadline:

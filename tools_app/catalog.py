@@ -32,11 +32,13 @@ BUILTIN_TOOLS: tuple[str, ...] = (
     "code_exec",
     "tool_search",
     "skill_load",
+    "ask_human",
 )
 
 # Tools an agent gets when its definition names none: nothing that reaches
 # outside the run or executes code. (tool_search joins a session by itself when
 # the agent has more tools than the discovery threshold, skill_load when it has skills.)
 SAFE_DEFAULT_TOOLS: tuple[str, ...] = tuple(
-    name for name in BUILTIN_TOOLS if name not in {"web_fetch", "web_search", "code_exec", "tool_search", "skill_load"}
+    name for name in BUILTIN_TOOLS
+    if name not in {"web_fetch", "web_search", "code_exec", "tool_search", "skill_load", "ask_human"}
 )

@@ -56,6 +56,11 @@ class ToolSuspended(Exception):
     holding no worker, and calls the tool again when it resumes. Raised by kernel services."""
 
 
+class ToolAborted(Exception):
+    """The session must stop here, not for the model to handle (a person's deadline passed and its default
+    outcome is to fail). Raised by kernel services; the registry lets it through."""
+
+
 class Tool(ABC):
     """Subclass per tool, one module each, with ``name``, ``description``, ``Parameters``."""
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from agents_app.llm.types import ToolSchema
 from tools_app.catalog import BUILTIN_TOOLS, SAFE_DEFAULT_TOOLS
-from tools_app.plugin import Tool, ToolContext, ToolError, ToolSuspended
+from tools_app.plugin import Tool, ToolAborted, ToolContext, ToolError, ToolSuspended
 
 # The database went away under a tool: not the tool's failure, and not for the model to handle. The
 # session stops where it is and is resumed from its last checkpoint (see agents_app.execution.session).
@@ -209,6 +209,10 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
+    def schema(self, name: str) -> dict[str, Any]:
+        """The JSON schema of one tool's parameters (a copy)."""
+        return copy.deepcopy(self._schemas[name])
+
     def schemas(self) -> list[ToolSchema]:
         return [
             ToolSchema(name=name, description=tool.description, parameters=copy.deepcopy(self._schemas[name]))
@@ -237,7 +241,7 @@ class ToolRegistry:
             result = await tool.run(args, ctx)
         except ToolError as exc:
             return ToolOutcome(False, str(exc) or f"{name} failed", error_kind=getattr(exc, "kind", None) or "tool_error")
-        except (ToolSuspended, *DATABASE_ERRORS):
+        except (ToolSuspended, ToolAborted, *DATABASE_ERRORS):
             raise
         except Exception as exc:  # a broken tool must not end the session
             logger.exception("tool crashed", extra={"tool": name, "run_id": ctx.run_id, "agent": ctx.agent})

@@ -195,6 +195,8 @@ def _step_queue(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, *, ru
     context: dict[str, Any] = {"step": step_id, "attempt": state.attempts, "round": state.round,
                                "dependencies": _dependency_results(flow, engine, step)}
     context |= rung or {}  # a retry's escalation rung ({"rung", "tier"}), or the one the last attempt ran on
+    if step.gate:  # the session waits for a person there (agents_app.approvals.gate)
+        context["gate"] = list(step.gate)
     tier = context.get("tier") or ""
     if schemas:  # the session checks set_output values, and the final answer when it fills the only output
         context |= {"output_schemas": schemas, "answer_output": step.outputs[0] if len(step.outputs) == 1 else None}

@@ -24,6 +24,9 @@ class WorkflowStep(Strict):
         "session fails as validation_failed."))
     max_retries: int = Field(default=0, ge=0, le=10)
     on_failure: Literal["stop", "continue"] | None = None
+    gate: list[Literal["start", "outputs"]] = Field(default_factory=list, max_length=2, description=(
+        "A person approves the step before it starts (start) and/or before its outputs are accepted (outputs); "
+        "a rejection fails the step."))
 
     @field_validator("output_schemas")
     @classmethod

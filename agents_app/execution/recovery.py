@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection
@@ -36,6 +36,7 @@ SWEEP_LOCK = 0x4D41535245415000
 class Sweep:
     resumed: list[str]  # activations whose session lost its worker, queued again
     dispatched: list[str]  # runs whose work nothing would have picked up, dispatched again
+    expired: list[str] = field(default_factory=list)  # approval requests given their default outcome
 
 
 def recovery_sweep() -> Sweep | None:
@@ -51,7 +52,10 @@ def recovery_sweep() -> Sweep | None:
     if not locked:
         return None
     try:
-        return Sweep(resumed=services.sessions_reap(), dispatched=services.runs_unstick())
+        from agents_app.approvals.services import approvals_expire
+
+        return Sweep(resumed=services.sessions_reap(), dispatched=services.runs_unstick(),
+                     expired=approvals_expire())
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [SWEEP_LOCK])

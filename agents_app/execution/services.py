@@ -29,6 +29,7 @@ from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.models import Activation, Agent, Run, Session, Team, WorkspaceFile
 from agents_app.models.runs import (
     ACTIVE_ACTIVATION_STATUSES,
+    ACTIVE_RUN_STATUSES,
     FINISHED_RUN_STATUSES,
     OPEN_ACTIVATION_STATUSES,
     UNSETTLED_ACTIVATION_STATUSES,
@@ -139,24 +140,27 @@ def agent_capped(definition: AgentDefinition, *, activation: Activation) -> Agen
     """
     if definition.source != "workspace":
         return definition
-    tools, mcp = _grant(activation.parent_id)
+    tools, mcp, approval = _grant(activation.parent_id)
     own = definition.spec.tools if definition.spec.tools is not None else list(SAFE_DEFAULT_TOOLS)
     spec = definition.spec.model_copy(update={
         "tools": [name for name in own if name in tools],
         "mcp_servers": [server for server in definition.spec.mcp_servers if server in mcp],
+        # and no fewer approvals: what its creator may only do with a person's approval, it may not do without
+        "approval": [*definition.spec.approval, *(entry for entry in approval if entry not in definition.spec.approval)],
     })
     return AgentDefinition(definition.slug, spec, definition.body, definition.version, definition.source)
 
 
-def _grant(activation_id) -> tuple[set[str], list]:
-    """The tools and MCP servers the agent of ``activation_id`` holds (its creator's cap applied)."""
+def _grant(activation_id) -> tuple[set[str], list, list]:
+    """The tools, MCP servers and approvals of the agent of ``activation_id`` (its creator's cap applied)."""
     if activation_id is None:
-        return set(SAFE_DEFAULT_TOOLS), []
+        return set(SAFE_DEFAULT_TOOLS), [], []
     activation = Activation.objects.select_related("run").get(pk=activation_id)
     if activation.context.get("worker"):
-        return set(), []  # a custom tool's worker holds no tools
+        return set(), [], []  # a custom tool's worker holds no tools
     spec = agent_capped(agent_resolve(run=activation.run, slug=activation.agent), activation=activation).spec
-    return set(spec.tools if spec.tools is not None else SAFE_DEFAULT_TOOLS), list(spec.mcp_servers)
+    return (set(spec.tools if spec.tools is not None else SAFE_DEFAULT_TOOLS), list(spec.mcp_servers),
+            list(spec.approval))
 
 
 # Validated team agents by (team, slug, version, content hash): a saved change is a new key.
@@ -202,17 +206,30 @@ def agent_register(*, run: Run, path: str, content: str) -> str:
 def run_start(
     *, team: Team, agent: str, input: str, user=None, limits: dict[str, Any] | None = None,
     budget: dict[str, Any] | None = None, provider: str = "", script: dict[str, Any] | None = None,
+    approvals: list[Any] | None = None,
 ) -> Run:
-    """Create a run with its root activation and send that to a worker (after commit)."""
+    """Create a run with its root activation and send that to a worker (after commit).
+
+    ``approvals``: tool names or patterns whose calls wait for a person in this run, on top of what the
+    definitions and the team ask for (agents_app.approvals.policy).
+    """
+    from agents_app.approvals.policy import entries_check
+
     script_check(team=team, script=script, agents=[agent])
+    try:
+        approvals = entries_check(approvals)
+    except ValueError as error:
+        raise RunError(f"approvals: {error}") from None
     run = Run(
         team=team, agent=agent, input=input, created_by=user if getattr(user, "pk", None) else None,
         limits={**DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
+        approvals=approvals,
     )
     agent_resolve(run=run, slug=agent)  # exists? (pins it: the run is not saved yet, so at its current version)
     run.save(force_insert=True)
     event_emit(run_id=run.id, type="run_start", agent=agent,
-               data={"agent": agent, "input": input, "limits": run.limits, "budget": run.budget})
+               data={"agent": agent, "input": input, "limits": run.limits, "budget": run.budget,
+                     **({"approvals": approvals} if approvals else {})})
     # The root is the run's only activation: it goes straight to a worker, no dispatch round.
     root = activation_create(run=run, agent=agent, input=input, kind="root", parent=None,
                              status=ActivationStatus.DISPATCHED)
@@ -318,6 +335,7 @@ def _run_finish(run: Run) -> None:
     from workflows_app.services import workflow_finish
 
     if workflow_finish(run):
+        run_end_notify(run)
         telemetry.record_run(run)
         return
     root = run.activations.filter(parent__isnull=True).order_by("created_at").first()
@@ -335,7 +353,17 @@ def _run_finish(run: Run) -> None:
         "prompt_tokens": run.prompt_tokens, "completion_tokens": run.completion_tokens,
         "cost_usd": money_str(run.cost_usd), "duration_s": round(duration, 3),
     })
+    run_end_notify(run)
     telemetry.record_run(run)
+
+
+def run_end_notify(run: Run) -> None:
+    """The team's webhook hears of the run's end (after commit; nothing when the team has none)."""
+    from agents_app.approvals.webhooks import webhook_notify
+
+    webhook_notify(team_id=run.team_id, event="run_end", data={
+        "run": str(run.id), "agent": run.agent, "workflow": run.workflow, "status": run.status,
+        "result": run.result[:2000], "error": run.error})
 
 
 @transaction.atomic
@@ -357,11 +385,14 @@ def run_cancel(*, run: Run, user=None) -> Run:
         event_emit(run_id=run.id, type="session_end", agent=session.agent, session_id=session.id,
                    data={"status": "cancelled", "result": session.result[:2000], "meta": session.meta,
                          "failure": None})
+    from agents_app.approvals.services import approvals_cancel
     from workflows_app.services import workflow_cancelled
 
+    approvals_cancel(run=run)
     workflow_cancelled(run)
     event_emit(run_id=run.id, type="run_complete", agent=run.agent,
                data={"status": "cancelled", "error": run.error})
+    run_end_notify(run)
     return run
 
 
@@ -487,7 +518,8 @@ def sessions_reap() -> list[str]:
     reaped: list[str] = []
     stale_sessions = Session.objects.filter(status=SessionStatus.RUNNING).filter(
         Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
-    stale = (stale_sessions.filter(run__status=RunStatus.RUNNING, activation__status=ActivationStatus.RUNNING)
+    stale = (stale_sessions.filter(run__status__in=[RunStatus.RUNNING, RunStatus.WAITING],
+                                   activation__status=ActivationStatus.RUNNING)
              .values_list("activation_id", "run_id", "agent", "id", "worker"))
     for activation_id, run_id, agent, session_id, worker in stale:
         reason = f"worker {worker or '?'} stopped answering"
@@ -537,7 +569,7 @@ def runs_unstick() -> list[str]:
     # it again: that dispatch can be lost too. Only a session with a recent heartbeat means a worker has it.
     live = Session.objects.filter(activation=OuterRef("pk"), status=SessionStatus.RUNNING, heartbeat_at__gte=cutoff)
     lost = (Activation.objects.filter(status=ActivationStatus.DISPATCHED, dispatched_at__lt=cutoff,
-                                      run__status__in=[RunStatus.QUEUED, RunStatus.RUNNING])
+                                      run__status__in=ACTIVE_RUN_STATUSES)
             .exclude(kind="tool").exclude(Exists(live))
             .values_list("id", "run_id", "agent"))
     runs: dict[str, None] = {}
@@ -551,8 +583,11 @@ def runs_unstick() -> list[str]:
                     "what": "dispatch", "activation": str(activation_id), "delay_s": 0,
                     "reason": f"no worker took it within {session_stale_after_s():g} s (its task message was lost)"})
                 runs[str(run_id)] = None
-    idle = (Run.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING], created_at__lt=cutoff)
-            .exclude(activations__status__in=ACTIVE_ACTIVATION_STATUSES).values_list("id", flat=True))
+    # A run waiting for a person is left alone, unless a decision queued work whose dispatch was lost.
+    idle = (Run.objects.filter(Q(status__in=[RunStatus.QUEUED, RunStatus.RUNNING])
+                               | Q(status=RunStatus.WAITING, activations__status=ActivationStatus.QUEUED),
+                               created_at__lt=cutoff)
+            .exclude(activations__status__in=ACTIVE_ACTIVATION_STATUSES).values_list("id", flat=True).distinct())
     runs.update((str(run_id), None) for run_id in idle)
     for run_id in runs:
         run_dispatch_async(run_id=run_id)
@@ -709,14 +744,19 @@ def _child_settled(run: Run, child: Activation) -> None:
 
 
 def _awaited(parent: Activation) -> list[str]:
-    """The children the parent's suspended session still waits for."""
+    """What the parent's suspended session still waits for: its children, and requests pending for a person."""
+    from agents_app.models import ApprovalRequest
+
     session_id = (Session.objects.filter(activation=parent, status__in=[SessionStatus.WAITING, SessionStatus.RUNNING])
                   .order_by("-attempt").values_list("id", flat=True).first())
     if session_id is None:
         return []
-    return [str(pk) for pk in parent.children.filter(
+    children = [str(pk) for pk in parent.children.filter(
         context__wait=True, context__tool_call__startswith=f"{session_id}:",
         status__in=UNSETTLED_ACTIVATION_STATUSES).values_list("id", flat=True)]
+    requests = [str(pk) for pk in ApprovalRequest.objects.filter(session_id=session_id, status="pending")
+                .values_list("id", flat=True)]
+    return children + requests
 
 
 def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) -> list[str]:
@@ -741,8 +781,9 @@ def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) ->
         awaited = _awaited(activation)
         activation.status = ActivationStatus.WAITING if awaited else ActivationStatus.QUEUED
         activation.save(update_fields=["status"])
+        people = set(map(str, session.approval_requests.filter(status="pending").values_list("id", flat=True)))
         event_emit(run_id=run.id, type="session_suspended", agent=session.agent, session_id=session.id,
-                   data={"waiting_for": awaited, "reason": "children"})
+                   data={"waiting_for": awaited, "reason": "approval" if people & set(awaited) else "children"})
         _dispatch(run)
     return awaited
 

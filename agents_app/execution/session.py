@@ -19,6 +19,8 @@ from typing import Any
 
 from django.conf import settings
 
+from agents_app.approvals.gate import ApprovalFailed, Gate
+from agents_app.approvals.policy import policy_rules
 from agents_app.execution import services
 from agents_app.execution.compaction import SUMMARY_MAX_TOKENS, SUMMARY_SYSTEM, Compaction, result_kept
 from agents_app.execution.journal import journal_load
@@ -29,7 +31,7 @@ from agents_app.kernel.context import window_for
 from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
 from agents_app.kernel.outputs import INVALID_OUTPUT, answer_check, answer_format
 from agents_app.kernel.prompt import build_messages, build_system_prompt
-from agents_app.kernel.results import Limits, Meta
+from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
 from agents_app.llm.pricing import usage_cost
 from agents_app.llm.registry import Resolved
 from agents_app.llm.scripted import MemoryCursor
@@ -94,7 +96,7 @@ class ModelHandle:
 
 
 def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], session_id=None,
-                    agent: str = "", outputs_set: set[str] | None = None) -> dict[str, Any]:
+                    agent: str = "", outputs_set: set[str] | None = None, gate: Gate | None = None) -> dict[str, Any]:
     """What the built-in tools may ask of the kernel, as async callables.
 
     ``tool_call_ids["current"]`` is the id of the tool call being run, so a
@@ -176,6 +178,14 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
             raise ToolError(f"{tool.name}: its worker agent failed ({reason})")
         return child.result
 
+    async def ask_human(*, question: str, choices: list[str]) -> str:
+        if gate is None:
+            raise ToolError("ask_human is not available in this context")
+        waiting, answer = await gate.ask(call_id=tool_call_ids.get("call", ""), question=question, choices=choices)
+        if waiting:
+            raise ToolSuspended("a person's answer")
+        return answer
+
     async def register_agent(path: str, content: str) -> str:
         return await refusing(services.agent_register)(run=run, path=path, content=content)
 
@@ -187,7 +197,7 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
 
     return {"spawn": spawn, "delegate": delegate, "signal_parent": signal_parent, "set_output": set_output,
             "register_agent": register_agent, "unregister_agent": unregister_agent,
-            "run_custom_tool": run_custom_tool,
+            "run_custom_tool": run_custom_tool, "ask_human": ask_human,
             **memory_tool_services(team_id=run.team_id, run_id=run.id, session_id=session_id, agent=agent),
             **board_tool_services(run_id=run.id, session_id=session_id, agent=agent)}
 
@@ -440,12 +450,16 @@ async def execute_activation(activation_id: str) -> None:
         for tool in await mcp.open(servers, team_id=run.team_id, db=db):
             registry.register(tool)
     tool_call_ids: dict[str, str] = {}
+    team_policy = await db(lambda: Team.objects.filter(pk=run.team_id).values_list("approval_policy",
+                                                                                     flat=True).first())()
+    gate = Gate(rules=policy_rules(agent=agent.spec.approval, run=run.approvals, team=team_policy),
+                run_id=run.id, session_id=session.id, agent=agent.slug)
     outputs_set = set(activation.context.get("outputs") or {})
     context = ToolContext(
         run_id=str(run.id), agent=agent.slug, session_id=str(session.id),
         workspace=DatabaseWorkspace(store=store),
         services=kernel_services(run=run, activation_id=activation.id, tool_call_ids=tool_call_ids,
-                                 session_id=session.id, agent=agent.slug, outputs_set=outputs_set),
+                                 session_id=session.id, agent=agent.slug, outputs_set=outputs_set, gate=gate),
     )
 
     if skills:
@@ -455,15 +469,25 @@ async def execute_activation(activation_id: str) -> None:
     result_limit = await db(_team_result_limit)(run.team_id)
 
     async def call_tool(call: ToolCall) -> ToolResult:
-        tool_call_ids["current"] = f"{session.id}:{call.id}"
-        if call.name not in WORKSPACE_TOOLS:
+        tool_call_ids["current"], tool_call_ids["call"] = f"{session.id}:{call.id}", call.id
+        rule = gate.rule(call.name, registry.get(call.name)) if call.name in registry else None
+        if call.name not in WORKSPACE_TOOLS or rule is not None:
             # The tool may record events of its own (spawn, delegate, memory, ...):
             # this session's tool_call must be numbered before them.
             await store.flush()
+        arguments = call.arguments
+        if rule is not None:  # a person approves this call first (agents_app.approvals)
+            verdict = await gate.call(call_id=call.id, name=call.name, arguments=call.arguments,
+                                      schema=registry.schema(call.name), rule=rule)
+            if verdict.suspend:
+                return ToolResult(ok=True, content="", suspended=True)
+            if verdict.refusal is not None:
+                return ToolResult(ok=False, content=verdict.refusal, error_kind="rejected")
+            arguments = verdict.arguments
         span = telemetry.child_span(trace_span, f"execute_tool {call.name}", {
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id})
         try:
-            outcome = await registry.call(call.name, call.arguments, context)
+            outcome = await registry.call(call.name, arguments, context)
         except ToolSuspended:
             telemetry.end(span, attributes={"mas.tool.suspended": True})
             return ToolResult(ok=True, content="", suspended=True)
@@ -493,8 +517,42 @@ async def execute_activation(activation_id: str) -> None:
     loop_model = cached_model(model, enabled=cache.enabled, similarity=cache.similarity, ttl_s=cache.ttl_s,
                               model_key=f"{resolved.provider_slug}:{resolved.model}", team_id=run.team_id,
                               run_id=run.id, agent=agent.slug, emit=store.emit)
-    loop_task = asyncio.create_task(run_session(state=state, model=loop_model, tools=offered,
-                                                call_tool=call_tool, store=store, config=config, compact=compactor))
+    gates = list(activation.context.get("gate") or []) if activation.kind == "step" else []
+
+    async def gated(where: str, details: dict[str, Any]) -> SessionOutcome | None:
+        """A workflow step's gate: None once a person approved it, else the session's outcome (wait, or fail)."""
+        step = activation.context.get("step", "")
+        verdict = await gate.step(where=where, details={"step": step, **details},
+                                  reason=f"step {step} waits for approval "
+                                         + ("before it starts" if where == "start" else "before its outputs are "
+                                                                                        "accepted"))
+        meta = Meta(steps=state.steps, tool_calls=state.tool_calls, model=model.model, tier=model.tier,
+                    prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
+                    cost_usd=state.cost_usd)
+        if verdict.suspend:
+            await store.checkpoint(state)
+            return SessionOutcome(status="waiting", result=state.partial_result(), meta=meta)
+        if verdict.refusal is not None:
+            return SessionOutcome(status="failed", result=state.partial_result(), meta=meta, failure=FailureReport(
+                kind="policy_denied", message=verdict.refusal, last_tool_calls=state.last_tool_calls()))
+        return None
+
+    async def body() -> SessionOutcome:
+        if "start" in gates:
+            held = await gated("start", {"task": activation.input[:4000]})
+            if held is not None:
+                return held
+        outcome = await run_session(state=state, model=loop_model, tools=offered, call_tool=call_tool, store=store,
+                                    config=config, compact=compactor)
+        if outcome.status == "ok" and "outputs" in gates:
+            outputs = await db(lambda: (Activation.objects.filter(pk=activation.id)
+                                        .values_list("context", flat=True).first() or {}).get("outputs", {}))()
+            held = await gated("outputs", {"result": outcome.result[:4000], "outputs": outputs})
+            if held is not None:
+                return held
+        return outcome
+
+    loop_task = asyncio.create_task(body())
     monitor.watch(session.id, run.id, store, loop_task)
     ending: dict[str, Any] | None = None
     try:
@@ -512,6 +570,14 @@ async def execute_activation(activation_id: str) -> None:
         ending = None
     except WriteRefused as error:
         ending = await _write_refused(store, error, state, model)
+    except ApprovalFailed as error:  # a deadline passed whose default outcome is to fail: not retried
+        await store.emit("error", {"where": "approval", "kind": "policy_denied", "message": str(error)})
+        meta = Meta(prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
+                    tool_calls=state.tool_calls, steps=state.steps, model=model.model, tier=model.tier,
+                    cost_usd=state.cost_usd)
+        ending = {"status": "failed", "result": state.partial_result(), "meta": meta.to_dict(), "failure": {
+            "kind": "policy_denied", "message": str(error), "last_tool_calls": state.last_tool_calls(),
+            "suggested_retry": False}}
     except asyncio.CancelledError:
         # The run was cancelled while the session waited (for a model, a tool):
         # it stops now, keeping its last checkpoint and partial result.

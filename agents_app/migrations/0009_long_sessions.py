@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents_app', '0007_run_archived_at'),
+        ('agents_app', '0008_approvals'),
     ]
 
     operations = [

@@ -12,3 +12,4 @@ from agents_app.models.definitions import (  # noqa: F401
     Team,
 )
 from agents_app.models.runs import Activation, Event, Run, Session, SessionEntry, WorkspaceFile  # noqa: F401
+from agents_app.models.approvals import ApprovalRequest  # noqa: F401,E402

@@ -41,6 +41,15 @@ class Team(models.Model):
         help_text="A tool result longer than this is stored as a workspace file; the model gets its head, size "
                   "and path. Blank means MAS_TOOL_RESULT_MAX_BYTES.",
     )
+    # People in the loop (agents_app.approvals): tool names or patterns every agent of the team needs a
+    # person's approval for ("mcp_unmarked": every MCP tool its server does not mark read-only), the deadline
+    # and default outcome of a request, and the webhook told of requests, questions and run ends.
+    approval_policy = models.JSONField(default=list, blank=True)
+    approval_deadline_s = models.PositiveIntegerField(default=86400)
+    approval_default = models.CharField(max_length=16, default="reject",
+                                        choices=[("reject", "Reject"), ("approve", "Approve"), ("fail", "Fail")])
+    webhook_url = models.CharField(max_length=500, blank=True)
+    webhook_secret = models.CharField(max_length=200, blank=True, help_text="HMAC-SHA256 key; never shown again")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

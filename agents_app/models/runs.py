@@ -18,12 +18,14 @@ from agents_app.models.definitions import Team
 class RunStatus(models.TextChoices):
     QUEUED = "queued"
     RUNNING = "running"
+    WAITING = "waiting"  # a person's decision is pending (agents_app.approvals)
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
 
 FINISHED_RUN_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+ACTIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING)
 
 
 class Run(models.Model):
@@ -38,6 +40,8 @@ class Run(models.Model):
     provider = models.CharField(max_length=100, blank=True, help_text="Provider override (slug)")
     script = models.JSONField(null=True, blank=True, help_text="Turns for the scripted provider")
     script_cursor = models.JSONField(default=dict, blank=True, help_text="Next scripted turn per agent")
+    approvals = models.JSONField(default=list, blank=True, help_text="Approvals asked for at start, beyond the "
+                                 "definitions'")
     versions = models.JSONField(default=dict, blank=True, help_text="Definition versions this run used")
     notice = models.CharField(max_length=300, blank=True)
     result = models.TextField(blank=True)

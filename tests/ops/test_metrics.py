@@ -37,7 +37,7 @@ def test_metrics_count_runs_sessions_tokens_cost_tool_errors(team_a, team_b, set
     values = samples(text)
     assert {k: v for k, v in values.items() if k.startswith("mas_runs")} == {
         'mas_runs{status="queued"}': 0, 'mas_runs{status="running"}': 1, 'mas_runs{status="succeeded"}': 1,
-        'mas_runs{status="failed"}': 1, 'mas_runs{status="cancelled"}': 0}
+        'mas_runs{status="failed"}': 1, 'mas_runs{status="cancelled"}': 0, 'mas_runs{status="waiting"}': 0}
     assert values["mas_sessions_in_flight"] == 1
     assert values["mas_model_calls_total"] == 4
     assert (values['mas_tokens_total{kind="prompt"}'], values['mas_tokens_total{kind="completion"}']) == (107, 13)

@@ -104,6 +104,11 @@ API_ROUTES: dict[str, str] = {
     "memory_create": "create",
     "memory_share": "item",
     "memory_delete": "item",
+    "approval_list": "list",
+    "approval_get": "item",
+    "approval_decide": "item",
+    "team_get": "self",
+    "team_update": "self",  # the caller's own team, named by nothing in the request
 }
 PLURAL_OF_KIND = {kind.name: plural for plural, kind in KINDS.items()}
 TEMPLATE = "chain"
@@ -131,6 +136,8 @@ def fill(route: Route, b) -> str:
             return str(b.run.id)
         if name == "memory_id":
             return str(b.memory.id)
+        if name == "request_id":
+            return str(b.approval.id)
         if name == "number":
             return "1"
         if name == "path":
@@ -154,6 +161,8 @@ def item_body(route: Route):
             return PATCH, "application/json"
     if route.operation_id == "memory_share":
         return {"shared": False}, "application/json"
+    if route.operation_id == "approval_decide":
+        return {"decision": "answer", "answer": "hijacked"}, "application/json"
     if route.method in {"POST", "PUT", "PATCH"}:
         return {}, "application/json"
     return None, None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tools_app.builtin.ask_human import AskHuman
 from tools_app.builtin.blackboard_read import BlackboardRead
 from tools_app.builtin.blackboard_write import BlackboardWrite
 from tools_app.builtin.code_exec import CodeExec
@@ -35,7 +36,7 @@ BUILTIN_TOOL_CLASSES: dict[str, type[Tool]] = {
         SpawnAgent, SignalParent, Delegate, SetOutput,
         MemoryStore, MemoryRecall, KnowledgeQuery, KnowledgeContribute,
         Publish, Subscribe, BlackboardWrite, BlackboardRead,
-        WebFetch, WebSearch, CodeExec, ToolSearch, SkillLoad,
+        WebFetch, WebSearch, CodeExec, ToolSearch, SkillLoad, AskHuman,
     )
 }
 

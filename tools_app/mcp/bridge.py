@@ -96,6 +96,8 @@ def bridged_tool(connection: Connection, tool: DiscoveredTool, emit: Emit) -> To
         description = (tool.description or f"{tool.name} of the MCP server {server}")[:1024]
         Parameters = parameters
         input_schema = {**schema, "type": "object", "properties": properties}
+        mcp_server = server
+        read_only = tool.read_only  # approval policies may exempt what the server marks read-only
 
         async def run(self, args: Params, ctx: ToolContext) -> str:
             arguments = args.model_dump(exclude_unset=True)

@@ -100,6 +100,8 @@ class DiscoveredTool:
     name: str
     description: str
     input_schema: dict[str, Any]
+    # The server's annotation readOnlyHint (not part of the hash an admin approves: a hint, not a contract).
+    read_only: bool = False
 
     @property
     def hash(self) -> str:
@@ -108,6 +110,12 @@ class DiscoveredTool:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema,
                 "hash": self.hash}
+
+
+def _read_only(tool) -> bool:
+    """The tool's ``readOnlyHint`` annotation (``read_only_hint`` in the SDK's own model)."""
+    annotations = getattr(tool, "annotations", None)
+    return bool(getattr(annotations, "read_only_hint", None) or getattr(annotations, "readOnlyHint", None))
 
 
 # -- circuit breaker (per worker process) ---------------------------------------------------------
@@ -251,7 +259,8 @@ class Connection:
         except Exception as error:
             await self.close()
             raise self._fail(f"MCP server {self.config.slug} could not list its tools: {self._why(error)}") from None
-        self.tools = [DiscoveredTool(tool.name, tool.description or "", dict(tool.input_schema or {}))
+        self.tools = [DiscoveredTool(tool.name, tool.description or "", dict(tool.input_schema or {}),
+                                     read_only=_read_only(tool))
                       for tool in listed.tools]
 
     async def _stderr_note(self) -> str:

@@ -10,11 +10,12 @@ import sys
 import time
 
 from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
 
 server = MCPServer("demo")
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))  # marked read-only (approval policies may exempt it)
 def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
