@@ -9,7 +9,7 @@ admin.
 
 # No `from __future__ import annotations`: ninja reads the annotations at import time.
 
-from typing import Any
+from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Query, Router, Status
@@ -68,6 +68,7 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "input": run.input if detail else run.input[:LIST_INPUT_CHARS],
         "notice": run.notice,
         "error": run.error,
+        "eval": run.is_eval,
         "totals": {
             "prompt_tokens": run.prompt_tokens,
             "completion_tokens": run.completion_tokens,
@@ -175,6 +176,8 @@ class RunFilters(BaseModel):
     workflow: str | None = Field(default=None, max_length=100)
     limit: int = Field(default=50, ge=1, le=500)
     offset: int = Field(default=0, ge=0, le=10_000_000)
+    evals: Literal["exclude", "only", "include"] = Field(
+        default="exclude", description="The runs of eval cases: left out (default), the only ones, or included.")
 
 
 @router.get("/runs", auth=read, response={200: list[RunOut], **LIST_ERRORS}, operation_id="run_list",
@@ -182,7 +185,7 @@ class RunFilters(BaseModel):
 def list_runs(request: HttpRequest, filters: Query[RunFilters]):
     actor: Actor = request.auth
     runs = run_list(team=actor.team, status=filters.status, agent=filters.agent, workflow=filters.workflow,
-                    limit=filters.limit, offset=filters.offset)
+                    limit=filters.limit, offset=filters.offset, evals={"exclude": False, "only": True}.get(filters.evals))
     return [run_out(run) for run in runs]
 
 

@@ -36,9 +36,14 @@ def run_get(*, team: Team, run_id: Any) -> Run:
 
 
 def run_list(*, team: Team, status: str | None = None, agent: str | None = None, workflow: str | None = None,
-             limit: int = 50, offset: int = 0) -> list[Run]:
-    """The team's runs, newest first, filtered by status, root agent or workflow."""
+             limit: int = 50, offset: int = 0, evals: bool | None = False) -> list[Run]:
+    """The team's runs, newest first, filtered by status, root agent or workflow.
+
+    The cases of evals are left out (``evals=False``), the only ones (``True``), or both (``None``).
+    """
     runs: QuerySet[Run] = Run.objects.filter(team=team).select_related("created_by")
+    if evals is not None:
+        runs = runs.filter(is_eval=evals)
     if status:
         runs = runs.filter(status=status)
     if agent:

@@ -39,6 +39,10 @@ class Run(models.Model):
     script = models.JSONField(null=True, blank=True, help_text="Turns for the scripted provider")
     script_cursor = models.JSONField(default=dict, blank=True, help_text="Next scripted turn per agent")
     versions = models.JSONField(default=dict, blank=True, help_text="Definition versions this run used")
+    is_eval = models.BooleanField(
+        default=False, db_index=True,
+        help_text="A case of an eval: left out of the run lists unless asked for; agents its script does not "
+                  "name call the team's models (they are the agents under test)")
     notice = models.CharField(max_length=300, blank=True)
     result = models.TextField(blank=True)
     error = models.TextField(blank=True)
