@@ -206,3 +206,63 @@ def test_refusals_are_clear_and_start_nothing(team_a, team_b, api_for, writer_ve
     assert api_for(team_a, "viewer").post("/api/evals/writer-evals/runs", {}).status_code == 403
     assert api_for(team_b, "operator").get("/api/evals/writer-evals/runs/1").status_code == 404
     assert EvalRun.objects.count() == 0 and Run.objects.count() == 0
+
+
+JUDGED = """---
+name: Judged
+agent: writer
+judge:
+  model: scripted:judge-m
+  max_cost_usd: 0.15
+  script:
+  - text: '{"score": 0.9, "reason": "names the moon"}'
+    usage: {prompt_tokens: 100, completion_tokens: 7}
+    expect: Mentions the moon.
+  - text: '{"score": 0.2, "reason": "no numbers"}'
+    usage: {prompt_tokens: 100, completion_tokens: 5}
+    expect: Gives the height in metres.
+cases:
+- id: tides
+  task: Explain tides.
+  reference: The moon pulls the oceans.
+  script:
+    writer:
+    - text: The moon pulls the sea.
+  checks:
+  - type: judge
+    rubric: Mentions the moon.
+  - type: judge
+    rubric: Gives the height in metres.
+    min_score: 0.6
+  - type: judge
+    rubric: Is polite.
+---
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_the_judge_scores_through_a_team_provider_on_the_evals_own_budget(team_a, api_for, celery_worker_process):
+    define(team_a, PROVIDER, "---\nname: Scripted\ntype: scripted\nmodels:\n- name: judge-m\n  input_price: 1000\n"
+                             "  output_price: 0\n---\n")
+    agent(team_a, "Writer")
+    define(team_a, EVAL, JUDGED)
+    define(team_a, EVAL, JUDGED.replace("name: Judged", "name: Unjudged").split("judge:\n")[0]
+           + "cases:" + JUDGED.split("cases:")[1])
+    operator = api_for(team_a, "operator")
+    judged = eval_done(EvalRun.objects.get(pk=operator.post("/api/evals/judged/runs", {}).json()["id"]))
+    case = judged.cases.get()
+    assert case.checks == [
+        {"type": "judge", "passed": True, "score": 0.9, "reason": "score 0.9 (at least 0.5): names the moon"},
+        {"type": "judge", "passed": False, "score": 0.2, "reason": "score 0.2 (below 0.6): no numbers"},
+        {"type": "judge", "passed": None, "score": 0.0, "reason": "the judge's budget of $0.15 is spent"},
+    ]
+    assert (case.status, case.score) == ("failed", 0.55)
+    # 100 prompt tokens at $1000 per million, twice: billed to the eval run, not to the case's run.
+    assert (str(judged.judge_cost_usd), judged.judge_tokens) == ("0.200000", 212)
+    assert (judged.totals["judge_cost_usd"], judged.totals["judge_calls"]) == ("0.200000", 2)
+    assert case.run.cost_usd == 0
+
+    unjudged = eval_done(EvalRun.objects.get(pk=operator.post("/api/evals/unjudged/runs", {}).json()["id"]))
+    assert [check["reason"] for check in unjudged.cases.get().checks] == ["no judge configured"] * 3
+    assert (unjudged.cases.get().status, str(unjudged.judge_cost_usd)) == ("passed", "0.000000")
