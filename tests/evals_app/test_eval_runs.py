@@ -266,3 +266,29 @@ def test_the_judge_scores_through_a_team_provider_on_the_evals_own_budget(team_a
     unjudged = eval_done(EvalRun.objects.get(pk=operator.post("/api/evals/unjudged/runs", {}).json()["id"]))
     assert [check["reason"] for check in unjudged.cases.get().checks] == ["no judge configured"] * 3
     assert (unjudged.cases.get().status, str(unjudged.judge_cost_usd)) == ("passed", "0.000000")
+
+
+def readme_dataset() -> str:
+    import re
+    from pathlib import Path
+
+    from django.conf import settings
+
+    text = Path(settings.BASE_DIR, "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Evals\n"):text.index("## Watching runs live\n")]
+    [dataset] = re.findall(r"```markdown\n(.*?)```", section, re.S)
+    return dataset
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_the_readmes_dataset_passes_with_the_readmes_command(team_a, celery_worker_process):
+    agent(team_a, "Writer", "tools: [vfs_read, vfs_write]\n")
+    row = define(team_a, EVAL, readme_dataset()).row
+    assert (row.slug, [case["id"] for case in row.spec["cases"]]) == ("writer-evals", ["greet", "report"])
+    out = StringIO()
+    call_command("eval", "writer-evals", "--team", team_a.slug, "--min-pass", "0.9", stdout=out)
+    lines = [" ".join(line.split()) for line in out.getvalue().splitlines()]
+    assert lines[-1] == "pass rate 100% meets --min-pass 90%"
+    assert "Pass rate: 100% (2 of 2 cases)" in lines
+    assert "PASS tool_called: vfs_write was called with the expected arguments" in lines
