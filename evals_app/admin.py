@@ -111,6 +111,7 @@ class EvalRunAdmin(ReadOnlyTeamAdmin):
     list_display = ("id", "team", "dataset_slug", "agent", "agent_version", "status", "pass_rate", "created_at")
     list_filter = ("status",)
     list_select_related = ("team",)
+    search_fields = ("dataset_slug", "agent", "workflow")
     fields = ("dataset_slug", "dataset_version", "agent", "agent_version", "workflow", "status", "baseline",
               "created_at", "finished_at", "totals_table", "cases_table", "comparison_table")
     readonly_fields = fields

@@ -125,6 +125,13 @@ def eval_run_out(eval_run: EvalRun, *, detail: bool = False) -> dict[str, Any]:
     return data
 
 
+def eval_dataset_or_404(actor: Actor, slug: str):
+    try:
+        return eval_dataset_get(team=actor.team, slug=slug)
+    except EvalError as error:
+        raise Http404(str(error)) from None
+
+
 def _refused(error: EvalError):
     return Status(400, {"detail": str(error)})
 
@@ -134,10 +141,7 @@ def _refused(error: EvalError):
              summary="Run every case of a dataset as eval runs of its agent (optionally against another version)")
 def start(request, slug: str, payload: EvalRunIn):
     actor: Actor = request.auth
-    try:
-        dataset = eval_dataset_get(team=actor.team, slug=slug)
-    except EvalError as error:
-        raise Http404(str(error)) from None
+    dataset = eval_dataset_or_404(actor, slug)
     try:
         baseline = None
         if payload.compare_to is not None:
@@ -155,7 +159,9 @@ def start(request, slug: str, payload: EvalRunIn):
             summary="The eval runs of a dataset, newest first (at most 100)")
 def list_runs(request, slug: str):
     actor: Actor = request.auth
-    runs = EvalRun.objects.filter(team=actor.team, dataset_slug=slug).order_by("-created_at", "-pk")[:100]
+    runs = list(EvalRun.objects.filter(team=actor.team, dataset_slug=slug).order_by("-created_at", "-pk")[:100])
+    if not runs:
+        eval_dataset_or_404(actor, slug)  # the runs of a deleted dataset stay listed
     return [eval_run_out(eval_run) for eval_run in runs]
 
 
