@@ -32,7 +32,7 @@ CheckType = Literal[
 ]
 TEXT_CHECKS = {"exact", "contains", "not_contains", "regex", "json_schema"}
 BOUND_CHECKS = {"max_cost_usd", "max_tokens", "max_duration_s"}
-TARGET = r"^(result|output:[A-Za-z_][A-Za-z0-9_-]{0,63})$"
+TARGET = r"^(result|output:[A-Za-z_][A-Za-z0-9_-]{0,63}(\.[A-Za-z_][A-Za-z0-9_-]{0,63})?)$"
 
 
 class CheckSpec(Strict):
@@ -40,8 +40,8 @@ class CheckSpec(Strict):
 
     type: CheckType
     target: str = Field(default="result", pattern=TARGET, description=(
-        "What a text check reads: the run's final result, or output:<name> (a workflow step's named output, "
-        "or a value set with set_output)."))
+        "What a text check reads: the run's final result, or output:<name> (a value set with set_output, or a "
+        "workflow step's named output; output:<step>.<name> names the step)."))
     value: str | None = Field(default=None, max_length=MAX_FILE_CHARS, description=(
         "exact/contains/not_contains: the text (exact without value compares with the case's reference)."))
     pattern: str | None = Field(default=None, max_length=MAX_PATTERN_CHARS, description="regex: the pattern.")

@@ -292,3 +292,50 @@ def test_the_readmes_dataset_passes_with_the_readmes_command(team_a, celery_work
     assert lines[-1] == "pass rate 100% meets --min-pass 90%"
     assert "Pass rate: 100% (2 of 2 cases)" in lines
     assert "PASS tool_called: vfs_write was called with the expected arguments" in lines
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_a_workflow_dataset_runs_its_cases_with_their_inputs(team_a, api_for, celery_worker_process):
+    from agents_app.definitions.kinds import WORKFLOW
+
+    agent(team_a, "Writer")
+    define(team_a, WORKFLOW, "---\nname: Pipeline\ninputs: [topic]\nsteps:\n- id: write\n  agent: writer\n"
+                             "  prompt: Write about {topic}.\n  outputs: [summary]\n---\n")
+    define(team_a, EVAL, """---
+name: Pipeline evals
+workflow: pipeline
+cases:
+- id: tides
+  inputs: {topic: tides}
+  script:
+    writer:
+    - text: Tides come from the moon.
+      expect: Write about tides.
+  checks:
+  - type: contains
+    target: output:summary
+    value: moon
+  - type: contains
+    target: output:write.summary
+    value: Tides
+- id: waves
+  inputs: {topic: waves}
+  script:
+    writer:
+    - text: Waves come from the wind.
+  checks:
+  - type: exact
+    target: output:summary
+    value: Waves come from the moon.
+---
+""")
+    started = api_for(team_a, "operator").post("/api/evals/pipeline-evals/runs", {})
+    assert started.status_code == 201, started.content
+    eval_run = eval_done(EvalRun.objects.get(pk=started.json()["id"]))
+    assert [(c.case_id, c.status) for c in eval_run.cases.all()] == [("tides", "passed"), ("waves", "failed")]
+    assert eval_run.cases.get(case_id="waves").checks[0]["reason"] == (
+        "output:summary is 'Waves come from the wind.', expected 'Waves come from the moon.'")
+    assert [(r.workflow, r.is_eval) for r in Run.objects.filter(team=team_a)] == [("pipeline", True)] * 2
+    refused = api_for(team_a, "operator").post("/api/evals/pipeline-evals/runs", {"agent_version": 1})
+    assert refused.json() == {"detail": "--agent-version applies to a dataset of an agent; this one tests a workflow"}
