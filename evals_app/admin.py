@@ -163,7 +163,16 @@ def save_as_eval_case(modeladmin, request, queryset):
     return HttpResponseRedirect(reverse("admin:evals_app_evaldataset_save_case", args=[queryset.first().pk]))
 
 
+def _may_save_eval_case(request) -> bool:
+    """Offered to those who may edit a dataset in some team (the page checks the run's team)."""
+    ids = team_ids(request, "edit")
+    return ids is None or bool(ids)
+
+
+save_as_eval_case.allowed_permissions = ("save_eval_case",)
+
 # The runs admin is registered by agents_app (before this app): give it the action.
 _run_admin = admin.site._registry.get(Run)
 if _run_admin is not None and save_as_eval_case not in _run_admin.actions:
     _run_admin.actions = (*_run_admin.actions, save_as_eval_case)
+    _run_admin.has_save_eval_case_permission = _may_save_eval_case
