@@ -22,6 +22,7 @@ from evals_app.cases import eval_case_save
 from evals_app.kinds import EVAL
 from evals_app.models import EvalRun
 from evals_app.services import EvalError, eval_compare, eval_dataset_get, eval_run_get, eval_run_start, eval_totals
+from mas_project import ratelimit
 from mas_project.api_auth import api_auth
 
 router = Router()
@@ -142,6 +143,7 @@ def _refused(error: EvalError):
 def start(request, slug: str, payload: EvalRunIn):
     actor: Actor = request.auth
     dataset = eval_dataset_or_404(actor, slug)
+    ratelimit.run_start_check(actor.team)  # one start, however many cases (at most MAX_CASES, twice)
     try:
         baseline = None
         if payload.compare_to is not None:
