@@ -72,6 +72,7 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
         "input": run.input if detail else run.input[:LIST_INPUT_CHARS],
         "notice": run.notice,
         "error": run.error,
+        "eval": run.is_eval,
         "totals": {
             "prompt_tokens": run.prompt_tokens,
             "completion_tokens": run.completion_tokens,
@@ -186,6 +187,8 @@ class RunFilters(BaseModel):
         default="exclude", description="Archived runs are left out unless asked for.")
     limit: int = Field(default=50, ge=1, le=500)
     offset: int = Field(default=0, ge=0, le=10_000_000)
+    evals: Literal["exclude", "only", "include"] = Field(
+        default="exclude", description="The runs of eval cases: left out (default), the only ones, or included.")
 
 
 @router.get("/runs", auth=read, response={200: list[RunOut], **LIST_ERRORS}, operation_id="run_list",
@@ -194,7 +197,7 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]):
     actor: Actor = request.auth
     runs = run_filter(team=actor.team, status=filters.status, agent=filters.agent, workflow=filters.workflow,
                       search=filters.q, created_from=filters.created_from, created_to=filters.created_to,
-                      archived=filters.archived)
+                      archived=filters.archived, evals={"exclude": False, "only": True}.get(filters.evals))
     return [run_out(run) for run in runs[filters.offset:filters.offset + filters.limit]]
 
 

@@ -515,7 +515,7 @@ def _runs_since(team_id: int, since: datetime) -> list[dict[str, Any]]:
     from agents_app.models import Run
     from agents_app.schemas_runs import RunOut
 
-    runs = (Run.objects.filter(team_id=team_id)
+    runs = (Run.objects.filter(team_id=team_id, is_eval=False)  # the cases of evals: on their eval's page
             .filter(Q(status__in=["queued", "running", "waiting"]) | Q(created_at__gte=since) | Q(finished_at__gte=since))
             .select_related("created_by").order_by("-created_at", "-pk")[:SINCE_LIMIT])
     return [RunOut.model_validate(run_out(run)).model_dump(mode="json") for run in reversed(list(runs))]

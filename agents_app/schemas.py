@@ -118,7 +118,7 @@ class KindSchemas:
     """The create/replace body, the PATCH body and the response of one kind."""
 
     def __init__(self, kind: Kind) -> None:
-        prefix = SCHEMA_PREFIX[kind.name]
+        prefix = SCHEMA_PREFIX.get(kind.name) or kind.label.title().replace(" ", "")
         self.input: type[BaseModel] = create_model(
             f"{prefix}In",
             __base__=_Input,

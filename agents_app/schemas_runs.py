@@ -110,6 +110,7 @@ class RunOut(BaseModel):
     input: str = Field(description="The task (first 500 characters in lists).")
     notice: str
     error: str
+    eval: bool = Field(description="A case of an eval (``GET /api/evals/{slug}/runs``).")
     totals: RunTotals
     created_by: str | None = Field(description="Username of the user who started it, if any.")
     created_at: datetime

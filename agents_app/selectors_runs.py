@@ -42,17 +42,20 @@ SEARCH_MAX_CHARS = 200
 
 def run_filter(*, team: Team, status: str | None = None, agent: str | None = None, workflow: str | None = None,
                search: str = "", created_from: date | None = None, created_to: date | None = None,
-               archived: str = "include") -> QuerySet[Run]:
+               archived: str = "include", evals: bool | None = False) -> QuerySet[Run]:
     """The team's runs, newest first, filtered.
 
     ``agent`` and ``workflow`` match the root agent's or the workflow's slug; ``search`` finds
     words in the task or the result (case-insensitive, every word); ``created_from`` and
     ``created_to`` are days, both included (the server's time zone); ``archived`` is
-    ``exclude`` (the default of lists), ``only`` or ``include``.
+    ``exclude`` (the default of lists), ``only`` or ``include``. The cases of evals are left out
+    (``evals=False``), the only ones (``True``), or both (``None``).
     """
     if archived not in ARCHIVED_CHOICES:
         raise ValueError(f"archived must be one of {', '.join(ARCHIVED_CHOICES)}")
     runs: QuerySet[Run] = Run.objects.filter(team=team).select_related("created_by")
+    if evals is not None:
+        runs = runs.filter(is_eval=evals)
     if status:
         runs = runs.filter(status=status)
     if agent:

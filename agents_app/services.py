@@ -132,10 +132,12 @@ DEFINITION_MODELS = (
     "tools_app.customtool",
     "tools_app.mcpserver",
     "workflows_app.workflow",
+    "evals_app.evaldataset",
     "memory_app.memory",
     "memory_app.cachedresponse",  # editors clear entries; nothing in them is editable
 )
 READ_ONLY_MODELS = (
+    "evals_app.evalrun",
     "agents_app.providermodel",
     "agents_app.definitionversion",
     "agents_app.run",

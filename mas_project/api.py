@@ -12,6 +12,7 @@ from ninja.parser import Parser
 from agents_app.api import router as agents_router
 from agents_app.api_approvals import router as approvals_router
 from agents_app.api_runs import router as runs_router
+from evals_app.api import router as evals_router
 from mas_project.api_auth import TEAM_HEADER, api_auth
 from mas_project.api_errors import UnsupportedMediaType, load_json, register_error_handlers
 from mas_project.health import router as health_router
@@ -81,3 +82,4 @@ api.add_router("/", tools_router)
 api.add_router("/", workflows_router)
 api.add_router("/", workflow_runs_router)
 api.add_router("/", memory_router)
+api.add_router("/", evals_router)

@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "tools_app",
     "memory_app",
     "workflows_app",
+    "evals_app",
 ]
 
 MIDDLEWARE = [

@@ -87,18 +87,23 @@ def inputs_check(spec: WorkflowSpec, inputs: dict[str, Any]) -> dict[str, str]:
 def workflow_run_start(
     *, team: Team, workflow: Workflow | str, inputs: dict[str, Any], user=None, trigger: str = "manual",
     limits: dict[str, Any] | None = None, budget: dict[str, Any] | None = None, provider: str = "",
-    script: dict[str, Any] | None = None,
+    script: dict[str, Any] | None = None, versions: dict[str, int] | None = None, is_eval: bool = False,
 ) -> Run:
-    """Start a run of the team's workflow: its first ready steps are sent to workers after commit."""
+    """Start a run of the team's workflow: its first ready steps are sent to workers after commit.
+
+    ``versions`` pins agents at other versions than their current ones; ``is_eval`` marks a case of an eval.
+    """
     row = workflow_resolve(team=team, workflow=workflow)
     spec = workflow_spec(team=team, row=row)
     values = inputs_check(spec, inputs or {})
-    kernel.script_check(team=team, script=script, agents=sorted({step.agent for step in spec.steps}))
+    kernel.script_check(team=team, script=script, agents=[] if is_eval else sorted({step.agent for step in spec.steps}))
     run = Run.objects.create(
+        is_eval=is_eval,
         team=team, workflow=row.slug, input="\n".join(f"{name}: {value}" for name, value in values.items()),
         created_by=user if getattr(user, "pk", None) else None,
         limits={**kernel.DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
-        versions={f"workflow:{row.slug}": row.version, **_agent_versions(team, {step.agent for step in spec.steps})},
+        versions={f"workflow:{row.slug}": row.version, **_agent_versions(team, {step.agent for step in spec.steps}),
+                  **(versions or {})},
     )
     steps = [step.model_dump() for step in spec.steps]
     loops = [loop.model_dump() for loop in spec.loops]

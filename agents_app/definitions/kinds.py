@@ -58,9 +58,29 @@ WORKFLOW = Kind("workflow", "Workflow", "workflows_app.Workflow", WorkflowSpec, 
 SKILL = Kind("skill", "Skill", "agents_app.Skill", SkillSpec, "skills", keeps_unknown_keys=True, directory_per_item=True)
 PROVIDER = Kind("provider", "Model provider", "agents_app.ModelProvider", ProviderSpec, "providers")
 
-# Import order matters: workflows refer to agents, agents to tools and MCP servers.
-KINDS: tuple[Kind, ...] = (PROVIDER, TOOL, MCP, SKILL, AGENT, WORKFLOW)
+# Import order matters: workflows refer to agents, agents to tools and MCP servers. Apps above the
+# foundation add their kinds at start-up (``register_kind`` in their ``AppConfig.ready``), after these:
+# a list and a dict filled in place, so every module that imported them sees the registered kinds.
+KINDS: list[Kind] = [PROVIDER, TOOL, MCP, SKILL, AGENT, WORKFLOW]
 KINDS_BY_NAME: dict[str, Kind] = {kind.name: kind for kind in KINDS}
+
+
+def register_kind(kind: Kind) -> Kind:
+    """Add a definition kind of an app above the foundation (imported after the built-in kinds).
+
+    Registering the same kind again (a second ``ready()``) is a no-op; another kind with the same name or
+    folder is refused.
+    """
+    existing = KINDS_BY_NAME.get(kind.name)
+    if existing is not None:
+        if existing == kind:
+            return existing
+        raise ValueError(f"a definition kind named {kind.name!r} is already registered")
+    if any(other.folder == kind.folder for other in KINDS):
+        raise ValueError(f"the folder {kind.folder!r} already holds another kind of definition")
+    KINDS.append(kind)
+    KINDS_BY_NAME[kind.name] = kind
+    return kind
 
 
 def kind_for_model(model: type) -> Kind:

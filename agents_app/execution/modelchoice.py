@@ -42,12 +42,15 @@ class Choice:
         return f"{self.provider_slug}:{self.model}"
 
 
-def model_choice(*, run: Run, ref: str, tier: str) -> Choice:
-    """The model ``ref`` names for ``run``; ``tier`` is the session's (what the demo recording stands in for).
+def model_choice(*, run: Run, ref: str, tier: str, agent: str = "") -> Choice:
+    """The model ``ref`` names for ``agent`` in ``run``; ``tier`` is the session's (what the demo recording
+    stands in for).
 
+    In an eval run the script plays only the agents it names (the fixtures of the case): the others are
+    the agents under test and call the team's models.
     Raises :class:`~agents_app.llm.types.ProviderError` saying what to configure when nothing serves it.
     """
-    if run.script is not None:
+    if run.script is not None and not (run.is_eval and agent and agent not in run.script and "*" not in run.script):
         return _scripted(run, ref)
     providers = list(ModelProvider.objects.filter(team_id=run.team_id).prefetch_related("models"))
     if run.provider:
@@ -77,9 +80,9 @@ def _scripted(run: Run, ref: str) -> Choice:
                   limits=model_limits(row[0], context_window=row[3], max_output_tokens=row[4]))
 
 
-def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor) -> tuple[Resolved, str]:
-    """The provider a session calls, and a notice when the demo recording stands in."""
-    choice = model_choice(run=run, ref=ref, tier=tier)
+def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor, agent: str = "") -> tuple[Resolved, str]:
+    """The provider a session of ``agent`` calls, and a notice when the demo recording stands in."""
+    choice = model_choice(run=run, ref=ref, tier=tier, agent=agent)
     if choice.source == "script":
         provider = ScriptedProvider(run.script, cursor)
     elif choice.source == "demo":

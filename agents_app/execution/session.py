@@ -209,7 +209,7 @@ def session_prepare(*, run: Run, session: Session, agent: services.AgentDefiniti
                     cursor: MemoryCursor) -> tuple[Resolved, list[CustomToolSpec]]:
     """The session's model (recorded on its row, whose tier becomes the model's) and the team custom tools
     it may call, at the run's versions of them."""
-    resolved, notice = model_resolve(run=run, ref=ref, tier=session.tier, cursor=cursor)
+    resolved, notice = model_resolve(run=run, ref=ref, tier=session.tier, cursor=cursor, agent=agent.slug)
     if notice:
         Run.objects.filter(pk=run.id, notice="").update(notice=notice)
     session.tier = resolved.tier or session.tier

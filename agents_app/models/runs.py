@@ -43,6 +43,10 @@ class Run(models.Model):
     approvals = models.JSONField(default=list, blank=True, help_text="Approvals asked for at start, beyond the "
                                  "definitions'")
     versions = models.JSONField(default=dict, blank=True, help_text="Definition versions this run used")
+    is_eval = models.BooleanField(
+        default=False, db_index=True,
+        help_text="A case of an eval: left out of the run lists unless asked for; agents its script does not "
+                  "name call the team's models (they are the agents under test)")
     notice = models.CharField(max_length=300, blank=True)
     result = models.TextField(blank=True)
     error = models.TextField(blank=True)

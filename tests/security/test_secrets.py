@@ -93,7 +93,10 @@ def setup_team(api, model_url: str) -> dict[str, str]:
     for plural, payload in {"skills": {"name": "Canary Skill", "body": "x"},
                             "tools": {"name": "canary_tool", "prompt": "x {{t}}", "parameters": {"t": {}}},
                             "workflows": {"name": "Canary Flow",
-                                          "steps": [{"id": "s", "agent": slugs["agents"], "prompt": "go"}]}}.items():
+                                          "steps": [{"id": "s", "agent": slugs["agents"], "prompt": "go"}]},
+                            "evals": {"name": "Canary Evals", "agent": slugs["agents"], "cases": [
+                                {"id": "c", "task": "go", "checks": [{"type": "status", "equals": "succeeded"}]}]},
+                            }.items():
         made = api.post(f"/api/{plural}", payload)
         assert made.status_code == 201, made.json()
         slugs[plural] = made.json()["slug"]
@@ -160,7 +163,13 @@ def test_no_secret_reaches_a_response_event_log_file_or_script(team_a, api_for, 
 
     # A memory and a run-less memory id, so every route has something to show.
     memory = api.post("/api/memories", {"content": "the sky is blue"}).json()
-    side = SimpleNamespace(slugs=slugs, run=run, memory=SimpleNamespace(id=memory["id"]))
+    from django.utils import timezone
+
+    from evals_app.models import EvalRun
+
+    eval_run = EvalRun.objects.create(team=team_a, dataset_slug=slugs["evals"], dataset_version=1,
+                                      agent=slugs["agents"], deadline=timezone.now(), status="finished")
+    side = SimpleNamespace(slugs=slugs, run=run, memory=SimpleNamespace(id=memory["id"]), eval_run=eval_run)
     token = api.token
     swept = 0
     for route in api_routes():

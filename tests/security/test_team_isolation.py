@@ -109,6 +109,10 @@ API_ROUTES: dict[str, str] = {
     "approval_decide": "item",
     "team_get": "self",
     "team_update": "self",  # the caller's own team, named by nothing in the request
+    "eval_run_start": "item",
+    "eval_run_list": "item",
+    "eval_run_get": "item",
+    "run_save_as_eval_case": "item",
 }
 PLURAL_OF_KIND = {kind.name: plural for plural, kind in KINDS.items()}
 TEMPLATE = "chain"
@@ -138,6 +142,8 @@ def fill(route: Route, b) -> str:
             return str(b.memory.id)
         if name == "request_id":
             return str(b.approval.id)
+        if name == "eval_run_id":
+            return str(b.eval_run.id)
         if name == "number":
             return "1"
         if name == "path":
@@ -163,6 +169,8 @@ def item_body(route: Route):
         return {"shared": False}, "application/json"
     if route.operation_id == "approval_decide":
         return {"decision": "answer", "answer": "hijacked"}, "application/json"
+    if route.operation_id == "run_save_as_eval_case":
+        return {"dataset": "alpha-evals"}, "application/json"
     if route.method in {"POST", "PUT", "PATCH"}:
         return {}, "application/json"
     return None, None
@@ -291,7 +299,8 @@ def admin_pages() -> list[tuple[str, object, str]]:
 
 
 ADMIN_VIEWS = {"changelist": "list", "add": "add", "change": "item", "history": "item", "delete": "item",
-               "run": "item"}  # WorkflowAdmin: start a run of the workflow
+               "run": "item",  # WorkflowAdmin, EvalDatasetAdmin: start a run of the workflow, an eval run
+               "case": "run-item"}  # EvalDatasetAdmin: save a run (its id in the path) as an eval case
 
 
 def test_every_admin_url_is_classified():
@@ -353,6 +362,11 @@ def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(wor
                                      {"team": team_b.pk, "markdown": f"---\nname: Sneaky\n---\n{MARK}\n",
                                       "username": user.username, "role": "viewer", "user": user.pk, "name": "x"})
                 assert posted.status_code in {200, 403}, (label, posted.status_code)
+        elif view == "run-item":
+            url = reverse(f"admin:{name}", args=[b.run.pk])
+            for response in (client.get(url), client.post(url, {"dataset": "sneaky"})):
+                assert response.status_code in {403, 404}, (label, name, response.status_code)
+                assert MARK not in response.content.decode(), (label, name)
         elif view in {"item", "redirect"}:
             suffix = name.rsplit("_", 1)[-1] if name else None
             url = _admin_url(model_admin, suffix, theirs.pk) if suffix else (

@@ -18,14 +18,15 @@ from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, TOOL, WORK
 from agents_app.definitions.storage import team_defs_dir
 from agents_app.execution.services import run_start, workspace_write
 from agents_app.models import ApprovalRequest, Session, Team
+from evals_app.kinds import EVAL
 from memory_app.models import BlackboardEntry, CachedResponse, Channel, ChannelMessage, Subscription
 from memory_app.services import memory_store
 
 MARK = "BRAVO-PRIVATE-7f3a"
-MAS_APPS = ("agents_app", "tools_app", "memory_app", "workflows_app")
+MAS_APPS = ("agents_app", "tools_app", "memory_app", "workflows_app", "evals_app")
 # Written by every authenticated request of the caller: not a change to anyone's objects.
 KINDS = {"agents": AGENT, "skills": SKILL, "providers": PROVIDER, "tools": TOOL, "mcp-servers": MCP,
-         "workflows": WORKFLOW}
+         "workflows": WORKFLOW, "evals": EVAL}
 VOLATILE = {("agents_app", "apitoken"): {"last_used_at"}}
 
 
@@ -43,6 +44,8 @@ def definitions(prefix: str, note: str) -> dict[str, dict[str, Any]]:
                         "url": "https://mcp.example.com/mcp", "headers": {"X-Note": f"${{{prefix.upper()}_ORG}}"}},
         "workflows": {"name": f"{prefix} Flow", "description": note,
                       "steps": [{"id": "only", "agent": f"{prefix.lower()}-lead", "prompt": f"Go. {note}"}]},
+        "evals": {"name": f"{prefix} Evals", "description": note, "agent": f"{prefix.lower()}-lead",
+                  "cases": [{"id": "one", "task": f"Task. {note}", "checks": [{"type": "contains", "value": note}]}]},
     }
 
 
@@ -54,6 +57,8 @@ REPLACE = {
     "tools": {"name": "x_tool", "prompt": "hijacked {{text}}", "parameters": {"text": {}}},
     "mcp-servers": {"name": "X MCP", "transport": "sse", "url": "https://evil.example.com/sse"},
     "workflows": {"name": "X Flow", "steps": [{"id": "only", "agent": "x", "prompt": "hijacked"}]},
+    "evals": {"name": "X Evals", "agent": "x", "cases": [{"id": "a", "task": "hijacked",
+                                                        "checks": [{"type": "status", "equals": "failed"}]}]},
 }
 PATCH = {"description": "hijacked"}
 
@@ -65,6 +70,7 @@ class Side:
     run: Any = None
     memory: Any = None
     approval: Any = None
+    eval_run: Any = None
     objects: dict[str, Any] = field(default_factory=dict)  # model label → one row
 
 
@@ -94,8 +100,9 @@ def build_side(team: Team, api, prefix: str, note: str) -> Side:
         team=team, run=run, session=session, agent=activation.agent, kind="question", tool="ask_human",
         call_id="call_1", question=f"question {note}", deadline=timezone.now() + timezone.timedelta(hours=1))
     side.run = run
+    side.eval_run = _eval_run(team, side.slugs["evals"], run, note)
     for row in (run, activation, session, run.files.get(), run.events.first(), board, channel, message,
-                subscription, side.memory, cached, side.approval):
+                subscription, side.memory, cached, side.approval, side.eval_run, side.eval_run.cases.get()):
         side.objects[row._meta.label_lower] = row
     for plural, slug in side.slugs.items():
         model = KINDS[plural].model
@@ -110,6 +117,20 @@ def build_side(team: Team, api, prefix: str, note: str) -> Side:
     side.objects["auth.user"] = side.objects["agents_app.membership"].user
     side.objects["auth.group"] = side.objects["auth.user"].groups.first()  # the role groups are global
     return side
+
+
+def _eval_run(team: Team, dataset_slug: str, run, note: str):
+    """An eval run of the side's dataset whose one case is its run, its reason marked."""
+    from django.utils import timezone
+
+    from evals_app.models import EvalCaseResult, EvalDataset, EvalRun
+
+    dataset = EvalDataset.objects.get(team=team, slug=dataset_slug)
+    eval_run = EvalRun.objects.create(team=team, dataset=dataset, dataset_slug=dataset.slug, dataset_version=1,
+                                      agent=run.agent, agent_version=1, deadline=timezone.now(), status="finished")
+    EvalCaseResult.objects.create(eval_run=eval_run, case_id="one", position=0, run=run, status="failed",
+                                  checks=[{"type": "contains", "passed": False, "score": 0.0, "reason": f"why {note}"}])
+    return eval_run
 
 
 def db_snapshot() -> str:

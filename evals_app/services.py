@@ -1,0 +1,354 @@
+"""Eval runs: start every case of a dataset as a run, score the runs that ended, total and compare.
+
+One code path for the ``eval`` command, the API and the admin. The cases run as ordinary runs
+(``Run.is_eval``) on the workers, all at once; :func:`eval_collect` — called by the ``eval_collect``
+task until it reports the eval run finished — scores each case once its run has ended
+(``evals_app.scorers``) and closes the eval run with its totals when none is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from agents_app.definitions.kinds import AGENT
+from agents_app.execution.services import RunError, run_cancel, run_start
+from agents_app.models import Agent, DefinitionVersion, Run, Team, WorkspaceFile
+from agents_app.models.runs import FINISHED_RUN_STATUSES
+from agents_app.selectors_runs import run_duration_s
+from evals_app.models import CaseStatus, EvalCaseResult, EvalDataset, EvalRun, EvalRunStatus
+from evals_app.scorers import Judge, JudgeUnavailable, JudgeVerdict, Observation, ToolCallSeen, judge_reply, score_case
+from evals_app.specs import CaseSpec, EvalSpec
+
+logger = logging.getLogger(__name__)
+
+# A case's run gets the dataset's timeout; the eval run then waits this much longer before cancelling it.
+DEADLINE_SLACK_S = 30
+MAX_TOOL_CALLS_READ = 5_000
+MAX_FILES_READ = 500
+
+
+class EvalError(ValueError):
+    """An eval that cannot start, with a message for the caller."""
+
+
+def eval_dataset_get(*, team: Team, slug: str) -> EvalDataset:
+    dataset = EvalDataset.objects.filter(team=team, slug=slug).first()
+    if dataset is None:
+        raise EvalError(f"no eval dataset {slug!r} in team {team.slug}")
+    return dataset
+
+
+def eval_spec(dataset: EvalDataset) -> EvalSpec:
+    # Validated when saved; read again as the typed spec.
+    return EvalSpec.model_validate(dataset.spec)
+
+
+def _agent_version(*, team: Team, slug: str, version: int | None) -> int:
+    row = Agent.objects.filter(team=team, slug=slug).values_list("version", flat=True).first()
+    if row is None:
+        raise EvalError(f"the agent under test {slug!r} does not exist in team {team.slug}")
+    if version is None:
+        return row
+    kept = DefinitionVersion.objects.filter(team=team, kind=AGENT.name, slug=slug, number=version).exists()
+    if not kept:
+        numbers = sorted(DefinitionVersion.objects.filter(team=team, kind=AGENT.name, slug=slug)
+                         .values_list("number", flat=True))
+        raise EvalError(f"agent {slug!r} has no version {version} (kept versions: "
+                        f"{', '.join(map(str, numbers)) or 'none'})")
+    return version
+
+
+# -- starting ----------------------------------------------------------------------------------
+
+
+def eval_run_start(*, team: Team, dataset: EvalDataset, agent_version: int | None = None, user=None,
+                   baseline: EvalRun | None = None) -> EvalRun:
+    """Start every case of ``dataset`` as an eval run of its agent (at ``agent_version``, else the current one).
+
+    A case whose run the kernel refuses (its script, an unknown agent) is recorded as failed with the reason;
+    the others start. Raises :class:`EvalError` when the eval cannot start at all.
+    """
+    spec = eval_spec(dataset)
+    version = _agent_version(team=team, slug=spec.agent, version=agent_version) if spec.agent else None
+    if spec.workflow and agent_version is not None:
+        raise EvalError("--agent-version applies to a dataset of an agent; this one tests a workflow")
+    versions = {f"agent:{spec.agent}": version} if spec.agent else {}
+    with transaction.atomic():
+        eval_run = EvalRun.objects.create(
+            team=team, dataset=dataset, dataset_slug=dataset.slug, dataset_version=dataset.version,
+            agent=spec.agent or "", agent_version=version, workflow=spec.workflow or "", baseline=baseline,
+            deadline=timezone.now() + timedelta(seconds=spec.timeout_s + DEADLINE_SLACK_S),
+            created_by=user if getattr(user, "pk", None) else None,
+        )
+        for position, case in enumerate(spec.cases):
+            result = EvalCaseResult(eval_run=eval_run, case_id=case.id, position=position)
+            try:
+                with transaction.atomic():
+                    result.run = _case_start(team=team, spec=spec, case=case, versions=versions, user=user)
+            except (RunError, ValueError) as error:
+                result.status, result.error = CaseStatus.FAILED, str(error)[:2000]
+                result.checks = [{"type": "start", "passed": False, "score": 0.0, "reason": result.error}]
+            result.save()
+        transaction.on_commit(lambda: eval_collect_async(eval_run_id=eval_run.id))
+    logger.info("eval run started", extra={"team": team.slug, "dataset": dataset.slug, "eval_run": eval_run.id,
+                                           "cases": len(spec.cases), "agent_version": version})
+    return eval_run
+
+
+def _case_start(*, team: Team, spec: EvalSpec, case: CaseSpec, versions: dict[str, int], user) -> Run:
+    """The case's run, with its fixture files in the workspace before any worker sees it (same transaction)."""
+    limits = {"max_retries": 0}  # a case is scored on what the agent did, not on a lucky retry
+    if spec.agent:
+        run = run_start(team=team, agent=spec.agent, input=case.task or "", user=user, limits=limits,
+                        script=case.script, versions=versions, is_eval=True)
+    else:
+        from workflows_app.services import workflow_run_start
+
+        run = workflow_run_start(team=team, workflow=spec.workflow, inputs=case.inputs or {}, user=user,
+                                 trigger="manual", limits=limits, script=case.script, is_eval=True)
+    WorkspaceFile.objects.bulk_create(
+        WorkspaceFile(run=run, path=path, content=content, author="eval") for path, content in case.files.items())
+    return run
+
+
+def eval_collect_async(*, eval_run_id: int, countdown: float = 0.5) -> None:
+    from evals_app.tasks import eval_collect_task
+
+    eval_collect_task.apply_async((eval_run_id,), countdown=countdown)
+
+
+# -- scoring -----------------------------------------------------------------------------------
+
+
+def observation_of(*, run: Run, case: CaseSpec) -> Observation:
+    """What ``run`` did, for the checks of ``case``: result, outputs, tool calls, files, usage."""
+    from workflows_app.services import workflow_steps
+
+    outputs: dict[str, Any] = {}
+    steps = workflow_steps(run)
+    if steps is not None:
+        for step in steps:
+            for name, value in step["outputs"].items():
+                outputs[name] = value
+                outputs[f"{step['id']}.{name}"] = value
+    else:
+        root = run.activations.filter(parent__isnull=True).order_by("created_at").first()
+        outputs = dict((root.context or {}).get("outputs") or {}) if root else {}
+    calls = [ToolCallSeen(name=str(data.get("name", "")), arguments=dict(data.get("arguments") or {}), agent=agent)
+             for agent, data in run.events.filter(type="tool_call").order_by("seq")
+             .values_list("agent", "data")[:MAX_TOOL_CALLS_READ]]
+    files = dict(WorkspaceFile.objects.filter(run=run).order_by("path").values_list("path", "content")[:MAX_FILES_READ])
+    return Observation(
+        status=run.status, result=run.result, task=case.task or run.input, outputs=outputs, tool_calls=calls,
+        files=files, cost_usd=run.cost_usd, tokens=run.prompt_tokens + run.completion_tokens,
+        duration_s=run_duration_s(run), reference=case.reference,
+    )
+
+
+def eval_collect(*, eval_run_id: int) -> bool:
+    """Score the cases whose runs have ended; close the eval run when none is left. True once it is closed.
+
+    Past the eval run's deadline, the runs still going are cancelled (and scored as such next time).
+    """
+    eval_run = EvalRun.objects.select_related("team", "dataset").get(pk=eval_run_id)
+    if eval_run.status != EvalRunStatus.RUNNING:
+        return True
+    spec = _spec_at(eval_run)
+    judge = judge_for(eval_run=eval_run, spec=spec)
+    pending = list(eval_run.cases.filter(status=CaseStatus.PENDING).select_related("run"))
+    for result in pending:
+        run = result.run
+        if run is None:  # its run was deleted meanwhile
+            EvalCaseResult.objects.filter(pk=result.pk).update(
+                status=CaseStatus.FAILED, checks=[{"type": "run", "passed": False, "score": 0.0,
+                                                   "reason": "the case's run was deleted"}])
+            continue
+        if run.status not in FINISHED_RUN_STATUSES:
+            if timezone.now() > eval_run.deadline:
+                run_cancel(run=run)
+            continue
+        case = spec.case(result.case_id)
+        _score(result=result, run=run, case=case, judge=judge)
+    with transaction.atomic():
+        eval_run = EvalRun.objects.select_for_update().get(pk=eval_run_id)
+        if eval_run.status != EvalRunStatus.RUNNING or eval_run.cases.filter(status=CaseStatus.PENDING).exists():
+            return eval_run.status != EvalRunStatus.RUNNING
+        eval_run.totals = eval_totals(eval_run=eval_run)
+        eval_run.status, eval_run.finished_at = EvalRunStatus.FINISHED, timezone.now()
+        eval_run.save(update_fields=["totals", "status", "finished_at"])
+    logger.info("eval run finished", extra={"eval_run": eval_run.id, "pass_rate": eval_run.totals["pass_rate"]})
+    return True
+
+
+def _spec_at(eval_run: EvalRun) -> EvalSpec:
+    """The dataset as it was when the eval run started (its kept version), whatever was saved since."""
+    from agents_app.execution.versions import _parse
+    from evals_app.kinds import EVAL
+
+    text = (DefinitionVersion.objects.filter(team=eval_run.team, kind=EVAL.name, slug=eval_run.dataset_slug,
+                                             number=eval_run.dataset_version)
+            .values_list("content", flat=True).first())
+    if text is None:
+        if eval_run.dataset is None:
+            raise EvalError(f"version {eval_run.dataset_version} of dataset {eval_run.dataset_slug} is not kept")
+        return eval_spec(eval_run.dataset)
+    data, _, _ = _parse(EVAL, text, path=f"evals/{eval_run.dataset_slug}.md")
+    return EvalSpec.model_validate(data)
+
+
+def _score(*, result: EvalCaseResult, run: Run, case: CaseSpec | None, judge: Judge | None) -> None:
+    with transaction.atomic():
+        locked = EvalCaseResult.objects.select_for_update().get(pk=result.pk)
+        if locked.status != CaseStatus.PENDING:
+            return  # scored by another collector
+        if case is None:
+            passed, score, checks = False, 0.0, [{"type": "case", "passed": False, "score": 0.0,
+                                                  "reason": "the case is not in the dataset's version"}]
+        else:
+            seen = observation_of(run=run, case=case)
+            passed, score, results = score_case([c.model_dump(exclude_none=True) for c in case.checks], seen,
+                                                judge=judge)
+            checks = [item.as_dict() for item in results]
+        locked.status = CaseStatus.PASSED if passed else CaseStatus.FAILED
+        locked.score, locked.checks, locked.run_status = score, checks, run.status
+        locked.cost_usd, locked.tokens = run.cost_usd, run.prompt_tokens + run.completion_tokens
+        locked.duration_s = run_duration_s(run)
+        locked.save(update_fields=["status", "score", "checks", "run_status", "cost_usd", "tokens", "duration_s"])
+
+
+# -- the judge -----------------------------------------------------------------------------------
+
+
+def judge_for(*, eval_run: EvalRun, spec: EvalSpec) -> Judge | None:
+    """The dataset's judge as a function of a prompt, billed to the eval run; None when none is configured."""
+    if spec.judge is None:
+        return None
+    from agents_app.llm.pricing import usage_cost
+    from agents_app.llm.registry import provider_for
+    from agents_app.llm.scripted import MemoryCursor
+    from agents_app.llm.types import Message, ModelRequest, ProviderError
+    from agents_app.models import ModelProvider
+
+    config = spec.judge
+    providers = list(ModelProvider.objects.filter(team=eval_run.team).prefetch_related("models"))
+    # The judge's script plays its turns in order across the eval run: the cursor is the number of
+    # judge calls made so far, kept on the row.
+    script = {"judge": config.script} if config.script is not None else None
+
+    def judge(prompt: str) -> JudgeVerdict:
+        with transaction.atomic():
+            row = EvalRun.objects.select_for_update().get(pk=eval_run.pk)
+            # Stopped once its spend reaches the budget (a free model — local, scripted — never does).
+            if row.judge_cost_usd > 0 and row.judge_cost_usd >= Decimal(str(config.max_cost_usd)):
+                raise JudgeUnavailable(f"the judge's budget of ${config.max_cost_usd:g} is spent")
+            calls = int(row.totals.get("judge_calls", 0))
+            row.totals = {**row.totals, "judge_calls": calls + 1}
+            row.save(update_fields=["totals"])
+        try:
+            resolved = provider_for(config.model, providers=providers, team=eval_run.team.slug, script=script,
+                                    cursor=MemoryCursor({"judge": calls}))
+            request = ModelRequest(model=resolved.model, agent="judge", temperature=0, messages=[
+                Message(role="system", content=_judge_system()), Message(role="user", content=prompt)])
+            response = asyncio.run(resolved.provider.complete(request))
+        except ProviderError as error:
+            raise JudgeUnavailable(f"the judge could not be called: {error}") from None
+        cost = usage_cost(response.usage, resolved.prices)
+        EvalRun.objects.filter(pk=eval_run.pk).update(
+            judge_cost_usd=F("judge_cost_usd") + cost,
+            judge_tokens=F("judge_tokens") + response.usage.prompt_tokens + response.usage.completion_tokens)
+        return judge_reply(response.text)
+
+    return judge
+
+
+def _judge_system() -> str:
+    from evals_app.scorers import JUDGE_INSTRUCTIONS
+
+    return JUDGE_INSTRUCTIONS
+
+
+# -- totals and comparison ------------------------------------------------------------------------
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    """The nearest-rank percentile of ``values`` (None when empty)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return round(ordered[rank - 1], 3)
+
+
+def eval_totals(*, eval_run: EvalRun) -> dict[str, Any]:
+    cases = list(eval_run.cases.all())
+    passed = sum(1 for case in cases if case.status == CaseStatus.PASSED)
+    failed = sum(1 for case in cases if case.status == CaseStatus.FAILED)
+    durations = [case.duration_s for case in cases if case.duration_s is not None]
+    judge = EvalRun.objects.filter(pk=eval_run.pk).values_list("judge_cost_usd", "judge_tokens", "totals").first()
+    return {
+        "cases": len(cases), "passed": passed, "failed": failed,
+        "pending": len(cases) - passed - failed,
+        "pass_rate": round(passed / len(cases), 4) if cases else 0.0,
+        "cost_usd": str(sum((case.cost_usd for case in cases), Decimal(0))),
+        "tokens": sum(case.tokens for case in cases),
+        "duration_p50_s": percentile(durations, 0.5), "duration_p95_s": percentile(durations, 0.95),
+        "judge_cost_usd": str(judge[0]) if judge else "0", "judge_tokens": judge[1] if judge else 0,
+        "judge_calls": int((judge[2] or {}).get("judge_calls", 0)) if judge else 0,
+    }
+
+
+CHANGE_ORDER = {"regression": 0, "removed": 1, "still_failing": 2, "improvement": 3, "new": 4, "still_passing": 5}
+
+
+def eval_compare(*, eval_run: EvalRun, baseline: EvalRun) -> list[dict[str, Any]]:
+    """Case by case, ``baseline`` (the version before) against ``eval_run``: regressions first."""
+    before = {case.case_id: case for case in baseline.cases.all()}
+    after = {case.case_id: case for case in eval_run.cases.all()}
+    rows = []
+    for case_id in [*after, *(cid for cid in before if cid not in after)]:
+        old, new = before.get(case_id), after.get(case_id)
+        if old is None:
+            change = "new"
+        elif new is None:
+            change = "removed"
+        elif old.status == CaseStatus.PASSED and new.status != CaseStatus.PASSED:
+            change = "regression"
+        elif old.status != CaseStatus.PASSED and new.status == CaseStatus.PASSED:
+            change = "improvement"
+        else:
+            change = "still_passing" if new.status == CaseStatus.PASSED else "still_failing"
+        rows.append({
+            "case_id": case_id, "change": change,
+            "before": _case_side(old), "after": _case_side(new),
+            "failed_checks": [check["reason"] for check in (new.checks if new else []) if check.get("passed") is False],
+        })
+    position = {case_id: index for index, case_id in enumerate(after)}
+    rows.sort(key=lambda row: (CHANGE_ORDER[row["change"]],
+                               -((row["before"] or {}).get("score", 0) - (row["after"] or {}).get("score", 0)),
+                               position.get(row["case_id"], len(position))))
+    return rows
+
+
+def _case_side(case: EvalCaseResult | None) -> dict[str, Any] | None:
+    if case is None:
+        return None
+    return {"status": case.status, "score": case.score, "run": str(case.run_id) if case.run_id else None,
+            "cost_usd": str(case.cost_usd), "tokens": case.tokens, "duration_s": case.duration_s}
+
+
+def eval_run_get(*, team: Team, slug: str, eval_run_id: Any) -> EvalRun:
+    """The eval run ``eval_run_id`` of ``team``'s dataset ``slug``; EvalRun.DoesNotExist otherwise."""
+    try:
+        number = int(eval_run_id)
+    except (TypeError, ValueError):
+        raise EvalRun.DoesNotExist from None
+    return EvalRun.objects.select_related("baseline").get(team=team, dataset_slug=slug, pk=number)
