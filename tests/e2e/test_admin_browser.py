@@ -88,7 +88,7 @@ def test_no_admin_page_is_wider_than_the_screen(console, asgi_server, chromium):
         "agent-add": reverse("admin:agents_app_agent_add"),
         "agents": reverse("admin:agents_app_agent_changelist"),
         "history": reverse("admin:agents_app_agent_history", args=[writer.pk]),
-        "diff": reverse("admin:agents_app_agent_version_diff", args=[writer.pk]) + "?old=1&new=12",
+        "diff": reverse("admin:agents_app_agent_diff", args=[writer.pk]) + "?old=1&new=12",
         "delete": reverse("admin:agents_app_agent_delete", args=[writer.pk]),
         "runs": reverse("admin:agents_app_run_changelist"),
         "run": reverse("admin:agents_app_run_change", args=[run.pk]),
@@ -164,7 +164,7 @@ def test_compare_restore_and_the_dependents_warning(console, asgi_server, chromi
     page.wait_for_url("**/versions/diff/?old=2&new=12", timeout=90_000)
     assert page.inner_text("#mas-diff .mas-del >> nth=0") == "-description: Draft number 2 of a writer"
     page.click("text=Restore v2…")
-    page.wait_for_url("**/versions/2/restore/", timeout=90_000)
+    page.wait_for_url("**/versions/restore/?version=2", timeout=90_000)
     page.click("input[value='Restore v2']")
     page.wait_for_url(f"{server}{reverse('admin:agents_app_agent_change', args=[writer.pk])}", timeout=90_000)
     assert "Restored v2 as v13." in page.inner_text(".messagelist")
