@@ -49,18 +49,20 @@ class VersionsAdminMixin:
 
     def get_urls(self):
         return [
+            # Named <app>_<model>_<view> like Django's own, with the version numbers in the query (diff) or the
+            # query and the form (restore), so every admin URL takes just the object's id.
             path("<path:object_id>/versions/diff/", self.admin_site.admin_view(self.version_diff_view),
-                 name=self._url_name("version_diff")),
-            path("<path:object_id>/versions/<int:number>/restore/",
-                 self.admin_site.admin_view(self.version_restore_view), name=self._url_name("version_restore")),
+                 name=self._url_name("diff")),
+            path("<path:object_id>/versions/restore/", self.admin_site.admin_view(self.version_restore_view),
+                 name=self._url_name("restore")),
             *super().get_urls(),
         ]
 
     def diff_url(self, obj, old: int, new: int) -> str:
-        return reverse(f"admin:{self._url_name('version_diff')}", args=[obj.pk]) + f"?old={old}&new={new}"
+        return reverse(f"admin:{self._url_name('diff')}", args=[obj.pk]) + f"?old={old}&new={new}"
 
     def restore_url(self, obj, number: int) -> str:
-        return reverse(f"admin:{self._url_name('version_restore')}", args=[obj.pk, number])
+        return reverse(f"admin:{self._url_name('restore')}", args=[obj.pk]) + f"?version={number}"
 
     def history_url(self, obj) -> str:
         return reverse(f"admin:{self._url_name('history')}", args=[obj.pk])
@@ -121,7 +123,7 @@ class VersionsAdminMixin:
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         # The compare inputs belong to a GET form outside the change form (HTML forms do not nest).
         if obj is not None:
-            context["mas_compare_action"] = reverse(f"admin:{self._url_name('version_diff')}", args=[obj.pk])
+            context["mas_compare_action"] = reverse(f"admin:{self._url_name('diff')}", args=[obj.pk])
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     # -- the page of all versions (the object's history page) -------------------------------------
@@ -140,7 +142,7 @@ class VersionsAdminMixin:
             "versions_page": page,
             "current_version": obj.version,
             "can_restore": self.has_change_permission(request, obj),
-            "diff_base": reverse(f"admin:{self._url_name('version_diff')}", args=[obj.pk]),
+            "diff_base": reverse(f"admin:{self._url_name('diff')}", args=[obj.pk]),
             **(extra_context or {}),
         }
         return super().history_view(request, object_id, extra_context=context)
@@ -166,10 +168,13 @@ class VersionsAdminMixin:
                    "swap_url": self.diff_url(obj, new, old)}
         return TemplateResponse(request, "admin/mas/version_diff.html", context)
 
-    def version_restore_view(self, request, object_id, number: int):
+    def version_restore_view(self, request, object_id):
         obj = self.get_object(request, unquote(object_id))
         if not self.has_change_permission(request, obj):
             raise PermissionDenied
+        number = _number(request.POST.get("version") if request.method == "POST" else request.GET.get("version"))
+        if number is None:
+            raise Http404("restore needs a version number: ?version=<n>")
         if request.method == "POST":
             try:
                 result = definition_restore(kind=self.kind, team=obj.team, slug=obj.slug, number=number,

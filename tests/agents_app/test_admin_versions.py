@@ -34,9 +34,9 @@ def test_the_page_shows_the_last_ten_versions_and_save_on_top(writer, team_a, ma
     # Save buttons above the form as well as below it.
     assert page.count('name="_save"') == 2
     assert page.index('name="_save"') < page.index('name="markdown"')
-    restore = reverse("admin:agents_app_agent_version_restore", args=[writer.pk, 11])
-    assert restore in page
-    assert reverse("admin:agents_app_agent_version_restore", args=[writer.pk, 12]) not in page  # the current one
+    restore = reverse("admin:agents_app_agent_restore", args=[writer.pk])
+    assert f"{restore}?version=11" in page
+    assert f"{restore}?version=12" not in page  # the current one
 
 
 def test_all_versions_are_paged(writer, team_a, make_member, monkeypatch):
@@ -61,7 +61,7 @@ def test_any_two_versions_are_compared(writer, team_a, make_member):
         ("same", " "), ("del", "-You write, take 2."), ("add", "+You write, take 5."),
     ]
     client = client_for(make_member(team_a, "viewer"))
-    url = reverse("admin:agents_app_agent_version_diff", args=[writer.pk])
+    url = reverse("admin:agents_app_agent_diff", args=[writer.pk])
     page = client.get(url, {"old": 2, "new": 5}).content.decode()
     assert '<span class="mas-del">-description: Draft 2</span>' in page
     assert '<span class="mas-add">+description: Draft 5</span>' in page
@@ -73,14 +73,14 @@ def test_any_two_versions_are_compared(writer, team_a, make_member):
 def test_restore_makes_a_new_version_with_the_old_content(writer, team_a, make_member):
     user = make_member(team_a, "editor")
     client = client_for(user)
-    url = reverse("admin:agents_app_agent_version_restore", args=[writer.pk, 3])
-    confirm = client.get(url)
+    url = reverse("admin:agents_app_agent_restore", args=[writer.pk])
+    confirm = client.get(url, {"version": 3})
     assert confirm.status_code == 200
     assert '<span class="mas-add">+description: Draft 3</span>' in confirm.content.decode()
     writer.refresh_from_db()
     assert writer.version == 12  # looking changes nothing
 
-    response = client.post(url)
+    response = client.post(url, {"version": 3})
     assert response.status_code == 302 and response["Location"] == admin_url(AGENT, "change", writer.pk)
     writer.refresh_from_db()
     assert (writer.version, writer.description, writer.body) == (13, "Draft 3", "You write, take 3.")
@@ -90,16 +90,18 @@ def test_restore_makes_a_new_version_with_the_old_content(writer, team_a, make_m
     assert (team_defs_dir(team_a) / "agents" / "writer.md").read_text() == agent_text(3)
 
     # Restoring what is already current adds nothing.
-    again = client.post(reverse("admin:agents_app_agent_version_restore", args=[writer.pk, 13]), follow=True)
+    again = client.post(url, {"version": 13}, follow=True)
     assert "nothing changed" in again.content.decode()
     assert DefinitionVersion.objects.filter(team=team_a, kind="agent", slug="writer").count() == 13
 
 
 def test_viewers_and_other_teams_cannot_restore(writer, team_a, team_b, make_member):
-    url = reverse("admin:agents_app_agent_version_restore", args=[writer.pk, 3])
-    assert client_for(make_member(team_a, "viewer")).post(url).status_code == 403
-    assert client_for(make_member(team_b, "admin")).post(url).status_code == 404
-    diff = reverse("admin:agents_app_agent_version_diff", args=[writer.pk])
+    url = reverse("admin:agents_app_agent_restore", args=[writer.pk])
+    assert client_for(make_member(team_a, "viewer")).post(url, {"version": 3}).status_code == 403
+    assert client_for(make_member(team_b, "admin")).post(url, {"version": 3}).status_code == 404
+    assert client_for(make_member(team_a, "editor")).post(url, {"version": "x"}).status_code == 404
+    assert client_for(make_member(team_a, "editor")).post(url, {"version": 99}).status_code == 404
+    diff = reverse("admin:agents_app_agent_diff", args=[writer.pk])
     assert client_for(make_member(team_b, "admin")).get(diff, {"old": 1, "new": 2}).status_code == 404
     writer.refresh_from_db()
     assert writer.version == 12
@@ -115,10 +117,10 @@ def test_every_kind_compares_and_restores(kind, team_a, make_member):
     assert row.version == 2
     client = client_for(make_member(team_a, "admin"))
     opts = kind.model._meta
-    diff = reverse(f"admin:{opts.app_label}_{opts.model_name}_version_diff", args=[row.pk])
+    diff = reverse(f"admin:{opts.app_label}_{opts.model_name}_diff", args=[row.pk])
     assert client.get(diff, {"old": 1, "new": 2}).status_code == 200
-    restore = reverse(f"admin:{opts.app_label}_{opts.model_name}_version_restore", args=[row.pk, 1])
-    assert client.post(restore).status_code == 302
+    restore = reverse(f"admin:{opts.app_label}_{opts.model_name}_restore", args=[row.pk])
+    assert client.post(restore, {"version": 1}).status_code == 302
     row.refresh_from_db()
     assert row.version == 3
     assert row.content == DefinitionVersion.objects.get(team=team_a, kind=kind.name, slug=row.slug, number=1).content

@@ -300,7 +300,8 @@ def admin_pages() -> list[tuple[str, object, str]]:
 
 ADMIN_VIEWS = {"changelist": "list", "add": "add", "change": "item", "history": "item", "delete": "item",
                "run": "item",  # WorkflowAdmin, EvalDatasetAdmin: start a run of the workflow, an eval run
-               "case": "run-item"}  # EvalDatasetAdmin: save a run (its id in the path) as an eval case
+               "case": "run-item",  # EvalDatasetAdmin: save a run (its id in the path) as an eval case
+               "diff": "item", "restore": "item"}  # a definition's versions: compare two, restore one
 
 
 def test_every_admin_url_is_classified():
@@ -374,9 +375,9 @@ def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(wor
             response = client.get(url)
             assert response.status_code in {302, 403, 404}, (label, suffix, response.status_code)
             assert MARK not in response.content.decode(), (label, suffix)
-            if suffix in {"change", "delete", "run"}:
+            if suffix in {"change", "delete", "run", "restore"}:
                 posted = client.post(url, {"post": "yes", "markdown": "---\nname: hijacked\n---\n", "role": "viewer",
-                                           "content": "hijacked", "shared": "on"})
+                                           "content": "hijacked", "shared": "on", "force": "1", "version": "1"})
                 assert posted.status_code in {302, 403, 404}, (label, suffix, posted.status_code)
                 if posted.status_code == 302:
                     assert "/login/" in posted["Location"], (label, suffix, posted["Location"])

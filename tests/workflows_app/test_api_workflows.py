@@ -86,7 +86,9 @@ def test_deleting_an_agent_does_not_break_reading_its_workflows(team_a, api_for)
     seed_agents(team_a)
     api = api_for(team_a, "editor")
     api.post("/api/workflows", {"name": "W", "steps": [step("a")]})
-    assert api.delete("/api/agents/researcher").status_code == 200
+    # It uses the agent: deleting it is refused (409) unless forced, and reading the workflow still works.
+    assert api.delete("/api/agents/researcher").status_code == 409
+    assert api.delete("/api/agents/researcher?force=true").status_code == 200
     assert api.get("/api/workflows/w").json()["steps"][0]["agent"] == "researcher"
 
 

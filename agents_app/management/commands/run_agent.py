@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
