@@ -132,7 +132,7 @@ def runs_page(request: HttpRequest) -> HttpResponse:
         "run_workflows": sorted(set(team_runs.exclude(workflow="").values_list("workflow", flat=True).distinct())),
         "can_run": actor.can("run"), "form": form, "page": page, "query": urlencode(kept),
         # New runs appear live only where they belong: the first page of an unfiltered list.
-        "live_new": bool(page) and page.number == 1 and not filtered,
+        "live_new": page is not None and page.number == 1 and not filtered,
         "filtered": filtered, "next": request.get_full_path(),
     }, status=200 if valid else 400)
 
