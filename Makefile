@@ -23,10 +23,11 @@ demo: setup
 	$(BIN)/python scripts/services.py wait
 	@echo
 	@echo "MAS is running:"
+	@echo "  monitor     http://127.0.0.1:8000/runs/    (user demo)"
 	@echo "  admin       http://127.0.0.1:8000/admin/   (user demo)"
 	@echo "  API docs    http://127.0.0.1:8000/api/docs"
 	@echo "  health      http://127.0.0.1:8000/api/health"
-	@echo "  logs        var/log/web.log, var/log/worker.log"
+	@echo "  logs        var/log/web.log, var/log/worker.log, var/log/beat.log"
 	@echo "  stop with   make stop"
 	@echo
 	@echo "Running the demo workflow (research -> two reviews at once -> report):"

@@ -128,13 +128,21 @@ def runs_page(request: HttpRequest) -> HttpResponse:
     return render(request, "monitor/runs.html", {
         "actor": actor, "teams": [a.team for a in _actors(request.user)], "runs": runs, "since": since,
         "agents": list(Agent.objects.filter(team=actor.team).order_by("slug").values_list("slug", "name")),
-        "run_agents": sorted(set(team_runs.exclude(agent="").values_list("agent", flat=True).distinct())),
-        "run_workflows": sorted(set(team_runs.exclude(workflow="").values_list("workflow", flat=True).distinct())),
+        "run_agents": _slugs(team_runs.exclude(agent=""), "agent"),
+        "run_workflows": _slugs(team_runs.exclude(workflow=""), "workflow"),
         "can_run": actor.can("run"), "form": form, "page": page, "query": urlencode(kept),
         # New runs appear live only where they belong: the first page of an unfiltered list.
-        "live_new": bool(page) and page.number == 1 and not filtered,
+        "live_new": page is not None and page.number == 1 and not filtered,
         "filtered": filtered, "next": request.get_full_path(),
     }, status=200 if valid else 400)
+
+
+FILTER_CHOICES_MAX = 500
+
+
+def _slugs(runs, field: str) -> list[str]:
+    """The agents (or workflows) the team's runs name, for the filters' choices."""
+    return list(runs.order_by(field).values_list(field, flat=True).distinct()[:FILTER_CHOICES_MAX])
 
 
 @login_required

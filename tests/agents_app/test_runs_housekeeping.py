@@ -276,3 +276,17 @@ def test_the_admins_run_page_links_to_the_monitor(team_a, make_member):
     run = make_run(team_a)
     page = browser(make_member(team_a, role="admin")).get(f"/admin/agents_app/run/{run.id}/change/").content.decode()
     assert f"<a class='mas-monitor-link' href='/runs/{run.id}/'>Live monitor ↗</a>" in page
+
+
+def test_new_runs_are_added_live_only_to_the_first_unfiltered_page(team_a, make_member):
+    from tests.agents_app.test_monitor_pages import json_script
+
+    client = browser(make_member(team_a, role="viewer"))
+    assert json_script(client.get("/runs/").content.decode(), "live-new") is True  # even with no runs yet
+    for n in range(26):
+        make_run(team_a, input=f"t{n}")
+    assert json_script(client.get("/runs/").content.decode(), "live-new") is True
+    assert json_script(client.get("/runs/?page=2").content.decode(), "live-new") is False
+    assert json_script(client.get("/runs/?status=failed").content.decode(), "live-new") is False
+    assert json_script(client.get("/runs/?archived=include").content.decode(), "live-new") is False
+    assert json_script(client.get(f"/runs/?team={team_a.slug}&archived=exclude").content.decode(), "live-new") is True

@@ -282,3 +282,55 @@ def test_no_page_is_wider_than_the_screen(team_a, make_member, asgi_server, chro
         assert scroll_width(page)[0] <= width, ("home", scroll_width(page))
     finally:
         page.close()
+
+
+EVENTS = [
+    ({"type": "llm_request", "agent": "lead", "data": {"model": "gpt-4.1", "messages": 3, "tools": 5, "step": 2}},
+     "lead asked gpt-4.1: 3 messages, 5 tools, step 2"),
+    ({"type": "llm_response", "agent": "lead", "data": {"model": "gpt-4.1", "text": "Tides come from the moon.",
+                                                         "tool_calls": [], "cost_usd": "0E-8",
+                                                         "usage": {"prompt_tokens": 1200, "completion_tokens": 34}}},
+     "gpt-4.1 answered lead: “Tides come from the moon.” · 1,200 + 34 tokens, $0"),
+    ({"type": "llm_response", "agent": "lead", "data": {"model": "m", "text": "", "cost_usd": "0.0123",
+                                                         "tool_calls": [{"name": "web_fetch"}, {"name": "vfs_write"}],
+                                                         "usage": {"prompt_tokens": 1, "completion_tokens": 2}}},
+     "m answered lead: calls web_fetch, vfs_write · 1 + 2 tokens, $0.0123"),
+    ({"type": "tool_call", "agent": "researcher", "data": {"name": "vfs_write",
+                                                            "arguments": {"path": "notes.md", "content": "x" * 121}}},
+     "researcher called vfs_write notes.md (121 B)"),
+    ({"type": "tool_call", "agent": "a", "data": {"name": "web_fetch", "arguments": {"url": "https://example.org/"}}},
+     "a called web_fetch https://example.org/"),
+    ({"type": "tool_result", "agent": "a", "data": {"name": "web_fetch", "ok": False, "error_kind": "timeout",
+                                                     "content": "no answer in 10 s"}},
+     "web_fetch failed (timeout): no answer in 10 s"),
+    ({"type": "delegate", "agent": "lead", "data": {"from": "lead", "to": "helper", "task": "Check the plan"}},
+     "lead delegated to helper: “Check the plan”"),
+    ({"type": "escalation", "agent": "lead", "data": {"from": "small", "to": "large", "to_model": "gpt-4.1"}},
+     "lead escalated from small to large (gpt-4.1)"),
+    ({"type": "run_complete", "agent": "", "data": {"status": "failed", "duration_s": 12.34, "prompt_tokens": 10,
+                                                     "completion_tokens": 5, "cost_usd": "0.5",
+                                                     "error": "budget spent"}},
+     "run failed in 12.3 s, 10 + 5 tokens, $0.5000 — budget spent"),
+    ({"type": "run_status", "agent": "", "data": {"status": "running"}}, "run is running"),
+    ({"type": "something_new", "agent": "lead", "data": {"count": 3, "nested": {"a": 1}}},
+     "lead · something new: count 3"),
+]
+
+
+def test_each_event_type_reads_as_one_line_and_markdown_keeps_to_text(team_a, make_member, asgi_server, chromium):
+    from agents_app.models import Run
+
+    make_member(team_a, role="viewer", username="val")
+    run = Run.objects.create(team=team_a, agent="lead", input="x", status="succeeded")
+    page = chromium.new_page(viewport={"width": 1200, "height": 800})
+    try:
+        sign_in(page, asgi_server.url, "val", f"/runs/{run.id}/")
+        lines = page.evaluate("events => events.map(describeEvent)", [event for event, _ in EVENTS])
+        assert lines == [line for _, line in EVENTS]
+        html = page.evaluate("""text => { const d = document.createElement('div'); renderMarkdown(d, text);
+                                          return d.innerHTML; }""",
+                             "## Hi <b>x</b>\n\n1. one\n2. *two*\n\n> quoted\n\n[x](data:text/html,hi) snake_case_name")
+        assert html == ("<h2>Hi &lt;b&gt;x&lt;/b&gt;</h2><ol><li>one</li><li><em>two</em></li></ol>"
+                        "<blockquote><p>quoted</p></blockquote><p>[x](data:text/html,hi) snake_case_name</p>")
+    finally:
+        page.close()
