@@ -79,7 +79,7 @@ def run_page(request: HttpRequest, run_id: str) -> HttpResponse:
     detail = run_out(run, detail=True)
     return render(request, "monitor/run.html", {
         "actor": actor, "run": detail, "can_cancel": actor.can("run") and run.status in {"queued", "running", "waiting"},
-        "workflow": _workflow_graph(run),
+        "workflow": _workflow_graph(run), "can_decide": actor.can("run"),
     })
 
 
