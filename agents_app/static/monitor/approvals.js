@@ -105,6 +105,7 @@
 
   async function send(requestId, body, bar) {
     for (const b of bar.querySelectorAll("button")) b.disabled = true;
+    bar.parentElement.querySelector(".error").hidden = true;
     let response, answer = {};
     try {
       response = await fetch(`/api/approvals/${requestId}`, {
@@ -137,6 +138,7 @@
     if (!el || el.dataset.status !== "pending") return;
     el.dataset.status = d.status; el.classList.remove("pending"); el.classList.add(d.status);
     el.querySelector(".actions")?.remove(); el.querySelector(".view-only")?.remove();
+    el.querySelector(".error").hidden = true;
     const outcome = el.querySelector(".outcome");
     outcome.textContent = outcomeText(d); outcome.hidden = false;
     if (d.arguments) {
