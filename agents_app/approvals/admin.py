@@ -114,7 +114,7 @@ class DecisionForm(forms.Form):
 @admin.register(ApprovalRequest)
 class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
     use_model_perms = False  # the role decides: viewers see, operators and admins decide
-    list_display = ("created_at", "what", "kind", "agent", "run_link", "status", "deadline", "decided")
+    list_display = ("created_at", "what", "details", "kind", "agent", "run_link", "status", "deadline", "decided")
     list_display_links = ("what",)
     list_filter = (InboxStatusFilter, "kind")
     list_select_related = ("run", "decided_by", "team")
@@ -130,6 +130,13 @@ class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
             question = obj.question if len(obj.question) <= 100 else obj.question[:99] + "…"
             return f"Question: {question}"
         return obj.tool
+
+    @admin.display(description="Arguments / choices")
+    def details(self, obj):
+        if obj.kind == RequestKind.QUESTION:
+            return " | ".join(obj.choices) if obj.choices else "(free answer)"
+        text = json.dumps(obj.arguments, ensure_ascii=False, default=str)
+        return text if len(text) <= 120 else text[:119] + "…"
 
     @admin.display(description="Run")
     def run_link(self, obj):
@@ -154,7 +161,8 @@ class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
         return [path("settings/", settings_view, name="agents_app_approvalrequest_settings"), *super().get_urls()]
 
     def changelist_view(self, request, extra_context=None):
-        extra = {"settings_url": reverse("admin:agents_app_approvalrequest_settings"), **(extra_context or {})}
+        extra = {"title": "Approvals inbox", "settings_url": reverse("admin:agents_app_approvalrequest_settings"),
+                 **(extra_context or {})}
         return super().changelist_view(request, extra_context=extra)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):

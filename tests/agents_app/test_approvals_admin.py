@@ -15,7 +15,7 @@ from django.urls import reverse
 from agents_app.execution.services import run_cancel, run_start
 from agents_app.models import ApprovalRequest, Team, WorkspaceFile
 from tests.agents_app.test_approvals import CODER, code_call, pending
-from tests.runs import agent, call, events, finish
+from tests.runs import agent, call, events, finish, wait_until
 
 INBOX = reverse("admin:agents_app_approvalrequest_changelist")
 SETTINGS = reverse("admin:agents_app_approvalrequest_settings")
@@ -60,7 +60,8 @@ def test_the_inbox_lists_the_teams_pending_requests_newest_first_and_viewers_onl
                               (str(question.id), "pending", "ask_human"),
                               (str(first_request.id), "pending", "code_exec")]
     inbox = viewer.get(INBOX).content.decode()
-    assert "Question: Which region?" in inbox and f'href="{SETTINGS}"' in inbox
+    assert "<h1>Approvals inbox</h1>" in inbox and f'href="{SETTINGS}"' in inbox
+    assert "Question: Which region?" in inbox and "eu-west | us-east" in inbox
 
     # The request's page shows the arguments pretty-printed, and no button to a viewer.
     body = viewer.get(page(first_request.id)).content.decode()
@@ -161,7 +162,8 @@ def test_a_rejection_message_and_an_answer_reach_the_model(team_a, make_member, 
     rejected = pending(coder)
     planner = run_start(team=team_a, agent="planner", input="y", script={"planner": [
         call("ask_human", question="Which region?", choices=["eu-west", "us-east"]),
-        {"expect": "us-east", "text": "Deploying to us-east."}]})
+        {"expect": "us-east", **call("ask_human", question="When?")},
+        {"expect": "Tuesday at 9", "text": "Deploying to us-east on Tuesday at 9."}]})
     question = pending(planner)
 
     assert operator.post(page(rejected.id), {"decision": "reject",
@@ -173,16 +175,26 @@ def test_a_rejection_message_and_an_answer_reach_the_model(team_a, make_member, 
     # A question is answered or declined, not approved.
     assert operator.post(page(question.id), {"decision": "approve"}).status_code == 422
     assert operator.post(page(question.id), {"decision": "answer", "choice": "us-east"}).status_code == 302
+    # Asked again without choices: a free answer, typed (an empty one is refused).
+    free = wait_until(lambda: ApprovalRequest.objects.filter(run=planner, status="pending").first(), 30,
+                      "the second question")
+    body = operator.get(page(free.id)).content.decode()
+    assert '<textarea name="answer" id="id_answer"' in body and "data-choice" not in body
+    response = operator.post(page(free.id), {"decision": "answer", "answer": "  "})
+    assert response.status_code == 422
+    assert "answer: the answer to the question, a non-empty text" in response.content.decode()
+    assert operator.post(page(free.id), {"decision": "answer", "answer": "Tuesday at 9"}).status_code == 302
 
     coder, planner = finish(coder), finish(planner)
     assert (coder.status, coder.result) == ("succeeded", "Understood.")
     assert not WorkspaceFile.objects.filter(run=coder).exists()
-    assert (planner.status, planner.result) == ("succeeded", "Deploying to us-east.")
-    [result] = events(planner, "tool_result")
-    assert (result.data["name"], result.data["content"]) == ("ask_human", "us-east")
+    assert (planner.status, planner.result) == ("succeeded", "Deploying to us-east on Tuesday at 9.")
+    assert [(e.data["name"], e.data["content"]) for e in events(planner, "tool_result")] == [
+        ("ask_human", "us-east"), ("ask_human", "Tuesday at 9")]
     assert list(ApprovalRequest.objects.order_by("created_at").values_list("status", "decision")) == [
         ("rejected", {"decision": "reject", "message": "Read notes.md instead."}),
-        ("answered", {"decision": "answer", "answer": "us-east"})]
+        ("answered", {"decision": "answer", "answer": "us-east"}),
+        ("answered", {"decision": "answer", "answer": "Tuesday at 9"})]
 
 
 @pytest.mark.django_db

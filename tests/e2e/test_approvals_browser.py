@@ -15,7 +15,8 @@ import urllib.request
 import pytest
 
 from agents_app.models import ApprovalRequest, Run, WorkspaceFile
-from tests.e2e.test_monitor_browser import ARTIFACTS, asgi_server, chromium, sign_in  # noqa: F401  (fixtures)
+from agents_app.execution.services import run_cancel
+from tests.e2e.test_monitor_browser import ARTIFACTS, asgi_server, chromium, in_thread, sign_in  # noqa: F401
 from tests.runs import agent, call, events
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -30,6 +31,13 @@ def start(server: str, token: str, agent_slug: str, script: dict) -> str:
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 201
         return json.load(response)["id"]
+
+
+def settle(run_id: str) -> None:
+    """A run a failed test left waiting is cancelled here, off Playwright's thread (not by the teardown, on it)."""
+    run = Run.objects.get(pk=run_id)
+    if run.status not in {"succeeded", "failed", "cancelled"}:
+        in_thread(run_cancel, run=run)
 
 
 def line(page, event_type: str) -> str:
@@ -96,6 +104,7 @@ def test_an_operator_approves_a_pending_call_on_the_monitor_and_watches_the_run_
     finally:
         operator.close()
         viewer.close()
+        settle(run_id)
 
     run = Run.objects.get(pk=run_id)
     assert (run.status, run.result) == ("succeeded", "Ran it.")
@@ -112,33 +121,61 @@ def test_an_operator_answers_an_agents_question_with_one_of_its_choices(
     olga = make_member(team_a, role="operator", username="olga")
     run_id = start(asgi_server.url, make_token(team_a, olga), "planner", {"planner": [
         call("ask_human", question="Which region should I deploy to?", choices=["eu-west", "us-east"]),
-        # Played only if the tool result the model reads is the person's answer.
-        {"latency_ms": 800, "expect": "us-east", "text": "Deploying to us-east."}]})
+        # Each turn is played only if the tool result the model reads is the person's answer.
+        {"latency_ms": 300, "expect": "us-east", **call("ask_human", question="When?")},
+        {"latency_ms": 800, "expect": "Tuesday at 9", "text": "Deploying to us-east on Tuesday at 9."}]})
 
-    page = chromium.new_page(viewport={"width": 1300, "height": 1000})
+    context = chromium.new_context(viewport={"width": 1300, "height": 1000})
     try:
+        page = context.new_page()
         sign_in(page, asgi_server.url, "olga", f"/runs/{run_id}/")
         card = ".approval[data-kind=question]"
         page.wait_for_selector(f"{card}[data-status=pending] button.choice", timeout=30_000)
+        first = f'.approval[data-request="{page.get_attribute(card, "data-request")}"]'
         assert page.text_content(f"{card} .question") == "Which region should I deploy to?"
         assert page.eval_on_selector_all(f"{card} button.choice", "bs => bs.map(b => b.dataset.choice)") == [
             "eu-west", "us-east"]
         assert line(page, "human_question") == "asks a person: “Which region should I deploy to?” [eu-west | us-east]"
-        page.click(f"{card} button.choice[data-choice=us-east]")
-        page.wait_for_selector(f"{card}[data-status=answered]", timeout=10_000)
-        assert page.query_selector(f"{card} button") is None
-        assert page.text_content(f"{card} .outcome") == "Answered by olga: “us-east”"
+        # The same question waits in the admin's inbox.
+        inbox = context.new_page()
+        inbox.goto(f"{asgi_server.url}/admin/agents_app/approvalrequest/")
+        rows = inbox.eval_on_selector_all("#result_list tbody tr", "rs => rs.map(r => [r.querySelector('.field-what')"
+                                                                    ".textContent, r.querySelector('.field-details')"
+                                                                    ".textContent, r.querySelector('.field-status')"
+                                                                    ".textContent])")
+        assert rows == [["Question: Which region should I deploy to?", "eu-west | us-east", "Pending"]]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        inbox.screenshot(path=str(ARTIFACTS / "admin-approvals-inbox.png"), full_page=True)
+        inbox.click("#result_list .field-what a")
+        inbox.wait_for_selector("#decide-form button[data-choice=us-east]")
+        inbox.screenshot(path=str(ARTIFACTS / "admin-approval-question.png"), full_page=True)
+        inbox.close()
+        page.click(f"{first} button.choice[data-choice=us-east]")
+        page.wait_for_selector(f"{first}[data-status=answered]", timeout=10_000)
+        assert page.query_selector(f"{first} button") is None
+        assert page.text_content(f"{first} .outcome") == "Answered by olga: “us-east”"
+        # The agent resumes and asks again, without choices this time: a free answer.
+        second = f"{card}[data-status=pending]:has(textarea.answer)"
+        page.wait_for_selector(second, timeout=30_000)
+        assert page.text_content(f"{second} .question") == "When?"
+        page.fill(f"{second} textarea.answer", "Tuesday at 9")
+        page.click(f"{second} button.answer-send")
         page.wait_for_selector("#status.succeeded", timeout=30_000)
-        assert page.text_content("#result") == "Deploying to us-east."
+        assert page.eval_on_selector_all(card, "cs => cs.map(c => [c.dataset.status, c.querySelector('.outcome')"
+                                               ".textContent])") == [
+            ["answered", "Answered by olga: “us-east”"], ["answered", "Answered by olga: “Tuesday at 9”"]]
+        assert page.text_content("#result") == "Deploying to us-east on Tuesday at 9."
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "monitor-question.png"), full_page=True)
     finally:
-        page.close()
+        context.close()
+        settle(run_id)
 
     run = Run.objects.get(pk=run_id)
-    assert (run.status, run.result) == ("succeeded", "Deploying to us-east.")
-    [result] = events(run, "tool_result")
-    assert (result.data["name"], result.data["ok"], result.data["content"]) == ("ask_human", True, "us-east")
-    request = ApprovalRequest.objects.get(run=run)
-    assert (request.status, request.decided_by, request.decision) == (
-        "answered", olga, {"decision": "answer", "answer": "us-east"})
+    assert (run.status, run.result) == ("succeeded", "Deploying to us-east on Tuesday at 9.")
+    assert [(e.data["name"], e.data["ok"], e.data["content"]) for e in events(run, "tool_result")] == [
+        ("ask_human", True, "us-east"), ("ask_human", True, "Tuesday at 9")]
+    assert list(ApprovalRequest.objects.filter(run=run).order_by("created_at").values_list(
+        "status", "decided_by", "decision")) == [
+        ("answered", olga.pk, {"decision": "answer", "answer": "us-east"}),
+        ("answered", olga.pk, {"decision": "answer", "answer": "Tuesday at 9"})]
