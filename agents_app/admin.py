@@ -387,3 +387,4 @@ class ApiTokenAdmin(TeamMemberAdmin):
 
 
 from agents_app import admin_runs  # noqa: E402,F401  (runs, sessions, events, files)
+from agents_app.approvals import admin as approvals_admin  # noqa: E402,F401  (the approvals inbox and settings)

@@ -153,7 +153,7 @@ def run_page(request: HttpRequest, run_id: str) -> HttpResponse:
              for file in run_files(run=run)]
     return render(request, "monitor/run.html", {
         "actor": actor, "run": detail, "can_cancel": actor.can("run") and run.status in {"queued", "running", "waiting"},
-        "workflow": _workflow_graph(run), "files": files, "can_run": actor.can("run"),
+        "workflow": _workflow_graph(run), "files": files, "can_run": actor.can("run"), "can_decide": actor.can("run"),
         "clock": {"started_at": run.started_at.isoformat() if run.started_at else None,
                   "finished_at": run.finished_at.isoformat() if run.finished_at else None,
                   "duration_s": detail["totals"]["duration_s"]},

@@ -332,6 +332,7 @@
         if (state.lastSeq !== null && e.seq <= state.lastSeq) continue;
         state.lastSeq = e.seq; state.count += 1;
         logEvent(e); apply(e);
+        document.dispatchEvent(new CustomEvent("monitor:event", { detail: e }));  // approvals.js listens
       }
       redraw();
     },
