@@ -7,6 +7,7 @@ class AgentsAppConfig(AppConfig):
     verbose_name = "Agents and teams"
 
     def ready(self) -> None:
+        from agents_app.approvals import panel  # noqa: F401  (the dashboard's pending approvals)
         from agents_app.services import role_groups_sync
 
         # After every app's migrations: the groups need the permissions of

@@ -101,11 +101,13 @@ def month_start(now: datetime) -> datetime:
 class RunCounts:
     running: int
     waiting: int
+    queued: int
     failed_today: int
 
 
 def run_counts(*, team: Team, now: datetime) -> RunCounts:
-    """Runs working now, runs queued for a worker, and runs that failed since midnight."""
+    """Runs working now, runs waiting for a person's decision, runs queued for a worker, and runs that failed
+    since midnight."""
     today = day_start(now)
     runs = Run.objects.filter(team=team)
     failed_today = Q(status=RunStatus.FAILED) & (
@@ -113,7 +115,8 @@ def run_counts(*, team: Team, now: datetime) -> RunCounts:
     )
     counts = runs.order_by().aggregate(
         running=_count(Q(status=RunStatus.RUNNING)),
-        waiting=_count(Q(status=RunStatus.QUEUED)),
+        waiting=_count(Q(status=RunStatus.WAITING)),
+        queued=_count(Q(status=RunStatus.QUEUED)),
         failed_today=_count(failed_today),
     )
     return RunCounts(**counts)

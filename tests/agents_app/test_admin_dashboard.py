@@ -43,6 +43,7 @@ def history(team_a, team_b):
         "running": make_run(team_a, agent="lead", status="running", costs={"lead": "0.25", "helper": "0.000001"}),
         "queued_1": make_run(team_a, agent="lead", status="queued"),
         "queued_2": make_run(team_a, agent="writer", status="queued"),
+        "waiting": make_run(team_a, agent="writer", status="waiting"),
         "failed_now": make_run(team_a, agent="writer", status="failed", costs={"writer": "1.5"}),
         "succeeded": make_run(team_a, agent="lead", status="succeeded", costs={"lead": "0.75"}),
         # Before midnight but this month (unless today is the 1st: then it is last month).
@@ -69,7 +70,7 @@ def test_the_dashboard_counts_and_costs_a_teams_runs_exactly(history, team_a, ma
     assert [item.panel.name for item in response.context["boards"][0].panels] == ["activity", "costs", "recent_runs"]
 
     counts = panel(response, "activity")["counts"]
-    assert (counts.running, counts.waiting, counts.failed_today) == (1, 2, 1)
+    assert (counts.running, counts.waiting, counts.queued, counts.failed_today) == (1, 1, 2, 1)
 
     costs = panel(response, "costs")
     assert [(row.agent, row.cost) for row in costs["today"].rows] == [
@@ -104,7 +105,7 @@ def test_a_user_in_two_teams_sees_one_board_per_team_and_a_user_in_none_a_hint(t
     boards = response.context["boards"]
     assert [board.team.slug for board in boards] == ["alpha", "beta"]
     counts = [next(p.context["counts"] for p in board.panels if p.panel.name == "activity") for board in boards]
-    assert [(c.running, c.waiting, c.failed_today) for c in counts] == [(0, 0, 0), (1, 0, 0)]
+    assert [(c.running, c.waiting, c.queued, c.failed_today) for c in counts] == [(0, 0, 0, 0), (1, 0, 0, 0)]
 
 
 def test_a_registered_panel_shows_only_when_it_has_something(team_a, make_member, monkeypatch):
@@ -136,3 +137,34 @@ def test_a_runs_admin_page_links_to_its_monitor(team_a, make_member):
     listing = client.get(reverse("admin:agents_app_run_changelist")).content.decode()
     assert f"href='{reverse('monitor-run', args=[run.pk])}'" in listing
     assert "$0.000001" in listing
+
+
+def test_pending_requests_for_a_person_top_the_dashboard_of_their_team_only(team_a, team_b, make_member):
+    from agents_app.models import ApprovalRequest
+
+    def request(team, status="pending", **fields):
+        run = make_run(team, agent="lead", status="waiting")
+        activation = Activation.objects.create(run=run, agent="lead")
+        session = Session.objects.create(run=run, activation=activation, agent="lead")
+        return ApprovalRequest.objects.create(
+            team=team, run=run, session=session, agent="lead", call_id="call_1", status=status,
+            deadline=timezone.now() + timedelta(hours=1), **fields)
+
+    client = client_for(make_member(team_a, "viewer"))
+    response = client.get(reverse("admin:index"))
+    assert [item.panel.name for item in response.context["boards"][0].panels] == ["activity", "costs", "recent_runs"]
+
+    tool = request(team_a, kind="approval", tool="code_exec")
+    question = request(team_a, kind="question", tool="ask_human", question="Which city?")
+    request(team_a, status="approved", kind="approval", tool="web_fetch")
+    theirs = request(team_b, kind="approval", tool="code_exec")
+    response = client.get(reverse("admin:index"))
+    board, = response.context["boards"]
+    assert [item.panel.name for item in board.panels] == ["pending_approvals", "activity", "costs", "recent_runs"]
+    assert [r.pk for r in panel(response, "pending_approvals")["requests"]] == [question.pk, tool.pk]
+    html = response.content.decode()
+    assert f'href="{reverse("admin:agents_app_approvalrequest_change", args=[question.pk])}">Question from lead</a>' \
+        in html
+    assert f'href="{reverse("admin:agents_app_approvalrequest_change", args=[tool.pk])}">code_exec by lead</a>' in html
+    assert f'href="{reverse("monitor-run", args=[tool.run_id])}"' in html
+    assert str(theirs.pk) not in html
