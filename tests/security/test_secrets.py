@@ -160,7 +160,14 @@ def test_no_secret_reaches_a_response_event_log_file_or_script(team_a, api_for, 
 
     # A memory and a run-less memory id, so every route has something to show.
     memory = api.post("/api/memories", {"content": "the sky is blue"}).json()
-    side = SimpleNamespace(slugs=slugs, run=run, memory=SimpleNamespace(id=memory["id"]))
+    # And a request for a person in the run (the approvals routes show it).
+    from django.utils import timezone
+
+    from agents_app.models import ApprovalRequest
+
+    approval = ApprovalRequest.objects.create(team=team_a, run=run, session=run.sessions.first(), agent="x",
+                                              call_id="call_1", tool="vfs_write", deadline=timezone.now())
+    side = SimpleNamespace(slugs=slugs, run=run, memory=SimpleNamespace(id=memory["id"]), approval=approval)
     token = api.token
     swept = 0
     for route in api_routes():
