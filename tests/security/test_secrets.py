@@ -165,11 +165,16 @@ def test_no_secret_reaches_a_response_event_log_file_or_script(team_a, api_for, 
     memory = api.post("/api/memories", {"content": "the sky is blue"}).json()
     from django.utils import timezone
 
+    from agents_app.models import ApprovalRequest
     from evals_app.models import EvalRun
 
     eval_run = EvalRun.objects.create(team=team_a, dataset_slug=slugs["evals"], dataset_version=1,
                                       agent=slugs["agents"], deadline=timezone.now(), status="finished")
-    side = SimpleNamespace(slugs=slugs, run=run, memory=SimpleNamespace(id=memory["id"]), eval_run=eval_run)
+    # And a request for a person in the run (the approvals routes show it).
+    approval = ApprovalRequest.objects.create(team=team_a, run=run, session=run.sessions.first(), agent="x",
+                                              call_id="call_1", tool="vfs_write", deadline=timezone.now())
+    side = SimpleNamespace(slugs=slugs, run=run, memory=SimpleNamespace(id=memory["id"]), eval_run=eval_run,
+                           approval=approval)
     token = api.token
     swept = 0
     for route in api_routes():
