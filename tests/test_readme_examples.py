@@ -85,7 +85,7 @@ def test_the_readme_token_has_a_role_that_starts_runs(team_a, make_member):
     token = out.getvalue().splitlines()[-1]
     # The README's next lines: list the agents, start a run.
     assert ApiClient(token).get("/api/agents").status_code == 200
-    payload = json.loads(re.search(r"-d '(\{.*?\})'", README).group(1))
+    payload = json.loads(re.search(r"-d '(\{\"agent\".*?\})'", README).group(1))
     assert payload == {"agent": "researcher", "input": "How do ocean tides work?"}
     started = ApiClient(token).post("/api/runs", payload)
     assert started.status_code == 201, started.content
