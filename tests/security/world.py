@@ -17,7 +17,7 @@ from django.apps import apps
 from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, TOOL, WORKFLOW
 from agents_app.definitions.storage import team_defs_dir
 from agents_app.execution.services import run_start, workspace_write
-from agents_app.models import Session, Team
+from agents_app.models import ApprovalRequest, Session, Team
 from memory_app.models import BlackboardEntry, CachedResponse, Channel, ChannelMessage, Subscription
 from memory_app.services import memory_store
 
@@ -64,6 +64,7 @@ class Side:
     slugs: dict[str, str] = field(default_factory=dict)  # plural → slug
     run: Any = None
     memory: Any = None
+    approval: Any = None
     objects: dict[str, Any] = field(default_factory=dict)  # model label → one row
 
 
@@ -87,9 +88,14 @@ def build_side(team: Team, api, prefix: str, note: str) -> Side:
     cached = CachedResponse.objects.create(team=team, agent=side.slugs["agents"], model="scripted:m",
                                            context_digest="0" * 64, prompt=f"prompt {note}",
                                            response={"text": f"cached {note}"}, embedding=side.memory.embedding)
+    from django.utils import timezone
+
+    side.approval = ApprovalRequest.objects.create(
+        team=team, run=run, session=session, agent=activation.agent, kind="question", tool="ask_human",
+        call_id="call_1", question=f"question {note}", deadline=timezone.now() + timezone.timedelta(hours=1))
     side.run = run
     for row in (run, activation, session, run.files.get(), run.events.first(), board, channel, message,
-                subscription, side.memory, cached):
+                subscription, side.memory, cached, side.approval):
         side.objects[row._meta.label_lower] = row
     for plural, slug in side.slugs.items():
         model = KINDS[plural].model
