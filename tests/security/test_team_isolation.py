@@ -301,7 +301,8 @@ def admin_pages() -> list[tuple[str, object, str]]:
 ADMIN_VIEWS = {"changelist": "list", "add": "add", "change": "item", "history": "item", "delete": "item",
                "run": "item",  # WorkflowAdmin, EvalDatasetAdmin: start a run of the workflow, an eval run
                "case": "run-item",  # EvalDatasetAdmin: save a run (its id in the path) as an eval case
-               "diff": "item", "restore": "item"}  # a definition's versions: compare two, restore one
+               "diff": "item", "restore": "item",  # a definition's versions: compare two, restore one
+               "settings": "team"}  # ApprovalRequestAdmin: a team's approval settings, named by ?team=<slug>
 
 
 def test_every_admin_url_is_classified():
@@ -368,6 +369,15 @@ def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(wor
             for response in (client.get(url), client.post(url, {"dataset": "sneaky"})):
                 assert response.status_code in {403, 404}, (label, name, response.status_code)
                 assert MARK not in response.content.decode(), (label, name)
+        elif view == "team":
+            url = _admin_url(model_admin, name.rsplit("_", 1)[-1])
+            response = client.get(url)
+            assert response.status_code == 200 and MARK not in response.content.decode(), (label, name)
+            assert f"?team={team_b.slug}" not in response.content.decode(), (label, name)
+            assert client.get(url, {"team": team_b.slug}).status_code == 404, (label, name)
+            posted = client.post(f"{url}?team={team_b.slug}", {"approval_deadline_s": "60", "approval_default": "approve",
+                                                               "webhook_url": "https://example.com/hijacked"})
+            assert posted.status_code == 404, (label, name, posted.status_code)
         elif view in {"item", "redirect"}:
             suffix = name.rsplit("_", 1)[-1] if name else None
             url = _admin_url(model_admin, suffix, theirs.pk) if suffix else (
