@@ -38,6 +38,8 @@ class Migration(migrations.Migration):
             ],
             options={
                 'ordering': ['session_id', 'seq'],
+                'verbose_name': 'session entry',
+                'verbose_name_plural': 'session entries',
                 'constraints': [models.UniqueConstraint(fields=('session', 'seq'), name='session_entry_unique_seq')],
             },
         ),

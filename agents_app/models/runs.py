@@ -182,6 +182,8 @@ class SessionEntry(models.Model):
 
     class Meta:
         ordering = ["session_id", "seq"]
+        verbose_name = "session entry"
+        verbose_name_plural = "session entries"
         constraints = [models.UniqueConstraint(fields=["session", "seq"], name="session_entry_unique_seq")]
 
     def __str__(self) -> str:

@@ -34,6 +34,10 @@ def sample(kind: str, name: str) -> str:
             "  prompt: Research {topic}\n  outputs:\n  - findings\n---\n"
         ),
         "skill": f"---\nname: {name}\ndescription: How to cite\n---\n\nAlways cite.\n",
+        "eval": (
+            f"---\nname: {name}\nagent: researcher\ncases:\n- id: tides\n  task: Explain tides\n  checks:\n"
+            "  - type: status\n    equals: succeeded\n---\n"
+        ),
         "provider": (
             f"---\nname: {name}\ntype: openai\nbase_url: http://127.0.0.1:11434/v1\napi_key_env: LOCAL_KEY\n"
             "models:\n- name: llama3\n  tier: small\n  input_price: '0.1'\n  output_price: '0.2'\n---\n"
@@ -64,8 +68,8 @@ def admin_url(kind: Kind, view: str, *args) -> str:
 
 
 def prepare_team(kind: Kind, team) -> None:
-    """What a valid sample needs in the team: workflows refer to an agent."""
-    if kind.name == "workflow":
+    """What a valid sample needs in the team: workflows and eval datasets refer to an agent."""
+    if kind.name in {"workflow", "eval"}:
         save_definition(AGENT, team, sample("agent", "researcher"))
 
 

@@ -15,7 +15,7 @@ from tests.agents_app.test_admin_definitions import client_for
 pytestmark = pytest.mark.django_db
 
 ACRONYMS = ("API", "MCP", "URL", "LLM", "ID")
-MAS_APPS = ("agents_app", "tools_app", "memory_app", "workflows_app")
+MAS_APPS = ("agents_app", "tools_app", "memory_app", "workflows_app", "evals_app")
 
 
 def label_problems(text: str) -> list[str]:

@@ -117,7 +117,8 @@ def test_dashboard_to_monitor_in_one_click(console, asgi_server, chromium):  # n
     page = chromium.new_page(viewport={"width": 390, "height": 800})
     admin_sign_in(page, server, console["user"].username)
     figures = {el.get_attribute("data-figure"): el.inner_text() for el in page.query_selector_all(".mas-figure")}
-    assert figures == {"running": "1\nrunning", "waiting": "1\nwaiting", "failed_today": "1\nfailed today"}
+    assert figures == {"running": "1\nrunning", "waiting": "0\nwaiting", "queued": "1\nqueued",
+                       "failed_today": "1\nfailed today"}
     assert page.inner_text("[data-period=today] tfoot td") == "$1.750001"
     failed = console["runs"][2]
     page.click(f"tr[data-run='{failed.pk}'] a.mas-monitor-link")
