@@ -14,6 +14,31 @@ from agents_app.services import api_token_create, membership_set, team_create, u
 _counter = itertools.count(1)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _flush_retries_a_deadlock():
+    """A transactional test's teardown TRUNCATEs every table at once; a worker's periodic sweep (lost work,
+    deadlines) reading two of them at that moment can deadlock with it, and Postgres cancels one side. The
+    sweep tries again at its next interval; the teardown's flush is tried again here (three times at most)."""
+    from django.db import OperationalError
+    from django.db.backends.base.operations import BaseDatabaseOperations
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    flush = BaseDatabaseOperations.execute_sql_flush  # PostgreSQL's operations inherit it
+
+    def execute_sql_flush(self, sql_list):
+        for attempt in range(3):
+            try:
+                return flush(self, sql_list)
+            except OperationalError as error:
+                if "deadlock detected" not in str(error) or attempt == 2:
+                    raise
+                time.sleep(0.2)
+
+    DatabaseOperations.execute_sql_flush = execute_sql_flush
+    yield
+    del DatabaseOperations.execute_sql_flush
+
+
 @pytest.fixture(autouse=True)
 def _defs_root(settings, tmp_path):
     """Every test writes markdown under its own temporary folder."""
