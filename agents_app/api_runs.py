@@ -185,6 +185,8 @@ class RunFilters(BaseModel):
     created_to: date | None = Field(default=None, description="Last day (YYYY-MM-DD), included.")
     archived: Literal["exclude", "only", "include"] = Field(
         default="exclude", description="Archived runs are left out unless asked for.")
+    trigger: Literal["manual", "schedule", "channel"] | None = Field(
+        default=None, description="How the run started: by someone (every agent run), a schedule or a channel.")
     limit: int = Field(default=50, ge=1, le=500)
     offset: int = Field(default=0, ge=0, le=10_000_000)
     evals: Literal["exclude", "only", "include"] = Field(
@@ -197,7 +199,8 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]):
     actor: Actor = request.auth
     runs = run_filter(team=actor.team, status=filters.status, agent=filters.agent, workflow=filters.workflow,
                       search=filters.q, created_from=filters.created_from, created_to=filters.created_to,
-                      archived=filters.archived, evals={"exclude": False, "only": True}.get(filters.evals))
+                      archived=filters.archived, evals={"exclude": False, "only": True}.get(filters.evals),
+                      trigger=filters.trigger)
     return [run_out(run) for run in runs[filters.offset:filters.offset + filters.limit]]
 
 

@@ -37,22 +37,26 @@ def run_get(*, team: Team, run_id: Any) -> Run:
 
 
 ARCHIVED_CHOICES = ("exclude", "only", "include")
+TRIGGERS = ("manual", "schedule", "channel")  # how a run started: by someone, by a schedule, by a channel message
 SEARCH_MAX_CHARS = 200
 
 
 def run_filter(*, team: Team, status: str | None = None, agent: str | None = None, workflow: str | None = None,
                search: str = "", created_from: date | None = None, created_to: date | None = None,
-               archived: str = "include", evals: bool | None = False) -> QuerySet[Run]:
+               archived: str = "include", evals: bool | None = False, trigger: str | None = None) -> QuerySet[Run]:
     """The team's runs, newest first, filtered.
 
     ``agent`` and ``workflow`` match the root agent's or the workflow's slug; ``search`` finds
     words in the task or the result (case-insensitive, every word); ``created_from`` and
     ``created_to`` are days, both included (the server's time zone); ``archived`` is
     ``exclude`` (the default of lists), ``only`` or ``include``. The cases of evals are left out
-    (``evals=False``), the only ones (``True``), or both (``None``).
+    (``evals=False``), the only ones (``True``), or both (``None``). ``trigger`` is how the run started
+    (``TRIGGERS``): runs of agents are all ``manual``, runs of workflows carry their trigger.
     """
     if archived not in ARCHIVED_CHOICES:
         raise ValueError(f"archived must be one of {', '.join(ARCHIVED_CHOICES)}")
+    if trigger is not None and trigger not in TRIGGERS:
+        raise ValueError(f"trigger must be one of {', '.join(TRIGGERS)}")
     runs: QuerySet[Run] = Run.objects.filter(team=team).select_related("created_by")
     if evals is not None:
         runs = runs.filter(is_eval=evals)
@@ -62,6 +66,10 @@ def run_filter(*, team: Team, status: str | None = None, agent: str | None = Non
         runs = runs.filter(agent=agent)
     if workflow:
         runs = runs.filter(workflow=workflow)
+    if trigger == "manual":
+        runs = runs.filter(Q(workflow_run__isnull=True) | Q(workflow_run__trigger="manual"))
+    elif trigger:
+        runs = runs.filter(workflow_run__trigger=trigger)
     for word in search[:SEARCH_MAX_CHARS].split()[:10]:
         runs = runs.filter(Q(input__icontains=word) | Q(result__icontains=word))
     tz = timezone.get_current_timezone()

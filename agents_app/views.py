@@ -28,7 +28,7 @@ from agents_app.execution.services import RunError, run_cancel, run_start
 from agents_app.models import Agent, Run, Team
 from agents_app.models.runs import RunStatus
 from agents_app.permissions import Actor, memberships
-from agents_app.selectors_runs import SEARCH_MAX_CHARS, file_size, run_file_get, run_files, run_filter, run_get
+from agents_app.selectors_runs import SEARCH_MAX_CHARS, TRIGGERS, file_size, run_file_get, run_files, run_filter, run_get
 
 RUNS_PER_PAGE = 25
 
@@ -78,6 +78,7 @@ class RunFilterForm(forms.Form):
     status = forms.ChoiceField(required=False, choices=[("", "any status"), *RunStatus.choices])
     agent = forms.CharField(required=False, max_length=100)
     workflow = forms.CharField(required=False, max_length=100)
+    trigger = forms.ChoiceField(required=False, choices=[("", "any trigger"), *((t, t) for t in TRIGGERS)])
     created_from = forms.DateField(required=False, label="From")
     created_to = forms.DateField(required=False, label="To")
     q = forms.CharField(required=False, max_length=SEARCH_MAX_CHARS, label="Search")
@@ -118,7 +119,8 @@ def runs_page(request: HttpRequest) -> HttpResponse:
         data = form.cleaned_data
         runs = run_filter(team=actor.team, status=data["status"] or None, agent=data["agent"] or None,
                           workflow=data["workflow"] or None, search=data["q"], created_from=data["created_from"],
-                          created_to=data["created_to"], archived=data["archived"] or "exclude")
+                          created_to=data["created_to"], archived=data["archived"] or "exclude",
+                          trigger=data["trigger"] or None)
         page = Paginator(runs, RUNS_PER_PAGE).get_page(data.get("page") or 1)
     runs = [run_out(run) for run in page] if page else []
     # The query string without the page, for the page links; the team stays chosen.

@@ -68,6 +68,36 @@ def test_the_api_filters_by_status_agent_workflow_words_and_days(team_a, team_b,
     assert client.get("/api/runs", {"q": "x" * 201}).status_code == 422
 
 
+def test_runs_filter_by_how_they_started(team_a, make_member, api_for):
+    from workflows_app.models import WorkflowRun
+
+    def flow(trigger, input):
+        run = make_run(team_a, agent="", workflow="digest", input=input)
+        WorkflowRun.objects.create(run=run, trigger=trigger, spec={}, state={})
+        return run
+
+    by_hand = make_run(team_a, input="asked by someone")
+    scheduled, messaged, started = flow("schedule", "nightly"), flow("channel", "on news"), flow("manual", "clicked")
+    client = api_for(team_a, "viewer")
+
+    def listed(**params):
+        response = client.get("/api/runs", params)
+        assert response.status_code == 200, response.content
+        return [run["id"] for run in response.json()]
+
+    assert listed(trigger="schedule") == ids([scheduled])
+    assert listed(trigger="channel") == ids([messaged])
+    assert listed(trigger="manual") == ids([started, by_hand])
+    assert listed() == ids([started, messaged, scheduled, by_hand])
+    assert client.get("/api/runs", {"trigger": "cron"}).status_code == 422
+    page = browser(make_member(team_a, role="viewer")).get("/runs/", {"trigger": "schedule"})
+    html = page.content.decode()
+    assert [r for r in ids([started, messaged, scheduled, by_hand]) if f'data-run="{r}"' in html] == ids([scheduled])
+    assert '<option value="schedule" selected>schedule</option>' in html
+    refused = browser(make_member(team_a, role="viewer", username="v2")).get("/runs/", {"trigger": "cron"})
+    assert refused.status_code == 400 and "trigger: Select a valid choice." in refused.content.decode()
+
+
 def test_archived_runs_leave_the_list_until_asked_for_and_come_back(team_a, api_for):
     kept, archived = make_run(team_a, input="kept"), make_run(team_a, input="archived")
     operator = api_for(team_a, "operator")

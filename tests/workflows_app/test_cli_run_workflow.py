@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agents_app.definitions.kinds import WORKFLOW
-from agents_app.models import Run
+from agents_app.models import Event, Run, WorkspaceFile
 from tests.runs import agent, define
 
 FLOW = """---
@@ -152,4 +152,20 @@ def test_the_demo_workflow_runs_end_to_end_on_the_bundled_recording(tmp_path, ce
     assert sum("✓" in line for line in steps_part(out)) == 4
     assert "Status:   succeeded — 4/4 steps succeeded" in out
     assert "Notice:   No model provider is configured for this team" in out
-    assert run.result.startswith("This answer comes from MAS's bundled demo recording")
+    # The recording shows what each agent does on the demo topic, says it is a recording, and invents no usage.
+    label = "*Recorded answer (MAS demo recording, no model called).*"
+    assert run.result.startswith(f"{label}\n\n# How ocean tides work\n")
+    assert run.result.endswith("The report is in `report.md`.")
+    files = {f.path: f for f in WorkspaceFile.objects.filter(run=run)}
+    assert sorted(files) == ["notes/tides-findings.md", "report.md"]
+    assert (files["notes/tides-findings.md"].author, files["report.md"].author) == ("researcher", "writer")
+    assert files["report.md"].content.startswith("# How ocean tides work")
+    assert "16 m (Burntcoat Head)" in files["report.md"].content  # the fact check's correction, applied
+    # Both review steps play the reviewer's recorded turn (each session starts at its first): facts and clarity.
+    reviews = [e.data["text"] for e in Event.objects.filter(run=run, type="llm_response", agent="reviewer")]
+    assert len(reviews) == 2 and reviews[0] == reviews[1]
+    assert [line for line in reviews[0].splitlines() if line.startswith("## ")] == ["## Fact check", "## Clarity review"]
+    assert (run.prompt_tokens, run.completion_tokens, run.cost_usd) == (0, 0, 0)
+    responses = Event.objects.filter(run=run, type="llm_response")
+    assert responses.count() == 6
+    assert {(e.data["usage"]["prompt_tokens"], e.data["usage"]["completion_tokens"]) for e in responses} == {(0, 0)}
