@@ -125,7 +125,8 @@ def password_link_create(*, user) -> str:
     working once the password is set, and after ``PASSWORD_RESET_TIMEOUT``.
     """
     uidb64 = urlsafe_base64_encode(force_bytes(user.pk))
-    return reverse("password_reset_confirm", kwargs={"uidb64": uidb64, "token": default_token_generator.make_token(user)})
+    token = default_token_generator.make_token(user)
+    return reverse("password_reset_confirm", kwargs={"uidb64": uidb64, "token": token})
 
 
 @dataclass(frozen=True)

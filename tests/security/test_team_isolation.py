@@ -468,7 +468,8 @@ def test_every_page_is_classified_and_keeps_to_the_callers_team(world, team_a, t
             from agents_app.models import Membership
 
             theirs = Membership.objects.filter(team=team_b).select_related("user").first().user
-            forged = reverse(pattern.name, args=[urlsafe_base64_encode(force_bytes(theirs.pk)), "c0ffee-0123456789abcdef"])
+            uidb64 = urlsafe_base64_encode(force_bytes(theirs.pk))
+            forged = reverse(pattern.name, args=[uidb64, "c0ffee-0123456789abcdef"])
             response = client.get(forged, follow=True)
             assert response.status_code == 200 and response.context["validlink"] is False
             posted = client.post(forged, {"new_password1": "hijacked-pw-1234", "new_password2": "hijacked-pw-1234"})
