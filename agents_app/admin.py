@@ -33,6 +33,7 @@ from agents_app.services import (
     membership_add,
     membership_delete,
     membership_set,
+    password_link_reissue,
 )
 
 # -- definitions ---------------------------------------------------------------
@@ -260,6 +261,7 @@ class MembershipAdmin(TeamMemberAdmin):
     list_filter = ("role",)
     list_select_related = ("team", "user")
     search_fields = ("user__username",)
+    actions = ("reissue_password_link",)
 
     def get_fields(self, request, obj=None):
         return ("team", "username", "new_account", "role") if obj is None else ("team", "user", "role")
@@ -296,6 +298,22 @@ class MembershipAdmin(TeamMemberAdmin):
     def delete_queryset(self, request, queryset):
         for membership in queryset.select_related("user"):
             membership_delete(team=membership.team, user=membership.user)
+
+    @admin.action(description="New set-password link (accounts that never set a password)", permissions=["change"])
+    def reissue_password_link(self, request, queryset):
+        # The list also shows teams where this user is not admin: only the managed ones count.
+        manages = team_ids(request, "manage")
+        if manages is not None:
+            queryset = queryset.filter(team_id__in=manages)
+        for membership in queryset.select_related("team", "user"):
+            try:
+                link = password_link_reissue(team=membership.team, user=membership.user)
+            except ValueError as error:
+                self.message_user(request, f"No link for {membership.user}: {error}.", messages.WARNING)
+                continue
+            self.message_user(request, format_html(
+                "One-time link for {} to set a password: <code class='mas-password-link'>{}</code>",
+                membership.user, request.build_absolute_uri(link)), messages.SUCCESS)
 
 
 class ApiTokenForm(forms.ModelForm):

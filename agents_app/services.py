@@ -129,6 +129,20 @@ def password_link_create(*, user) -> str:
     return reverse("password_reset_confirm", kwargs={"uidb64": uidb64, "token": token})
 
 
+def password_link_reissue(*, team: Team, user) -> str:
+    """A new set-password link for a member of ``team`` who never set a password (their link expired).
+
+    Only for an account that belongs to ``team`` alone: an admin of one team
+    must never take over an account that other teams rely on.
+    """
+    if user.has_usable_password():
+        raise ValueError(f"{user} has set a password; they change it themselves")
+    teams = set(Membership.objects.filter(user=user).values_list("team_id", flat=True))
+    if teams != {team.pk}:
+        raise ValueError(f"{user} is not a member of {team.slug} alone")
+    return password_link_create(user=user)
+
+
 @dataclass(frozen=True)
 class AddedMember:
     membership: Membership
@@ -170,6 +184,7 @@ __all__ = [
     "api_token_revoke",
     "user_create",
     "password_link_create",
+    "password_link_reissue",
     "membership_add",
 ]
 

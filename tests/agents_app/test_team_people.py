@@ -230,3 +230,50 @@ def test_create_team_refuses_bad_names(db, argv):
     with pytest.raises(CommandError, match="^not a valid slug or username: "):
         call_command("create_team", *argv, stdout=StringIO())
     assert not Team.objects.exists() and not User.objects.exists()
+
+
+# -- a new link when the first one expired ------------------------------------------------------
+
+
+def reissue(client, *memberships):
+    return client.post(url("membership", "changelist"), {
+        "action": "reissue_password_link", "_selected_action": [m.pk for m in memberships]}, follow=True)
+
+
+def test_team_admin_reissues_a_link_only_for_own_accounts_without_a_password(team_a, team_b, make_member):
+    admin_user = make_member(team_a, "admin")
+    client = client_for(admin_user)
+    fresh = membership_add(team=team_a, username="mona", role="viewer", new_account=True).membership
+    with_password = Membership.objects.get(user=make_member(team_a, "editor", username="ned"))
+    shared = membership_add(team=team_b, username="olga", role="viewer", new_account=True).membership
+    in_both = membership_add(team=team_a, username="olga", role="viewer").membership
+    outsider = membership_add(team=team_b, username="pia", role="viewer", new_account=True).membership
+    response = reissue(client, fresh, with_password, in_both, outsider)
+    assert response.status_code == 200
+    shown = [str(message) for message in response.context["messages"]]
+    [link] = [message for message in shown if message.startswith("One-time link for mona to set a password: ")]
+    assert sorted(message for message in shown if message != link) == [
+        "No link for ned: ned has set a password; they change it themselves.",
+        "No link for olga: olga is not a member of alpha alone."]
+    [(uidb64, token)] = LINK_RE.findall(link)
+    set_password(f"/accounts/reset/{uidb64}/{token}/")
+    assert User.objects.get(username="mona").check_password(NEW_PASSWORD)
+    for untouched in ("olga", "pia"):
+        assert not User.objects.get(username=untouched).has_usable_password()
+    assert User.objects.get(username="ned").check_password("pw-for-tests-1")
+    assert shared.pk != in_both.pk
+
+
+def test_reissue_is_for_team_admins_only(team_a, team_b, make_member):
+    fresh = membership_add(team=team_a, username="quinn", role="viewer", new_account=True).membership
+    # An admin of another team who is a viewer here: the action skips this team's members.
+    elsewhere = make_member(team_b, "admin")
+    membership_add(team=team_a, username=elsewhere.username, role="viewer")
+    response = reissue(client_for(elsewhere), fresh)
+    assert LINK_RE.findall(response.content.decode()) == []
+    # A plain member does not even get the action.
+    viewer = client_for(make_member(team_a, "viewer"))
+    response = viewer.post(url("membership", "changelist"),
+                           {"action": "reissue_password_link", "_selected_action": [fresh.pk]}, follow=True)
+    assert LINK_RE.findall(response.content.decode()) == []
+    assert "reissue_password_link" not in viewer.get(url("membership", "changelist")).content.decode()
