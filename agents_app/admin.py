@@ -27,7 +27,14 @@ from agents_app.models import (
     Team,
 )
 from agents_app.money import money_display
-from agents_app.services import api_token_create, api_token_revoke, membership_delete, membership_set
+from agents_app.services import (
+    api_token_create,
+    api_token_revoke,
+    membership_add,
+    membership_delete,
+    membership_set,
+    password_link_reissue,
+)
 
 # -- definitions ---------------------------------------------------------------
 
@@ -203,7 +210,11 @@ class TeamAdmin(TeamMemberAdmin):
 
 
 class MembershipForm(forms.ModelForm):
-    username = forms.CharField(max_length=150, help_text="An existing user.")
+    username = forms.CharField(max_length=150, help_text="An existing user, or the username of a new account.")
+    new_account = forms.BooleanField(
+        required=False, label="New account",
+        help_text="Create this account without a password: you get a one-time link for its owner to set one.",
+    )
 
     class Meta:
         model = Membership
@@ -214,34 +225,46 @@ class MembershipForm(forms.ModelForm):
         if self.instance.pk:
             # An existing membership changes its role only.
             self.fields.pop("username", None)
+            self.fields.pop("new_account", None)
 
     def clean(self):
+        # The checks membership_add makes, as errors on their fields.
         cleaned = super().clean()
         if self.instance.pk or "username" not in self.fields:
             return cleaned
         username, team = cleaned.get("username"), cleaned.get("team")
         if not username or team is None:
             return cleaned
-        user = get_user_model().objects.filter(username=username).first()
-        if user is None:
+        User = get_user_model()
+        user = User.objects.filter(username=username).first()
+        if cleaned.get("new_account"):
+            if user is not None:
+                self.add_error("username", f"A user {username} already exists: untick New account to add them.")
+                return cleaned
+            try:
+                User.username_validator(username)
+            except forms.ValidationError as error:
+                self.add_error("username", error)
+        elif user is None:
             self.add_error("username", "No user with this username.")
         elif Membership.objects.filter(team=team, user=user).exists():
             self.add_error("username", f"{username} is already a member of {team}; change their role instead.")
-        else:
-            cleaned["user"] = user
         return cleaned
 
 
 @admin.register(Membership)
 class MembershipAdmin(TeamMemberAdmin):
+    """A team's people: team admins add them (an existing user or a new account), change roles, remove them."""
+
     form = MembershipForm
     list_display = ("user", "team", "role", "created_at")
     list_filter = ("role",)
     list_select_related = ("team", "user")
     search_fields = ("user__username",)
+    actions = ("reissue_password_link",)
 
     def get_fields(self, request, obj=None):
-        return ("team", "username", "role") if obj is None else ("team", "user", "role")
+        return ("team", "username", "new_account", "role") if obj is None else ("team", "user", "role")
 
     def get_readonly_fields(self, request, obj=None):
         return ("team", "user") if obj is not None else ()
@@ -252,8 +275,19 @@ class MembershipAdmin(TeamMemberAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def save_model(self, request, obj, form, change):
-        user = obj.user if change else form.cleaned_data["user"]
-        membership = membership_set(team=obj.team, user=user, role=obj.role)
+        if change:
+            membership = membership_set(team=obj.team, user=obj.user, role=obj.role)
+        else:
+            added = membership_add(team=obj.team, username=form.cleaned_data["username"], role=obj.role,
+                                   new_account=form.cleaned_data.get("new_account", False))
+            membership = added.membership
+            if added.password_link:
+                # Shown once, to the admin who hands it over: this server sends no mail.
+                self.message_user(request, format_html(
+                    "New account {} ({} in {}). Its one-time link to set a password: <code class='mas-password-link'>"
+                    "{}</code> — give it to its owner; it works until the password is set.",
+                    membership.user, membership.role, membership.team,
+                    request.build_absolute_uri(added.password_link)), messages.SUCCESS)
         obj.pk = membership.pk
         obj.refresh_from_db()
         obj._state.adding = False
@@ -264,6 +298,22 @@ class MembershipAdmin(TeamMemberAdmin):
     def delete_queryset(self, request, queryset):
         for membership in queryset.select_related("user"):
             membership_delete(team=membership.team, user=membership.user)
+
+    @admin.action(description="New set-password link (accounts that never set a password)", permissions=["change"])
+    def reissue_password_link(self, request, queryset):
+        # The list also shows teams where this user is not admin: only the managed ones count.
+        manages = team_ids(request, "manage")
+        if manages is not None:
+            queryset = queryset.filter(team_id__in=manages)
+        for membership in queryset.select_related("team", "user"):
+            try:
+                link = password_link_reissue(team=membership.team, user=membership.user)
+            except ValueError as error:
+                self.message_user(request, f"No link for {membership.user}: {error}.", messages.WARNING)
+                continue
+            self.message_user(request, format_html(
+                "One-time link for {} to set a password: <code class='mas-password-link'>{}</code>",
+                membership.user, request.build_absolute_uri(link)), messages.SUCCESS)
 
 
 class ApiTokenForm(forms.ModelForm):

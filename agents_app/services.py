@@ -8,8 +8,12 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.contrib.auth.tokens import default_token_generator
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 
 from agents_app.models import ROLE_CAPABILITIES, ApiToken, Membership, Role, Team
 
@@ -108,9 +112,66 @@ def api_token_authenticate(token: str) -> ApiToken | None:
 
 
 def user_create(*, username: str, password: str | None = None, email: str = ""):
+    """A new account; without ``password`` it has none usable until its owner sets one (see password_link_create)."""
     User = get_user_model()
     user = User.objects.create_user(username=username, email=email, password=password)
     return user
+
+
+def password_link_create(*, user) -> str:
+    """The path of ``user``'s one-time set-password page (Django's password reset confirmation).
+
+    The token is bound to the current password hash and last login, so it stops
+    working once the password is set, and after ``PASSWORD_RESET_TIMEOUT``.
+    """
+    uidb64 = urlsafe_base64_encode(force_bytes(user.pk))
+    token = default_token_generator.make_token(user)
+    return reverse("password_reset_confirm", kwargs={"uidb64": uidb64, "token": token})
+
+
+def password_link_reissue(*, team: Team, user) -> str:
+    """A new set-password link for a member of ``team`` who never set a password (their link expired).
+
+    Only for an account that belongs to ``team`` alone: an admin of one team
+    must never take over an account that other teams rely on.
+    """
+    if user.has_usable_password():
+        raise ValueError(f"{user} has set a password; they change it themselves")
+    teams = set(Membership.objects.filter(user=user).values_list("team_id", flat=True))
+    if teams != {team.pk}:
+        raise ValueError(f"{user} is not a member of {team.slug} alone")
+    return password_link_create(user=user)
+
+
+@dataclass(frozen=True)
+class AddedMember:
+    membership: Membership
+    password_link: str  # path of the set-password page of a new account; "" for an existing user
+
+
+@transaction.atomic
+def membership_add(*, team: Team, username: str, role: str, new_account: bool = False) -> AddedMember:
+    """Add a person to ``team``: an existing user, or (``new_account``) a new account without a password.
+
+    A new account gets a one-time set-password link, to hand to its owner. A
+    user who is already a member is refused: their role is changed with
+    ``membership_set``.
+    """
+    if role not in ROLE_CAPABILITIES:
+        raise ValueError(f"unknown role {role!r}")
+    User = get_user_model()
+    user = User.objects.filter(username=username).first()
+    link = ""
+    if new_account:
+        if user is not None:
+            raise ValueError(f"a user {username} already exists; add them as an existing user")
+        user = user_create(username=username)
+        link = password_link_create(user=user)
+    elif user is None:
+        raise ValueError(f"no user {username}")
+    elif Membership.objects.filter(team=team, user=user).exists():
+        raise ValueError(f"{username} is already a member of {team.slug}; change their role instead")
+    return AddedMember(membership=membership_set(team=team, user=user, role=role), password_link=link)
 
 
 __all__ = [
@@ -122,6 +183,9 @@ __all__ = [
     "api_token_authenticate",
     "api_token_revoke",
     "user_create",
+    "password_link_create",
+    "password_link_reissue",
+    "membership_add",
 ]
 
 

@@ -16,6 +16,11 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("accounts/login/", auth_views.LoginView.as_view(authentication_form=SignInForm), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page="/accounts/login/"), name="logout"),
+    # The one-time set-password link a new account gets (services.password_link_create); no "forgot my
+    # password" form: this server sends no mail, a team admin hands the link over.
+    path("accounts/reset/<uidb64>/<token>/", auth_views.PasswordResetConfirmView.as_view(),
+         name="password_reset_confirm"),
+    path("accounts/reset/done/", auth_views.PasswordResetCompleteView.as_view(), name="password_reset_complete"),
     path("runs/", monitor.runs_page, name="monitor-runs"),
     path("runs/<str:run_id>/", monitor.run_page, name="monitor-run"),
     path("runs/<str:run_id>/cancel", monitor.run_cancel_view, name="monitor-run-cancel"),

@@ -96,3 +96,43 @@ def test_the_readme_token_has_a_role_that_starts_runs(team_a, make_member):
     call_command("create_api_token", "demo", "--team", team_a.slug, "--role", "editor", stdout=editor)
     refused = ApiClient(editor.getvalue().splitlines()[-1]).post("/api/runs", payload)
     assert refused.status_code == 403
+
+
+def readme_section(title: str) -> str:
+    start = README.index(f"\n## {title}\n")
+    return README[start:README.index("\n## ", start + 1)]
+
+
+def test_the_readme_own_team_commands_create_a_team_its_admin_and_a_token(db):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from agents_app.models import Membership, Team
+
+    section = readme_section("Your own team")
+    [line] = [line for line in readme_block("create_team", "sh").splitlines() if "manage.py" in line]
+    argv = shlex.split(line[line.index("manage.py") + len("manage.py"):])
+    assert argv == ["create_team", "research", "--admin", "alice", "--name", "Research"]
+    out = StringIO()
+    call_command(*argv, stdout=out)
+    link = out.getvalue().splitlines()[-1]
+    assert re.fullmatch(r"http://127\.0\.0\.1:8000/accounts/reset/[\w-]+/[\w-]+/", link), link
+    assert "`http://127.0.0.1:8000/accounts/reset/…/`" in section
+    team = Team.objects.get(slug="research")
+    assert (team.name, list(Membership.objects.filter(team=team).values_list("user__username", "role"))) == (
+        "Research", [("alice", "admin")])
+    # The link, as alice follows it.
+    client = Client()
+    form_url = client.get(link.removeprefix("http://127.0.0.1:8000"))["Location"]
+    client.post(form_url, {"new_password1": "tide-pools-at-dawn-42", "new_password2": "tide-pools-at-dawn-42"})
+    assert get_user_model().objects.get(username="alice").check_password("tide-pools-at-dawn-42")
+    # The token line of the section, through manage.py as it says.
+    [token_line] = re.findall(r"`(create_api_token [^`]*)`", section)
+    token_out = StringIO()
+    call_command(*shlex.split(token_line), stdout=token_out)
+    token = token_out.getvalue().splitlines()[-1]
+    assert ApiClient(token).get("/api/agents").status_code == 200
+    from agents_app.services import api_token_authenticate
+
+    row = api_token_authenticate(token)
+    assert (row.team.slug, row.user.username, row.role) == ("research", "alice", "operator")

@@ -421,7 +421,9 @@ def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(wor
 # metrics: operators' aggregate counts, no team's rows (token or local only: tests/ops/test_metrics.py).
 PAGE_ROUTES = {"home": "public", "login": "public", "logout": "public", "monitor-runs": "list",
                "monitor-run": "item", "monitor-run-cancel": "item-post", "monitor-run-archive": "item-post",
-               "monitor-run-delete": "item-post", "monitor-run-file": "item-file", "metrics": "public"}
+               "monitor-run-delete": "item-post", "monitor-run-file": "item-file", "metrics": "public",
+               # A new account's one-time set-password link: the token is the key, whoever calls it.
+               "password_reset_confirm": "token", "password_reset_complete": "public"}
 
 
 def page_patterns() -> list[URLPattern]:
@@ -458,6 +460,21 @@ def test_every_page_is_classified_and_keeps_to_the_callers_team(world, team_a, t
         elif role == "item-file":
             response = client.get(reverse(pattern.name, args=[b.run.id, "out/report.md"]))
             assert response.status_code == 404 and MARK not in response.content.decode()
+        elif role == "token":
+            # A forged link for a member of B: no form, and posting a password changes nothing.
+            from django.utils.encoding import force_bytes
+            from django.utils.http import urlsafe_base64_encode
+
+            from agents_app.models import Membership
+
+            theirs = Membership.objects.filter(team=team_b).select_related("user").first().user
+            uidb64 = urlsafe_base64_encode(force_bytes(theirs.pk))
+            forged = reverse(pattern.name, args=[uidb64, "c0ffee-0123456789abcdef"])
+            response = client.get(forged, follow=True)
+            assert response.status_code == 200 and response.context["validlink"] is False
+            posted = client.post(forged, {"new_password1": "hijacked-pw-1234", "new_password2": "hijacked-pw-1234"})
+            assert posted.status_code == 200 and posted.context["validlink"] is False
+            assert type(theirs).objects.get(pk=theirs.pk).password == theirs.password
     # The landing page lists the caller's runs, never B's.
     home = client.get(reverse("home")).content.decode()
     assert str(a.run.id) in home and str(b.run.id) not in home and MARK not in home

@@ -1,0 +1,279 @@
+"""A team and its people without a superuser: ``create_team``, team admins adding accounts, set-password links."""
+
+from __future__ import annotations
+
+import re
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from django.test import Client
+from django.urls import reverse
+
+from agents_app.models import ApiToken, Membership, Team
+from agents_app.services import (
+    api_token_authenticate,
+    api_token_create,
+    membership_add,
+    password_link_create,
+    user_create,
+)
+from tests.agents_app.test_admin_teams import group_names, url
+from tests.agents_app.test_admin_definitions import client_for
+
+User = get_user_model()
+LINK_RE = re.compile(r"/accounts/reset/([A-Za-z0-9_-]+)/([a-z0-9]+-[a-f0-9]+)/")
+NEW_PASSWORD = "tide-pools-at-dawn-42"
+
+
+def set_password(link: str, password: str = NEW_PASSWORD) -> Client:
+    """Follow a one-time link as its owner would: open it, then post the new password twice."""
+    client = Client()
+    opened = client.get(link)
+    # Django swaps the token for a session marker and redirects to .../set-password/.
+    assert opened.status_code == 302, opened.status_code
+    form_url = opened["Location"]
+    assert form_url.endswith("/set-password/")
+    done = client.post(form_url, {"new_password1": password, "new_password2": password})
+    assert done.status_code == 302 and done["Location"] == reverse("password_reset_complete"), done.status_code
+    return client
+
+
+# -- services ------------------------------------------------------------------------
+
+
+def test_membership_add_new_account_has_no_password_until_the_link_is_used(team_a, team_b):
+    added = membership_add(team=team_a, username="carol", role="viewer", new_account=True)
+    carol = User.objects.get(username="carol")
+    assert (added.membership.team, added.membership.user, added.membership.role) == (team_a, carol, "viewer")
+    assert not carol.has_usable_password() and carol.is_staff and carol.is_active
+    assert group_names(carol) == {"MAS viewer"}
+    assert not Membership.objects.filter(team=team_b).exists()
+    match = LINK_RE.fullmatch(added.password_link)
+    assert match is not None, added.password_link
+    set_password(added.password_link)
+    carol.refresh_from_db()
+    assert carol.check_password(NEW_PASSWORD)
+    # One time only: the same link now leads to "invalid link", and the password stays.
+    again = Client().get(added.password_link, follow=True)
+    assert again.context["validlink"] is False
+    carol.refresh_from_db()
+    assert carol.check_password(NEW_PASSWORD)
+
+
+def test_membership_add_existing_user_keeps_their_password_and_gets_no_link(team_a, team_b, make_member):
+    dave = make_member(team_b, "editor", username="dave")
+    added = membership_add(team=team_a, username="dave", role="operator")
+    assert added.password_link == ""
+    dave.refresh_from_db()
+    assert dave.check_password("pw-for-tests-1")
+    assert dict(Membership.objects.filter(user=dave).values_list("team__slug", "role")) == {
+        "alpha": "operator", "beta": "editor"}
+
+
+@pytest.mark.parametrize(("username", "role", "new_account", "message"), [
+    ("nobody", "viewer", False, "no user nobody"),
+    ("erin", "viewer", True, "a user erin already exists; add them as an existing user"),
+    ("erin", "viewer", False, "erin is already a member of alpha; change their role instead"),
+    ("frank", "owner", True, "unknown role 'owner'"),
+])
+def test_membership_add_refusals_change_nothing(team_a, make_member, username, role, new_account, message):
+    make_member(team_a, "editor", username="erin")
+    users_before = set(User.objects.values_list("username", flat=True))
+    with pytest.raises(ValueError) as error:
+        membership_add(team=team_a, username=username, role=role, new_account=new_account)
+    assert str(error.value) == message
+    assert set(User.objects.values_list("username", flat=True)) == users_before
+    assert list(Membership.objects.filter(team=team_a).values_list("user__username", "role")) == [("erin", "editor")]
+
+
+def test_a_password_link_of_a_user_with_a_password_stops_once_it_changes(db):
+    user = user_create(username="gina", password="pw-for-tests-1")
+    link = password_link_create(user=user)
+    user.set_password("another-pw-for-tests-2")
+    user.save()
+    assert Client().get(link, follow=True).context["validlink"] is False
+
+
+# -- the admin: a team admin adds people -----------------------------------------------
+
+
+def test_team_admin_adds_a_new_account_and_sees_its_link_once(team_a, team_b, make_member):
+    client = client_for(make_member(team_a, "admin"))
+    response = client.post(url("membership", "add"),
+                           {"team": team_a.pk, "username": "hana", "new_account": "on", "role": "editor"}, follow=True)
+    assert response.status_code == 200
+    body = response.content.decode()
+    [(uidb64, token)] = LINK_RE.findall(body)
+    hana = User.objects.get(username="hana")
+    assert f"http://testserver/accounts/reset/{uidb64}/{token}/" in body
+    assert Membership.objects.get(user=hana).team == team_a and Membership.objects.get(user=hana).role == "editor"
+    assert not Membership.objects.filter(team=team_b).exists()
+    # Not shown again: neither on the list nor on the member's page.
+    membership = Membership.objects.get(user=hana)
+    for page in (url("membership", "changelist"), url("membership", "change", membership.pk)):
+        assert token not in client.get(page).content.decode(), page
+    member = set_password(f"/accounts/reset/{uidb64}/{token}/")
+    assert member.post("/admin/login/", {"username": "hana", "password": NEW_PASSWORD}).status_code == 302
+    assert member.get(reverse("admin:agents_app_agent_add")).status_code == 200  # an editor adds agents
+
+
+def test_team_admin_adding_an_existing_user_shows_no_link(team_a, make_member):
+    user_create(username="ivan", password="pw-for-tests-1")
+    client = client_for(make_member(team_a, "admin"))
+    response = client.post(url("membership", "add"), {"team": team_a.pk, "username": "ivan", "role": "viewer"},
+                           follow=True)
+    assert response.status_code == 200
+    assert LINK_RE.findall(response.content.decode()) == []
+    assert Membership.objects.get(team=team_a, user__username="ivan").role == "viewer"
+    assert User.objects.get(username="ivan").check_password("pw-for-tests-1")
+
+
+@pytest.mark.parametrize(("username", "error"), [
+    ("jack", "A user jack already exists: untick New account to add them."),
+    ("no spaces please", "Enter a valid username. This value may contain only letters, numbers, and @/./+/-/_ "
+                         "characters."),
+])
+def test_new_account_form_errors(team_a, make_member, username, error):
+    user_create(username="jack", password="pw-for-tests-1")
+    client = client_for(make_member(team_a, "admin"))
+    users_before = User.objects.count()
+    response = client.post(url("membership", "add"),
+                           {"team": team_a.pk, "username": username, "new_account": "on", "role": "viewer"})
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["username"] == [error]
+    assert User.objects.count() == users_before
+    assert not Membership.objects.filter(user__username=username).exists()
+
+
+def test_a_team_admin_cannot_create_an_account_in_another_team(team_a, team_b, make_member):
+    client = client_for(make_member(team_a, "admin"))
+    response = client.post(url("membership", "add"),
+                           {"team": team_b.pk, "username": "kim", "new_account": "on", "role": "admin"})
+    assert response.status_code == 200
+    assert "team" in response.context["adminform"].form.errors
+    assert not User.objects.filter(username="kim").exists()
+    assert not Membership.objects.filter(team=team_b).exists()
+
+
+@pytest.mark.parametrize("role", ["viewer", "editor", "operator"])
+def test_a_member_who_is_not_admin_cannot_add_accounts(team_a, make_member, role):
+    client = client_for(make_member(team_a, role))
+    response = client.post(url("membership", "add"),
+                           {"team": team_a.pk, "username": "lena", "new_account": "on", "role": "admin"})
+    assert response.status_code == 403
+    assert not User.objects.filter(username="lena").exists()
+
+
+def test_team_admin_revokes_own_teams_tokens_only(team_a, team_b, make_member):
+    colleague = make_member(team_a, "editor")
+    outsider = make_member(team_b, "editor")
+    ours = api_token_create(user=colleague, team=team_a)
+    theirs = api_token_create(user=outsider, team=team_b)
+    client = client_for(make_member(team_a, "admin"))
+    response = client.post(url("apitoken", "changelist"),
+                           {"action": "revoke", "_selected_action": [ours.row.pk, theirs.row.pk]})
+    assert response.status_code == 302
+    assert api_token_authenticate(ours.token) is None
+    assert api_token_authenticate(theirs.token).pk == theirs.row.pk
+    assert ApiToken.objects.get(pk=theirs.row.pk).revoked_at is None
+
+
+# -- create_team ---------------------------------------------------------------------------
+
+
+def run_command(*argv: str) -> list[str]:
+    out = StringIO()
+    call_command(*argv, stdout=out)
+    return out.getvalue().splitlines()
+
+
+def test_create_team_with_a_new_admin_prints_a_link_that_signs_them_in(db):
+    lines = run_command("create_team", "research", "--admin", "alice", "--name", "Research",
+                        "--site", "http://mas.example:8000/")
+    assert lines[:2] == ["Team research (created); admin: alice.",
+                         "New user alice: set its password once at this link (it works until the password is set):"]
+    assert len(lines) == 3 and lines[2].startswith("http://mas.example:8000/accounts/reset/")
+    team = Team.objects.get(slug="research")
+    alice = User.objects.get(username="alice")
+    assert (team.name, list(Membership.objects.filter(team=team).values_list("user__username", "role"))) == (
+        "Research", [("alice", "admin")])
+    assert not alice.has_usable_password() and not alice.is_superuser and alice.is_staff
+    set_password(lines[2].removeprefix("http://mas.example:8000"))
+    client = Client()
+    assert client.post("/admin/login/", {"username": "alice", "password": NEW_PASSWORD}).status_code == 302
+    assert client.get(url("membership", "add")).status_code == 200  # she adds people herself
+    # Again: nothing changes, no new link, her password stays.
+    assert run_command("create_team", "research", "--admin", "alice") == [
+        "Team research (existed); admin: alice.", "alice already had an account: they sign in with their password."]
+    alice.refresh_from_db()
+    assert alice.check_password(NEW_PASSWORD)
+    assert Team.objects.get(slug="research").name == "Research"
+    assert Membership.objects.filter(team=team).count() == 1
+
+
+def test_create_team_makes_an_existing_user_admin_of_the_new_team_only(team_a, make_member):
+    bob = make_member(team_a, "viewer", username="bob")
+    assert run_command("create_team", "ops", "--admin", "bob") == [
+        "Team ops (created); admin: bob.", "bob already had an account: they sign in with their password."]
+    assert dict(Membership.objects.filter(user=bob).values_list("team__slug", "role")) == {
+        "alpha": "viewer", "ops": "admin"}
+    bob.refresh_from_db()
+    assert bob.check_password("pw-for-tests-1")
+    assert Team.objects.get(slug="ops").name == "ops"
+
+
+@pytest.mark.parametrize("argv", [("no spaces", "--admin", "x"), ("ok", "--admin", "bad name"),
+                                  ("x" * 65, "--admin", "x")])
+def test_create_team_refuses_bad_names(db, argv):
+    with pytest.raises(CommandError, match="^not a valid slug or username: "):
+        call_command("create_team", *argv, stdout=StringIO())
+    assert not Team.objects.exists() and not User.objects.exists()
+
+
+# -- a new link when the first one expired ------------------------------------------------------
+
+
+def reissue(client, *memberships):
+    return client.post(url("membership", "changelist"), {
+        "action": "reissue_password_link", "_selected_action": [m.pk for m in memberships]}, follow=True)
+
+
+def test_team_admin_reissues_a_link_only_for_own_accounts_without_a_password(team_a, team_b, make_member):
+    admin_user = make_member(team_a, "admin")
+    client = client_for(admin_user)
+    fresh = membership_add(team=team_a, username="mona", role="viewer", new_account=True).membership
+    with_password = Membership.objects.get(user=make_member(team_a, "editor", username="ned"))
+    shared = membership_add(team=team_b, username="olga", role="viewer", new_account=True).membership
+    in_both = membership_add(team=team_a, username="olga", role="viewer").membership
+    outsider = membership_add(team=team_b, username="pia", role="viewer", new_account=True).membership
+    response = reissue(client, fresh, with_password, in_both, outsider)
+    assert response.status_code == 200
+    shown = [str(message) for message in response.context["messages"]]
+    [link] = [message for message in shown if message.startswith("One-time link for mona to set a password: ")]
+    assert sorted(message for message in shown if message != link) == [
+        "No link for ned: ned has set a password; they change it themselves.",
+        "No link for olga: olga is not a member of alpha alone."]
+    [(uidb64, token)] = LINK_RE.findall(link)
+    set_password(f"/accounts/reset/{uidb64}/{token}/")
+    assert User.objects.get(username="mona").check_password(NEW_PASSWORD)
+    for untouched in ("olga", "pia"):
+        assert not User.objects.get(username=untouched).has_usable_password()
+    assert User.objects.get(username="ned").check_password("pw-for-tests-1")
+    assert shared.pk != in_both.pk
+
+
+def test_reissue_is_for_team_admins_only(team_a, team_b, make_member):
+    fresh = membership_add(team=team_a, username="quinn", role="viewer", new_account=True).membership
+    # An admin of another team who is a viewer here: the action skips this team's members.
+    elsewhere = make_member(team_b, "admin")
+    membership_add(team=team_a, username=elsewhere.username, role="viewer")
+    response = reissue(client_for(elsewhere), fresh)
+    assert LINK_RE.findall(response.content.decode()) == []
+    # A plain member does not even get the action.
+    viewer = client_for(make_member(team_a, "viewer"))
+    response = viewer.post(url("membership", "changelist"),
+                           {"action": "reissue_password_link", "_selected_action": [fresh.pk]}, follow=True)
+    assert LINK_RE.findall(response.content.decode()) == []
+    assert "reissue_password_link" not in viewer.get(url("membership", "changelist")).content.decode()
