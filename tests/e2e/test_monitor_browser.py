@@ -26,6 +26,7 @@ from django.conf import settings
 
 from agents_app.definitions.kinds import AGENT
 from agents_app.definitions.services import definition_parse, definition_save
+from tests.runs import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -270,9 +271,12 @@ def test_an_operator_sees_the_run_list_change_live_and_cancels_a_run(team_a, tea
         context.close()
     run = Run.objects.get(pk=run_id)
     assert (run.status, run.error, run.result) == ("cancelled", "cancelled by otto", "")
-    assert list(Session.objects.filter(run=run).values_list("status", flat=True)) == ["cancelled"]
+    # The session's own row is written as it stops, a moment after the events the page heard.
+    wait_until(lambda: list(Session.objects.filter(run=run).values_list("status", flat=True)) == ["cancelled"], 15,
+               "the session row to say cancelled")
     assert not Event.objects.filter(run=run, type="llm_response").exists()  # the 60 s answer never came
     assert Run.objects.get(pk=theirs.pk).status == "queued"
+    Run.objects.filter(pk=theirs.pk).update(status="cancelled")  # it never had work: nothing for teardown to stop
     # Never executed: settled here, since the teardown's run_cancel would push from Playwright's loop thread.
     Run.objects.filter(pk=theirs.pk).update(status="failed")
 
