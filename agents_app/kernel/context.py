@@ -164,8 +164,8 @@ def plan_compaction(messages: list[Message], *, fits: Callable[[list[Message]], 
     if len(turns) < 2:
         return None
     keep = max(1, min(keep_turns, len(turns) - 1))
-    placeholder = Message(role="user", content=SUMMARY_PREFIX + "\n" + "x" * 2_000)
-    while keep > 1 and not fits(head + [placeholder] + [m for turn in turns[-keep:] for m in turn]):
+    summary_room = Message(role="user", content=SUMMARY_PREFIX + "\n" + "x" * 2_000)
+    while keep > 1 and not fits(head + [summary_room] + [m for turn in turns[-keep:] for m in turn]):
         keep -= 1
     return Plan(head=head, previous=previous, dropped=turns[:-keep], kept=turns[-keep:])
 
