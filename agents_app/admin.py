@@ -14,6 +14,7 @@ from django.utils.html import format_html, format_html_join
 
 from agents_app.admin_agent_form import AgentForm
 from agents_app.admin_base import DefinitionAdmin, ReadOnlyTeamAdmin, TeamScopedAdmin, team_ids, teams_with
+from agents_app.admin_fields_editor import FieldsEditorAdmin
 from agents_app.definitions import storage
 from agents_app.models import (
     ROLE_CAPABILITIES,
@@ -40,32 +41,23 @@ from agents_app.services import (
 
 
 @admin.register(Agent)
-class AgentAdmin(DefinitionAdmin):
+class AgentAdmin(FieldsEditorAdmin, DefinitionAdmin):
     """Agents: edited as a form (``admin_agent_form``) or as their markdown, the editor's choice."""
 
     form = AgentForm
     markdown_template = "---\nname: \ndescription: \ntier: medium\n---\n\nThe system prompt of the agent.\n"
     list_display = ("name", "slug", "team", "model", "tier", "version", "updated_at")
     list_filter = ("tier",)
+    fields_fieldsets = [
+        ("Agent", {"fields": [
+            "agent_name", "agent_description", ("agent_model", "agent_tier"), "escalation",
+            ("temperature", "max_tokens"), "tools", "mcp_servers", "skills",
+            ("max_steps", "max_tool_calls", "timeout_s"), ("memory_enabled", "memory_k"), "prompt"]}),
+    ]
 
     class Media:
-        js = ("mas_admin/definition_form.js",)
-
-    def get_fieldsets(self, request, obj=None):
-        fieldsets = super().get_fieldsets(request, obj)
-        if obj is not None and not self.has_change_permission(request, obj):
-            return fieldsets  # view-only: the markdown as text
-        _, first = fieldsets[0]
-        rest = [name for name in first["fields"] if name not in ("team", "markdown")]
-        return [
-            (None, {"fields": ["team", "editor"]}),
-            ("Agent", {"classes": ["mas-fields-editor"], "fields": [
-                "agent_name", "agent_description", ("agent_model", "agent_tier"), "escalation",
-                ("temperature", "max_tokens"), "tools", "mcp_servers", "skills",
-                ("max_steps", "max_tool_calls", "timeout_s"), ("memory_enabled", "memory_k"), "prompt"]}),
-            ("Markdown", {"classes": ["mas-markdown-editor"], "fields": ["markdown", *rest]}),
-            *fieldsets[1:],
-        ]
+        # markdown.js is the monitor's renderer, which builds DOM nodes and never parses HTML.
+        js = ("mas_admin/definition_form.js", "monitor/markdown.js", "mas_admin/markdown_preview.js")
 
 
 @admin.register(Skill)

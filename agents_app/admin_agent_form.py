@@ -2,10 +2,9 @@
 
 The form composes the markdown from its fields (keys it has no field for —
 custom tools, examples, output schema, unknown keys — are kept as they were)
-and saves it through the same path as the markdown editor, so validation,
-versions and files are the same. A validation error lands on the field it is
-about. Posting ``editor=markdown`` (or no ``editor``) saves the textarea
-instead: the markdown view stays for those who prefer it.
+and saves it through the same path as the markdown editor (see
+:mod:`agents_app.admin_fields_editor`, shared with the workflow form). The
+prompt has a markdown preview beside it (``mas_admin/markdown_preview.js``).
 """
 
 from __future__ import annotations
@@ -15,8 +14,9 @@ from typing import Any
 from django import forms
 from django.utils.html import format_html
 
-from agents_app.admin_base import DefinitionForm, describe_error, teams_with
-from agents_app.definitions.markdown import DefinitionError, load_frontmatter, render_definition, split_frontmatter
+from agents_app.admin_base import teams_with
+from agents_app.admin_fields_editor import FieldsEditorForm, spec_get, spec_set
+from agents_app.definitions.markdown import DefinitionError
 from agents_app.models import ProviderModel, Skill, Team
 from tools_app.builtin import BUILTIN_TOOL_CLASSES
 from tools_app.catalog import BUILTIN_TOOLS, SAFE_DEFAULT_TOOLS
@@ -72,34 +72,9 @@ def _builtin_descriptions() -> dict[str, str]:
     return {name: _first_line(getattr(cls, "description", "")) for name, cls in BUILTIN_TOOL_CLASSES.items()}
 
 
-def _get(data: dict[str, Any], key: str) -> Any:
-    for part in key.split("."):
-        if not isinstance(data, dict):
-            return None
-        data = data.get(part)
-    return data
-
-
-def _set(data: dict[str, Any], key: str, value: Any) -> None:
-    *parents, last = key.split(".")
-    for part in parents:
-        if not isinstance(data.get(part), dict):
-            data[part] = {}
-        data = data[part]
-    if value is None:
-        data.pop(last, None)
-    else:
-        data[last] = value
-
-
-class AgentForm(DefinitionForm):
+class AgentForm(FieldsEditorForm):
     """Fields for an agent's frontmatter and prompt; the whole markdown as the alternative."""
 
-    editor = forms.ChoiceField(
-        choices=[("fields", "the form"), ("markdown", "the markdown")], required=False,
-        widget=forms.RadioSelect(attrs={"class": "mas-editor-choice"}), label="Edit with",
-        help_text="The form and the markdown are two views of one file; the one chosen here is saved.",
-    )
     agent_name = forms.CharField(max_length=200, required=False, label="Name")
     agent_description = forms.CharField(required=False, label="Description",
                                         widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
@@ -124,19 +99,17 @@ class AgentForm(DefinitionForm):
     prompt = forms.CharField(
         required=False, strip=False, label="System prompt",
         widget=forms.Textarea(attrs={"rows": 16, "cols": 100, "class": "mas-body", "spellcheck": "true"}),
-        help_text="Markdown: the agent's instructions.",
+        help_text="Markdown: the agent's instructions. Preview shows it rendered; Side by side, both.",
     )
+    composed_fields = (*SPEC_FIELDS, "prompt")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["markdown"].required = False
-        self.fields["editor"].initial = "fields"
-        self.current = self._current_data()
         teams = self._teams()
         self._choices(teams)
         spec = self.current["spec"]
         for field, key in SPEC_FIELDS.items():
-            value = _get(spec, key)
+            value = spec_get(spec, key)
             if field == "escalation":
                 value = ", ".join(value or [])
             elif field == "tools":
@@ -150,20 +123,6 @@ class AgentForm(DefinitionForm):
         self.fields["prompt"].initial = self.current["body"]
 
     # -- what the form starts from ---------------------------------------------------------------
-
-    def _current_data(self) -> dict[str, Any]:
-        kind = self.model_admin.kind
-        if self.instance.pk:
-            return {"spec": dict(self.instance.spec or {}), "extra": dict(self.instance.extra or {}),
-                    "body": self.instance.body}
-        # The template of a new agent is not valid yet (no name): read its frontmatter without validating it.
-        try:
-            yaml_text, body = split_frontmatter(self.model_admin.markdown_template, path="")
-            data, _, _ = load_frontmatter(yaml_text, path="")
-        except DefinitionError:
-            return {"spec": {}, "extra": {}, "body": ""}
-        return {"spec": {key: value for key, value in data.items() if value not in (None, "")}, "extra": {},
-                "body": body.strip()}
 
     def _teams(self) -> list[Team]:
         if self.instance.pk:
@@ -215,23 +174,11 @@ class AgentForm(DefinitionForm):
 
     # -- composing the markdown -------------------------------------------------------------------
 
-    @property
-    def editing_fields(self) -> bool:
-        return self.data.get(self.add_prefix("editor")) == "fields"
+    def compose_spec(self, cleaned: dict) -> dict[str, Any]:
+        return self._spec_from(cleaned)
 
-    def submitted_markdown(self, cleaned: dict) -> str | None:
-        if not self.editing_fields:
-            text = cleaned.get("markdown")
-            if not text:
-                self.add_error("markdown", "This field is required.")
-                return None
-            return text
-        if any(field in self.errors for field in SPEC_FIELDS) or "prompt" in self.errors:
-            return None
-        spec = self._spec_from(cleaned)
-        text = render_definition(spec=spec, extra=self.current["extra"], body=cleaned.get("prompt") or "")
-        cleaned["markdown"] = text
-        return text
+    def compose_body(self, cleaned: dict) -> str:
+        return cleaned.get("prompt") or ""
 
     def _spec_from(self, cleaned: dict) -> dict[str, Any]:
         spec = dict(self.current["spec"])
@@ -261,21 +208,18 @@ class AgentForm(DefinitionForm):
                 value = True if value else None
             elif value == "":
                 value = None
-            _set(spec, key, value)
+            spec_set(spec, key, value)
         for key in ("limits", "memory"):
             if spec.get(key) == {}:
                 spec.pop(key)
         return spec
 
-    def report(self, error: DefinitionError) -> None:
-        if not self.editing_fields:
-            return super().report(error)
+    def report_on_field(self, error: DefinitionError) -> bool:
         key = error.field or ""
         field = FIELD_OF_KEY.get(key) or FIELD_OF_KEY.get(key.split("[", 1)[0]) or FIELD_OF_KEY.get(key.split(".")[0])
         if key and field is None and key.split(".")[0] in {"limits", "memory"}:
             field = FIELD_OF_KEY.get(".".join(key.split(".")[:2]))
-        if field is not None:
-            self.add_error(field, error.message)
-        else:
-            # About a key the form has no field for (custom tools, examples, …): fix it in the markdown.
-            self.add_error(None, f"{describe_error(error)} — edit it in the markdown.")
+        if field is None:
+            return False
+        self.add_error(field, error.message)
+        return True

@@ -1,4 +1,5 @@
-"""Admin of workflows, edited as markdown; steps are checked against the team's agents on save.
+"""Admin of workflows, edited as a form beside their step graph or as markdown; steps are checked against the
+team's agents on save (the form: :mod:`workflows_app.admin_workflow_form`).
 
 A new workflow can start from a built-in template (``?template=<slug>`` on the
 add page, offered as links there); a workflow's page has a "Run" page that
@@ -11,13 +12,14 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 
-from agents_app.admin_base import DefinitionAdmin, DefinitionForm, team_ids
+from agents_app.admin_base import DefinitionAdmin, team_ids
+from agents_app.admin_fields_editor import FieldsEditorAdmin
 from agents_app.execution.services import RunError
+from workflows_app.admin_workflow_form import WorkflowForm
 from workflows_app.models import Workflow
 from workflows_app.services import workflow_run_start
-from workflows_app.templates import workflow_template, workflow_templates
 
 
 class WorkflowRunForm(forms.Form):
@@ -29,23 +31,8 @@ class WorkflowRunForm(forms.Form):
             self.fields[name] = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), strip=False)
 
 
-class WorkflowForm(DefinitionForm):
-    """A new workflow may start from a template: ``?template=<slug>`` fills in its markdown."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.instance.pk:
-            return
-        field = self.fields["markdown"]
-        links = format_html_join(" · ", '<a href="?template={}">{}</a>', ((t.slug, t.name) for t in workflow_templates()))
-        field.help_text = format_html("{} Start from a template: {}.", field.help_text, links)
-        template = workflow_template(self.request.GET.get("template", ""))
-        if template is not None:
-            field.initial = template.markdown
-
-
 @admin.register(Workflow)
-class WorkflowAdmin(DefinitionAdmin):
+class WorkflowAdmin(FieldsEditorAdmin, DefinitionAdmin):
     markdown_template = (
         "---\nname: \ndescription: \ninputs:\n- topic\nsteps:\n- id: first\n  agent: \n"
         "  prompt: Work on {topic}\n---\n"
@@ -54,6 +41,16 @@ class WorkflowAdmin(DefinitionAdmin):
     list_filter = ("trigger",)
     extra_readonly = ("run_link",)
     form = WorkflowForm
+    fields_fieldsets = [
+        ("Workflow", {"fields": ["workflow_name", "workflow_description", "inputs",
+                                 ("workflow_trigger", "schedule", "channel"), "on_failure"]}),
+        ("Steps", {"classes": ["mas-steps"], "fields": ["steps"]}),
+        ("Loops", {"classes": ["mas-loops"], "fields": ["loops"]}),
+    ]
+
+    class Media:
+        css = {"all": ("monitor/graph.css",)}
+        js = ("mas_admin/definition_form.js", "mas_admin/rows.js", "monitor/dag.js", "mas_admin/workflow_form.js")
 
     # -- running -----------------------------------------------------------------
 

@@ -6,7 +6,6 @@
   const workflow = JSON.parse(document.getElementById("workflow").textContent);
   const clock = JSON.parse(document.getElementById("clock").textContent);
   const $ = (id) => document.getElementById(id);
-  const SVG = "http://www.w3.org/2000/svg";
   const state = {
     lastSeq: null, count: 0, tokensIn: 0, tokensOut: 0, cost: 0, types: new Set(), agents: new Set(),
     // activation id -> {id, agent, kind, parent, from, depth, status, tier, tokens}; a signal's
@@ -211,12 +210,7 @@
   }
 
   // -- drawing ------------------------------------------------------------------------------
-  function el(name, attrs, parent, text) {
-    const node = document.createElementNS(SVG, name);
-    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-    if (text !== undefined) node.textContent = text;
-    parent.appendChild(node); return node;
-  }
+  const el = workflowGraph.el;  // an SVG element with its attributes (monitor/dag.js)
   function layout(items, parentOf) {
     // A tidy-enough tree: depth-first order gives x, depth gives y.
     const children = new Map(), roots = [];
@@ -269,49 +263,9 @@
   }
   function drawDag() {
     if (!workflow) return;
-    const svg = $("dag"); svg.replaceChildren();
-    const level = new Map();
-    const byId = new Map(workflow.steps.map((s) => [s.id, s]));
-    const depth = (s) => level.get(s.id) ?? (level.set(s.id, 0), level.set(s.id, Math.max(0, ...s.depends_on.map((d) => depth(byId.get(d)) + 1))).get(s.id));
-    workflow.steps.forEach(depth);
-    const rows = new Map();
-    for (const s of workflow.steps) (rows.get(level.get(s.id)) || rows.set(level.get(s.id), []).get(level.get(s.id))).push(s);
-    const W = 150, H = 44, GX = 24, GY = 40, pos = new Map();
-    let maxX = 0, maxY = 0;
-    for (const [l, list] of rows) list.forEach((s, i) => pos.set(s.id, { x: i * (W + GX), y: l * (H + GY) }));
-    for (const s of workflow.steps) for (const d of s.depends_on) {
-      const a = pos.get(d), b = pos.get(s.id), span = level.get(s.id) - level.get(d);
-      // An edge that skips levels bows out to the right so it does not run through the steps between.
-      const path = span <= 1 ? `M${a.x + W / 2},${a.y + H} L${b.x + W / 2},${b.y}`
-        : `M${a.x + W},${a.y + H / 2} C${a.x + W + 30 * span},${a.y + H / 2} ${b.x + W + 30 * span},${b.y + H / 2} ${b.x + W},${b.y + H / 2}`;
-      maxX = Math.max(maxX, a.x + W + 24 * span, b.x + W + 24 * span);
-      el("path", { class: "edge", "data-from": d, "data-to": s.id, d: path }, svg);
-    }
-    const loops = workflow.loops || [], looping = new Set(loops.flatMap((l) => l.steps));
-    for (const loop of loops) {
-      // A dashed edge back from the loop's last step to its first, labelled with its condition.
-      const members = loop.steps.filter((id) => pos.has(id));
-      if (!members.length) continue;
-      const first = members.reduce((a, b) => (level.get(b) < level.get(a) ? b : a));
-      const last = members.reduce((a, b) => (level.get(b) > level.get(a) ? b : a));
-      const a = pos.get(last), b = pos.get(first), x = Math.max(a.x, b.x) + W, bow = 36;
-      el("path", { class: "loop-edge", "data-from": last, "data-to": first,
-                   d: `M${a.x + W},${a.y + H / 2} C${x + bow},${a.y + H / 2} ${x + bow},${b.y + H / 2} ${b.x + W},${b.y + H / 2}` }, svg);
-      const label = `↻ ${loop.until ? loop.until + " · " : ""}≤ ${loop.max_rounds} rounds`;
-      el("text", { class: "edge-label loop-label", x: x + bow, y: (a.y + b.y + H) / 2 }, svg, label);
-      maxX = Math.max(maxX, x + bow + 8 + 6 * label.length);
-    }
-    for (const s of workflow.steps) {
-      const p = pos.get(s.id), status = state.steps.get(s.id) || "pending";
-      maxX = Math.max(maxX, p.x + W); maxY = Math.max(maxY, p.y + H);
-      const round = looping.has(s.id) ? state.rounds.get(s.id) || 1 : null;
-      const g = el("g", { class: `node ${status}`, "data-step": s.id, "data-status": status,
-                          ...(round ? { "data-round": round } : {}) }, svg);
-      el("rect", { x: p.x, y: p.y, width: W, height: H }, g);
-      el("text", { x: p.x + 8, y: p.y + 18 }, g, round ? `${s.id} · round ${round}` : s.id);
-      el("text", { class: "sub", x: p.x + 8, y: p.y + 34 }, g, `${s.agent} · ${status}`);
-    }
-    svg.setAttribute("viewBox", `-4 -4 ${maxX + 8} ${maxY + 8}`); svg.style.height = `${maxY + 8}px`;
+    // monitor/dag.js draws it (the admin's workflow form too); the run's events give each step its state.
+    workflowGraph.draw($("dag"), workflow, { status: (id) => state.steps.get(id) || "pending",
+                                            round: (id) => state.rounds.get(id) || 1 });
   }
   let drawing = false;
   function redraw() {
