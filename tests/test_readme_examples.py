@@ -1,4 +1,5 @@
-"""The README's examples, run as written: the websocket follower and the token that starts runs."""
+"""The README's examples, run as written: the websocket follower and the token that starts runs (and the
+workflow form's cells, as the README names them)."""
 
 from __future__ import annotations
 
@@ -136,3 +137,13 @@ def test_the_readme_own_team_commands_create_a_team_its_admin_and_a_token(db):
 
     row = api_token_authenticate(token)
     assert (row.team.slug, row.user.username, row.role) == ("research", "alice", "operator")
+
+
+def test_the_readme_names_the_workflow_forms_cells():
+    from workflows_app.admin_workflow_form import LOOP_COLUMNS, STEP_COLUMNS
+
+    prose = " ".join(README.split())
+    found = re.search(r"each step as a row \(([^)]*)\) and each loop as a row \(([^)]*)\)", prose)
+    assert found, "the README's sentence on the workflow form"
+    assert found.group(1).split(", ") == [column.label.lower() for column in STEP_COLUMNS]
+    assert found.group(2).split(", ") == [column.label.lower() for column in LOOP_COLUMNS]

@@ -33,8 +33,8 @@ STEP_COLUMNS = (
            help="{input} names a workflow input, {step.output} an output of a step this one depends on."),
     Column("depends_on", "Depends on", kind="list", help="Step ids, comma separated."),
     Column("outputs", "Outputs", kind="list", help="Names, comma separated."),
-    Column("gate", "A person approves", kind="checks",
-           choices=(("start", "before it starts"), ("outputs", "its outputs"))),
+    Column("gate", "Approval gate", kind="checks",
+           choices=(("start", "a person approves before it starts"), ("outputs", "and its outputs"))),
     Column("on_failure", "On failure", kind="choice",
            choices=(("", "as the workflow"), ("stop", "stop the workflow"), ("continue", "continue"))),
     Column("max_retries", "Retries", kind="int", attrs=(("min", "0"), ("max", "10"))),
@@ -52,7 +52,7 @@ FIELD_OF_KEY = {key: field for field, key in SPEC_FIELDS.items()}
 ROWS = {"steps": STEP_COLUMNS, "loops": LOOP_COLUMNS}
 ROW_ERROR = re.compile(r"^(?P<rows>steps|loops)(?:\.(?P<dot>\d+)|\[(?P<bracket>\d+)\])(?:\.(?P<key>\w+))?")
 CYCLE = re.compile(r"^cycle: (?P<first>[^ ]+) → ")
-JOINED = re.compile(r"; (?=(?:steps|loops)\[\d+\]\.\w+: )")  # the graph checks join their errors so
+JOINED = re.compile(r"; (?=(?:steps|loops)(?:\[\d+\]\.\w+)?: )")  # the graph checks join their errors so
 
 
 class WorkflowForm(FieldsEditorForm):
@@ -79,7 +79,8 @@ class WorkflowForm(FieldsEditorForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.rows_posted: dict[str, list[int]] = {"steps": [], "loops": []}
+        self.rows_posted: dict[str, list[int]] = {"steps": [], "loops": []}  # the spec's items → their row numbers
+        self.step_ids: list[str] = []  # as composed (add_error takes the field out of cleaned_data)
         if not self.instance.pk:
             field = self.fields["markdown"]
             links = format_html_join(" · ", '<a href="?template={}">{}</a>',
@@ -150,6 +151,8 @@ class WorkflowForm(FieldsEditorForm):
                 spec_set(item, column.key, None if empty else value)
             items.append(item)
         self.rows_posted[name] = [row.index for row in rows]
+        if name == "steps":
+            self.step_ids = [str(item.get("id") or "") for item in items]
         return items
 
     # -- errors on their field --------------------------------------------------------------------
@@ -183,9 +186,8 @@ class WorkflowForm(FieldsEditorForm):
             cycle = CYCLE.match(message)
             if rows == "steps" and cycle:
                 # A cycle is about dependencies: shown under those of its first step.
-                ids = [row_id for row_id in self._posted_ids()]
-                if cycle["first"] in ids:
-                    position, column_key = ids.index(cycle["first"]), "depends_on"
+                if cycle["first"] in self.step_ids:
+                    position, column_key = self.step_ids.index(cycle["first"]), "depends_on"
         else:
             rows = match["rows"]
             position = int(match["dot"] or match["bracket"])
@@ -200,13 +202,10 @@ class WorkflowForm(FieldsEditorForm):
         column = columns.get(column_key or "")
         where = f"{noun.capitalize()} {position + 1}"
         if field == "steps":
-            step_id = self._posted_ids()[position]
+            step_id = self.step_ids[position]
             where += f" ({step_id})" if step_id else ""
         if column is None:
             self.add_error(field, f"{where}, {column_key or 'the ' + noun}: {message} — edit it in the markdown.")
             return
         self.fields[field].widget.cell_errors.setdefault((posted[position], column.key), []).append(message)
         self.add_error(field, f"{where}, {column.label.lower()}: {message}")
-
-    def _posted_ids(self) -> list[str]:
-        return [str(row.values.get("id") or "") for row in self.cleaned_data.get("steps") or []]

@@ -155,6 +155,15 @@ def test_an_error_lands_on_its_cell_and_nothing_is_saved(agents, make_member):
     assert cycle.context["adminform"].form.fields["steps"].widget.cell_errors == {
         (0, "depends_on"): ["cycle: research → write → research"]}
 
+    # Two errors in one check (an unknown agent, then a cycle): each on its cell.
+    both = client.post(change_url(row), posted(page.context, **{"steps-0-depends_on": "write", "steps-2-agent": "x"}))
+    assert both.context["adminform"].form.errors == {"steps": [
+        "Step 3 (write), agent: agent 'x' does not exist in this team",
+        "Step 1 (research), depends on: cycle: research → write → research"]}
+    assert both.context["adminform"].form.fields["steps"].widget.cell_errors == {
+        (2, "agent"): ["agent 'x' does not exist in this team"],
+        (0, "depends_on"): ["cycle: research → write → research"]}
+
     typed = client.post(change_url(row), posted(page.context, **{"steps-2-max_retries": "two", "workflow_name": ""}))
     errors = typed.context["adminform"].form.errors
     assert errors == {"steps": ["Step 3, retries: enter a whole number"]}
