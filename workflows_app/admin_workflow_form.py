@@ -62,7 +62,7 @@ class WorkflowForm(FieldsEditorForm):
     """
 
     workflow_name = forms.CharField(max_length=200, required=False, label="Name")
-    workflow_description = forms.CharField(required=False, label="Description",
+    workflow_description = forms.CharField(required=False, label="Description", strip=False,
                                            widget=forms.Textarea(attrs={"rows": 2, "cols": 80}))
     inputs = forms.CharField(required=False, help_text="What a run asks for, comma separated: {name} in prompts.")
     workflow_trigger = forms.ChoiceField(required=False, label="Trigger", choices=[
@@ -124,6 +124,8 @@ class WorkflowForm(FieldsEditorForm):
                 value = value or ""
             elif field == "inputs":
                 value = [name.strip() for name in (value or "").split(",") if name.strip()] or None
+            elif field == "workflow_description":
+                value = (value or "").replace("\r\n", "\n") or None  # a browser sends a textarea's lines as CRLF
             elif (field, value) in {("workflow_trigger", "manual"), ("on_failure", "stop")}:
                 value = None  # the default, left out as the canonical form leaves it out
             else:
@@ -147,6 +149,9 @@ class WorkflowForm(FieldsEditorForm):
             item = dict(before) if isinstance(before, dict) else {}
             for column in columns:
                 value = row.values.get(column.key)
+                had = item.get(column.key)
+                if column.kind == "checks" and isinstance(had, list) and sorted(had) == sorted(value or []):
+                    value = had  # the same boxes ticked: the order the file had stays
                 empty = value in (None, "", []) and column.key not in ("id", "agent")
                 spec_set(item, column.key, None if empty else value)
             items.append(item)

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
+from django.contrib import admin
+from django.http import QueryDict
+from django.test import RequestFactory
 from django.urls import reverse
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agents_app.admin_fields_editor import RowsField
 from agents_app.definitions.kinds import AGENT, WORKFLOW
-from agents_app.definitions.markdown import parse_definition
+from agents_app.definitions.markdown import parse_definition, render_definition, validate_definition
 from agents_app.definitions.storage import team_defs_dir
 from agents_app.models import DefinitionVersion
 from agents_app.services import membership_set
 from tests.agents_app.test_admin_definitions import admin_url, client_for, files_under, sample, save_definition
+from tests.agents_app.test_roundtrip_property import TEXT, workflow_data
 from workflows_app.models import Workflow
 
 pytestmark = pytest.mark.django_db
@@ -247,3 +254,61 @@ def test_a_new_workflow_by_the_form_from_a_template(agents, make_member):
     assert [step["id"] for step in row.spec["steps"]] == template_steps
     assert {step["agent"] for step in row.spec["steps"]} == {"researcher"}
     assert row.version == 1 and files_under(agents)[-1] == "workflows/chained.md"
+
+
+# -- any workflow: its fields, as a browser posts them, compose the same spec ------------------------------
+
+_ids = itertools.count(10**6)
+AGENTS = ["researcher", "reviewer"]
+
+
+def browser_text(text: str) -> str:
+    """A textarea's value as the server gets it: a browser sends every line break as CRLF (the form reads LF)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def browser_post(form) -> QueryDict:
+    data = QueryDict(mutable=True)
+    data["editor"] = "fields"
+    for name, field in form.fields.items():
+        value = form[name].value()
+        if isinstance(field, RowsField):
+            data[f"{name}-present"] = "1"
+            for row in value:
+                data[f"{name}-{row.index}-was"] = row.was
+                for column in field.columns:
+                    cell = row.values[column.key]
+                    if column.kind == "checks":
+                        data.setlist(f"{name}-{row.index}-{column.key}", cell)
+                    else:
+                        data[f"{name}-{row.index}-{column.key}"] = browser_text(cell) if column.kind == "textarea" \
+                            else cell
+        elif name not in ("editor", "markdown") and value is not None:
+            data[name] = browser_text(value) if name == "workflow_description" else value
+    return data
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=workflow_data(agents=AGENTS), gates=st.lists(st.lists(st.sampled_from(["start", "outputs"]), unique=True),
+                                                         max_size=5), body=TEXT)
+def test_any_workflows_fields_compose_the_same_spec(agents, make_member, data, gates, body):
+    for step, gate in zip(data["steps"], gates):
+        if gate:
+            step["gate"] = gate
+    context = {"known_agents": set(AGENTS)}
+    parsed = validate_definition(WORKFLOW, data, body=body, context=context)
+    spec = parsed.spec_data()
+    row = Workflow(pk=next(_ids), team=agents, slug="any", name=parsed.spec.name, spec=spec, extra={},
+                   body=parsed.body, content=render_definition(spec=spec, extra={}, body=parsed.body))
+    request = RequestFactory().post("/")
+    request.user = make_member(agents, "editor")
+    form_class = admin.site._registry[Workflow].get_form(request, row, change=True)
+    posted_form = form_class(data=browser_post(form_class(instance=row)), instance=row)
+    assert posted_form.is_valid(), posted_form.errors
+    # What a browser cannot send as it was (a lone CR in a textarea) is what the form changes, and only that.
+    expected = {**spec, **({"description": browser_text(spec["description"])} if "description" in spec else {}),
+                "steps": [{**step, **({"prompt": browser_text(step["prompt"])} if "prompt" in step else {})}
+                          for step in spec["steps"]]}
+    composed = parse_definition(WORKFLOW, posted_form.cleaned_data["markdown"], context=context)
+    assert composed.spec_data() == expected
+    assert composed.body == parsed.body
