@@ -8,6 +8,8 @@ save; the save makes a new version; an error shows under the cell it is about; t
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from django.urls import reverse
 
@@ -153,4 +155,30 @@ def test_a_workflow_error_shows_on_its_cell_and_the_form_fits_a_phone(flow, cons
     page.goto(f"{server}{reverse('admin:workflows_app_workflow_add')}?template=review-loop")
     page.wait_for_selector("#mas-step-graph g.node")
     assert width(page) == [390, 390]
+    page.close()
+
+
+def test_the_graphs_levels_are_topological_levels(flow, console, asgi_server, chromium):  # noqa: F811
+    """monitor/dag.js's levels against workflows_app.engine.dag's, on 200 graphs (some with cycles)."""
+    rng = random.Random(16)
+    page = chromium.new_page(viewport={"width": 1400, "height": 900})
+    admin_sign_in(page, asgi_server.url, console["user"].username)
+    page.goto(f"{asgi_server.url}{reverse('admin:workflows_app_workflow_change', args=[flow.pk])}")
+    page.wait_for_selector("#mas-step-graph g.node")
+    for _ in range(200):
+        ids = [f"s{n}" for n in range(rng.randint(1, 9))]
+        edges = {step: rng.sample(ids, rng.randint(0, min(3, len(ids)))) for step in ids}
+        for step in ids:  # a self-dependency is an error of its own, not a cycle: the graph ignores it
+            edges[step] = [dep for dep in edges[step] if dep != step]
+        drawn = page.evaluate("steps => { const r = workflowGraph.levels(steps); return [r.levels, [...r.blocked]]; }",
+                              [{"id": step, "agent": "writer", "depends_on": deps} for step, deps in edges.items()])
+        try:
+            assert drawn == [topological_levels(edges), []], edges
+        except ValueError:  # a cycle: the levels that could run, then what could not
+            blocked = set(drawn[1])
+            # The rest runs in topological_levels' levels (it would raise if one of them needed a blocked step) …
+            runnable = topological_levels({s: d for s, d in edges.items() if s not in blocked})
+            assert drawn[0] == [*runnable, drawn[1]], edges
+            # … and no blocked step could run: each waits for another blocked one.
+            assert blocked and all(any(d in blocked for d in edges[s]) for s in blocked), edges
     page.close()

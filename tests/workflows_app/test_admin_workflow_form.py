@@ -312,3 +312,12 @@ def test_any_workflows_fields_compose_the_same_spec(agents, make_member, data, g
     composed = parse_definition(WORKFLOW, posted_form.cleaned_data["markdown"], context=context)
     assert composed.spec_data() == expected
     assert composed.body == parsed.body
+
+
+def test_a_viewer_reads_the_markdown_and_gets_no_form(agents, make_member):
+    row = save_definition(WORKFLOW, agents, RICH)
+    page = client_for(make_member(agents, "viewer")).get(change_url(row))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'name="steps-0-id"' not in html and 'name="editor"' not in html and 'id="mas-step-graph"' not in html
+    assert "Research {topic} for {audience}." in html  # the markdown, as text
