@@ -1,15 +1,20 @@
 """The shipped dataset (defs/evals/research-and-review-evals.md) passes on the demo team with the bundled recording.
 
-What a new team does after `make demo`: `manage.py eval research-and-review-evals --team demo`. The team has no
+What a new team does after `make demo`: the README's `manage.py eval research-and-review-evals --team demo`,
+run here as the README writes it. The team has no
 usable model provider (the shipped OpenAI row names a key variable that is not set), so the agents under test
 play the bundled demo recording; the cases run as workflow runs on a real Celery worker.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 from io import StringIO
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 
 from agents_app.execution.modelchoice import NO_PROVIDER_NOTICE
@@ -19,13 +24,29 @@ from evals_app.models import EvalRun
 SLUG = "research-and-review-evals"
 
 
+def readme_command() -> list[str]:
+    """The arguments of the README's command for the shipped dataset (after `python manage.py`)."""
+    readme = Path(settings.BASE_DIR, "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Evals\n"):readme.index("## Watching runs live\n")]
+    blocks = [block for block in re.findall(r"```sh\n(.*?)```", section, re.S) if SLUG in block]
+    assert len(blocks) == 1, blocks
+    words = shlex.split(blocks[0])
+    assert words[:2] == ["python", "manage.py"], words
+    return words[2:]
+
+
+def test_the_readme_names_the_shipped_file_and_its_command():
+    assert readme_command() == ["eval", SLUG, "--team", "demo"]
+    assert Path(settings.BASE_DIR, "defs", "evals", f"{SLUG}.md").is_file()
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
 def test_the_shipped_dataset_passes_on_the_demo_team_with_the_bundled_recording(celery_worker_process,
                                                                                 demo_secrets):
     call_command("setup_demo", stdout=StringIO())
     out = StringIO()
-    call_command("eval", SLUG, "--team", "demo", "--min-pass", "1.0", stdout=out)  # raises below 100%
+    call_command(*readme_command(), stdout=out)  # --min-pass is 1.0 by default: raises unless every case passes
     lines = [" ".join(line.split()) for line in out.getvalue().splitlines()]
 
     eval_run = EvalRun.objects.get()
