@@ -1,9 +1,10 @@
-"""The eval comparison page in a real browser (Debian's Chromium, Playwright), at a desk's and a phone's width.
+"""Evals in a real browser (Debian's Chromium, Playwright): the comparison page, and "save as eval case" on the monitor.
 
 Two versions of the writer run the same dataset on a real Celery worker with scripted models; v2 lost
 `vfs_write`, so its *report* case regresses. The admin's page of the eval run lists that regression first
 and names it, shows each case with each check's result and reason, and the totals — and is no wider than
-the screen. Screenshots are saved in ``var/artifacts/``.
+the screen. On the monitor, an editor saves a run as a case once it has finished (the form appears when the
+run ends), through the API's ``POST /api/runs/{id}/eval-case``. Screenshots are saved in ``var/artifacts/``.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import urllib.request
 import pytest
 from django.urls import reverse
 
-from evals_app.models import EvalRun
+from evals_app.kinds import EVAL
+from evals_app.models import EvalDataset, EvalRun
 from tests.e2e.test_admin_browser import admin_sign_in, asgi_server, width  # noqa: F401 (a fixture)
-from tests.e2e.test_monitor_browser import ARTIFACTS, chromium  # noqa: F401 (a fixture)
-from tests.evals_app.test_eval_runs import eval_done, writer_versions  # noqa: F401 (a fixture)
+from tests.e2e.test_monitor_browser import ARTIFACTS, chromium, sign_in  # noqa: F401 (a fixture)
+from tests.evals_app.test_eval_runs import DATASET, eval_done, writer_versions  # noqa: F401 (a fixture)
+from tests.runs import agent, define
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -108,3 +111,67 @@ def test_the_comparison_page_lists_the_regression_first_with_each_case_check_and
         scroll_width, inner_width = width(page)
         assert (scroll_width <= screen, inner_width) == (True, screen), scroll_width  # no wider than the screen
         context.close()
+
+
+def start_run(server: str, token: str, *, agent: str, task: str, script: dict) -> str:
+    request = urllib.request.Request(
+        f"{server}/api/runs", method="POST", data=json.dumps({"agent": agent, "input": task, "script": script}).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 201
+        return json.load(response)["id"]
+
+
+def test_the_monitor_saves_a_finished_run_as_an_eval_case(team_a, make_member, make_token, celery_worker_process,
+                                                          asgi_server, chromium):  # noqa: F811
+    agent(team_a, "Writer")
+    agent(team_a, "Reviewer")
+    define(team_a, EVAL, DATASET)  # the writer's dataset, offered in the form
+    define(team_a, EVAL, DATASET.replace("name: Writer evals\nagent: writer", "name: Reviewer evals\nagent: reviewer"))
+    editor, viewer = make_member(team_a, "editor"), make_member(team_a, "viewer")
+    operator = make_token(team_a, make_member(team_a, "operator"))
+    server = asgi_server.url
+    run_id = start_run(server, operator, agent="writer", task="Explain tides in one line.",
+                       script={"writer": [{"latency_ms": 2500, "text": "Tides come from the moon."}]})
+
+    context = chromium.new_context(viewport={"width": 390, "height": 900})
+    page = context.new_page()
+    sign_in(page, server, editor.username, f"/runs/{run_id}/")
+    box = page.locator("#eval-case")
+    assert box.is_hidden()  # the run is still working: nothing to save yet
+    page.wait_for_selector("#status.succeeded", timeout=30_000)
+    box.wait_for(state="visible", timeout=5_000)
+    page.wait_for_function("document.querySelectorAll('#eval-datasets option').length > 0", timeout=5_000)
+    assert page.eval_on_selector_all("#eval-datasets option", "(options) => options.map((o) => o.value)") == [
+        "writer-evals"]  # the reviewer's dataset is not offered for a run of the writer
+    assert page.input_value("#eval-case input[name=dataset]") == "writer-cases"
+
+    page.fill("#eval-case input[name=case_id]", "tides")
+    page.click("#eval-case button[type=submit]")
+    outcome = page.locator("#eval-case-outcome")
+    outcome.wait_for(state="visible", timeout=10_000)
+    assert outcome.inner_text() == "Saved as case tides of writer-cases (version 1, 1 case)."
+    dataset = EvalDataset.objects.get(team=team_a, slug="writer-cases")
+    [case] = dataset.spec["cases"]
+    assert (dataset.spec["agent"], case["id"], case["task"], case["reference"], case["checks"]) == (
+        "writer", "tides", "Explain tides in one line.", "Tides come from the moon.",
+        [{"type": "status", "equals": "succeeded"}, {"type": "exact"}])
+    assert "script" not in case  # the writer is the agent under test: its turns are not replayed
+
+    page.click("#eval-case button[type=submit]")  # the same case again: refused, saying why
+    page.wait_for_function("document.getElementById('eval-case-outcome').className === 'error'", timeout=10_000)
+    assert outcome.inner_text() == "Not saved: dataset 'writer-cases' already has a case 'tides'"
+    assert EvalDataset.objects.get(team=team_a, slug="writer-cases").version == 1
+    page.screenshot(path=str(ARTIFACTS / "monitor-save-as-eval-case-390.png"), full_page=True)
+    scroll_width, inner_width = width(page)
+    assert (scroll_width <= 390, inner_width) == (True, 390), scroll_width
+    context.close()
+
+    # A viewer (and an operator) may not edit datasets: no form.
+    context = chromium.new_context()
+    page = context.new_page()
+    sign_in(page, server, viewer.username, f"/runs/{run_id}/")
+    assert page.locator("#status.succeeded").count() == 1
+    assert page.locator("#eval-case").count() == 0
+    context.close()
+    assert EvalDataset.objects.filter(team=team_a).count() == 3
