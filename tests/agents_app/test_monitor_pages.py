@@ -197,3 +197,13 @@ def test_save_as_eval_case_is_offered_to_editors_on_a_finished_run(team_a, make_
     for role in ("viewer", "operator"):
         page = browser(make_member(team_a, role=role)).get(f"/runs/{done.id}/").content.decode()
         assert 'id="eval-case"' not in page and 'id="eval-case-form"' not in page, role
+
+
+def test_the_runs_list_leaves_out_the_cases_of_evals(team_a, make_member):
+    ordinary = Run.objects.create(team=team_a, agent="writer", input="an ordinary task")
+    case = Run.objects.create(team=team_a, agent="writer", input="the task of an eval case", is_eval=True)
+    client = browser(make_member(team_a, role="viewer"))
+    page = client.get("/runs/").content.decode()
+    assert f'data-run="{ordinary.id}"' in page and f'data-run="{case.id}"' not in page
+    assert "the task of an eval case" not in page
+    assert client.get(f"/runs/{case.id}/").status_code == 200  # its own page stays reachable (the eval links it)
