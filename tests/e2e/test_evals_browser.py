@@ -115,7 +115,8 @@ def test_the_comparison_page_lists_the_regression_first_with_each_case_check_and
 
 def start_run(server: str, token: str, *, agent: str, task: str, script: dict) -> str:
     request = urllib.request.Request(
-        f"{server}/api/runs", method="POST", data=json.dumps({"agent": agent, "input": task, "script": script}).encode(),
+        f"{server}/api/runs", method="POST",
+        data=json.dumps({"agent": agent, "input": task, "script": script}).encode(),
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 201
