@@ -199,6 +199,17 @@ def test_the_eval_dataset_tests_the_demo_workflow_on_the_demo_topic():
                      "max_cost_usd", "max_tokens", "max_duration_s"}
 
 
+def test_the_readme_lists_the_folder_of_every_kind():
+    import re
+
+    readme = (DEFS.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Definitions as markdown\n"):]
+    listing = section[section.index("```\n") + 4:section.index("```", section.index("```\n") + 4)]
+    assert re.findall(r"^defs/([a-z]+)/", listing, re.M) == [
+        "agents", "workflows", "tools", "mcp", "skills", "providers", "evals"]
+    assert {kind.folder for kind in KINDS} == {"agents", "workflows", "tools", "mcp", "skills", "providers", "evals"}
+
+
 def test_custom_tool_template_matches_its_parameters():
     tool = shipped(TOOL)["summarize"].spec
     assert tool.template_warnings() == []
