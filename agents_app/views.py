@@ -26,7 +26,7 @@ from agents_app.api_runs import run_out
 from agents_app.execution.housekeeping import RunBusy, run_archive, run_delete
 from agents_app.execution.services import RunError, run_cancel, run_start
 from agents_app.models import Agent, Run, Team
-from agents_app.models.runs import RunStatus
+from agents_app.models.runs import FINISHED_RUN_STATUSES, RunStatus
 from agents_app.permissions import Actor, memberships
 from agents_app.selectors_runs import SEARCH_MAX_CHARS, TRIGGERS, file_size, run_file_get, run_files, run_filter, run_get
 
@@ -156,6 +156,8 @@ def run_page(request: HttpRequest, run_id: str) -> HttpResponse:
     return render(request, "monitor/run.html", {
         "actor": actor, "run": detail, "can_cancel": actor.can("run") and run.status in {"queued", "running", "waiting"},
         "workflow": _workflow_graph(run), "files": files, "can_run": actor.can("run"), "can_decide": actor.can("run"),
+        # "Save as eval case" (POST /api/runs/<id>/eval-case): editors, once the run has finished.
+        "can_save_case": actor.can("edit"), "finished": run.status in FINISHED_RUN_STATUSES,
         "clock": {"started_at": run.started_at.isoformat() if run.started_at else None,
                   "finished_at": run.finished_at.isoformat() if run.finished_at else None,
                   "duration_s": detail["totals"]["duration_s"]},

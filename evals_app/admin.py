@@ -112,8 +112,9 @@ class EvalRunAdmin(ReadOnlyTeamAdmin):
     list_filter = ("status",)
     list_select_related = ("team",)
     search_fields = ("dataset_slug", "agent", "workflow")
+    # What a reader came for first: the totals and the comparison (regressions at its top), then each case.
     fields = ("dataset_slug", "dataset_version", "agent", "agent_version", "workflow", "status", "baseline",
-              "created_at", "finished_at", "totals_table", "cases_table", "comparison_table")
+              "totals_table", "comparison_table", "cases_table", "created_at", "finished_at")
     readonly_fields = fields
 
     @admin.display(description="Pass rate")
@@ -124,8 +125,10 @@ class EvalRunAdmin(ReadOnlyTeamAdmin):
     @admin.display(description="Totals")
     def totals_table(self, obj):
         totals = obj.totals if obj.status != "running" else eval_totals(eval_run=obj)
-        rows = "".join(f"<tr><th>{key}</th><td>{{}}</td></tr>" for key in totals)
-        return format_html(f"<table>{rows}</table>", *totals.values())
+        rows = totals_rows(totals)
+        cells = "".join("<tr><th>{}</th><td>{}</td></tr>" for _ in rows)
+        return format_html(f'<div class="mas-scroll"><table id="eval-totals">{cells}</table></div>',
+                           *(item for row in rows for item in row))
 
     @admin.display(description="Cases")
     def cases_table(self, obj):
@@ -139,7 +142,9 @@ class EvalRunAdmin(ReadOnlyTeamAdmin):
                 parts.append('<tr><td></td><td colspan="3">{} {}</td><td>{}</td></tr>')
                 values += [{True: "PASS", False: "FAIL", None: "skip"}[check["passed"]], check["type"], check["reason"]]
         header = "<tr><th>Case</th><th>Status</th><th>Score</th><th>Run</th><th>Reason</th></tr>"
-        return format_html(f'<table id="eval-cases">{header}{"".join(parts)}</table>', *values)
+        # Wide on a phone: the table scrolls inside its box (mas_admin/admin.css), the page does not.
+        return format_html(f'<div class="mas-scroll"><table id="eval-cases">{header}{"".join(parts)}</table></div>',
+                           *values)
 
     @admin.display(description="Comparison with the baseline (regressions first)")
     def comparison_table(self, obj):
@@ -152,7 +157,27 @@ class EvalRunAdmin(ReadOnlyTeamAdmin):
                        (row["after"] or {}).get("status", "—"), "; ".join(row["failed_checks"])]
         header = (f"<tr><th>Change</th><th>Case</th><th>v{obj.baseline.agent_version}</th>"
                   f"<th>v{obj.agent_version}</th><th>Failed checks</th></tr>")
-        return format_html(f'<table id="eval-comparison">{header}{"".join(parts)}</table>', *values)
+        return format_html(f'<div class="mas-scroll"><table id="eval-comparison">{header}{"".join(parts)}</table>'
+                           '</div>', *values)
+
+
+def totals_rows(totals: dict) -> list[tuple[str, str]]:
+    """The totals of an eval run as the page shows them, labelled for a reader."""
+    def seconds(value) -> str:
+        return "—" if value is None else f"{value} s"
+
+    rows = [("Cases", str(totals.get("cases", 0))), ("Passed", str(totals.get("passed", 0))),
+            ("Failed", str(totals.get("failed", 0)))]
+    if totals.get("pending"):
+        rows.append(("Pending", str(totals["pending"])))
+    rows += [("Pass rate", f"{totals.get('pass_rate', 0):.0%}"), ("Cost", f"${totals.get('cost_usd', '0')}"),
+             ("Tokens", str(totals.get("tokens", 0))),
+             ("Duration p50 / p95", f"{seconds(totals.get('duration_p50_s'))} / "
+                                    f"{seconds(totals.get('duration_p95_s'))}")]
+    if totals.get("judge_calls"):
+        rows.append(("Judge", f"${totals['judge_cost_usd']}, {totals['judge_tokens']} tokens, "
+                              f"{totals['judge_calls']} calls"))
+    return rows
 
 
 @admin.action(description="Save as eval case…")

@@ -51,7 +51,8 @@ class CheckSpec(Strict):
         "tool_called: arguments the call must have (a subset; a value {regex: …} matches text)."))
     path: str | None = Field(default=None, max_length=500, description="file: the workspace path.")
     contains: str | None = Field(default=None, max_length=MAX_FILE_CHARS, description="file: text it must hold.")
-    max: float | None = Field(default=None, ge=0, le=1e12, description="max_*: the bound.")
+    # int | float: an integer bound stays one, so the markdown mirror writes `max: 2`, not `max: 2.0`.
+    max: int | float | None = Field(default=None, ge=0, le=1e12, description="max_*: the bound.")
     equals: Literal["succeeded", "failed", "cancelled"] | None = Field(default=None, description="status: the status.")
     rubric: str | None = Field(default=None, max_length=MAX_TASK_CHARS, description="judge: what a good answer does.")
     min_score: float = Field(default=0.5, ge=0, le=1, description="judge: the score from which it passes.")
@@ -141,7 +142,7 @@ class EvalSpec(Strict):
     agent: str | None = Field(default=None, max_length=100, description="The agent under test (its slug).")
     workflow: str | None = Field(default=None, max_length=100, description="Or the workflow under test.")
     judge: JudgeSpec | None = None
-    timeout_s: float = Field(default=600, gt=0, le=86_400, description="How long one case's run may take.")
+    timeout_s: int | float = Field(default=600, gt=0, le=86_400, description="How long one case's run may take.")
     cases: list[CaseSpec] = Field(min_length=1, max_length=MAX_CASES)
 
     @model_validator(mode="after")

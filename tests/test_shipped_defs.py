@@ -18,6 +18,7 @@ from agents_app.definitions import storage
 from agents_app.definitions.kinds import AGENT, KINDS, MCP, PROVIDER, SKILL, TOOL, WORKFLOW, Kind
 from agents_app.definitions.markdown import ParsedDefinition, parse_definition, render_parsed
 from agents_app.definitions.services import definition_parse, definition_save, definition_slug
+from evals_app.kinds import EVAL
 from tests.listing import listed, markdown_files
 from tools_app.catalog import BUILTIN_TOOLS
 from workflows_app.templates import templates_folder
@@ -71,6 +72,7 @@ def test_the_issue_examples_are_all_shipped():
     assert slugs(SKILL) == {"citation-style"}
     assert slugs(PROVIDER) == {"scripted", "openai"}
     assert slugs(MCP) == {"github"}
+    assert slugs(EVAL) == {"research-and-review-evals"}
 
 
 def test_every_file_is_a_definition_or_a_file_beside_a_skill():
@@ -86,7 +88,7 @@ def test_every_file_is_a_definition_or_a_file_beside_a_skill():
 
 
 def test_the_parametrized_lists_are_not_empty():
-    assert len(definition_files()) == 14
+    assert len(definition_files()) == 15
     assert len(markdown_files(TEMPLATES)) == 4
 
 
@@ -171,6 +173,41 @@ def test_workflows_are_rejected_without_the_shipped_agents():
     text = (TEMPLATES / "chain.md").read_text(encoding="utf-8")
     with pytest.raises(ValueError, match="agent 'researcher' does not exist in this team"):
         parse_definition(WORKFLOW, text, path=str(relative), context={"known_agents": {"writer", "reviewer"}})
+
+
+def test_the_eval_dataset_tests_the_demo_workflow_on_the_demo_topic():
+    """The shipped dataset runs the workflow `make demo` runs, on the topic it runs it on (the Makefile's
+    DEMO_TOPIC, which the bundled recording answers); tests/evals_app/test_shipped_dataset.py runs it."""
+    import re
+
+    spec = shipped(EVAL)["research-and-review-evals"].spec
+    flow = shipped(WORKFLOW)[spec.workflow].spec
+    [topic] = re.findall(r"^DEMO_TOPIC \?= (.+)$", (DEFS.parent / "Makefile").read_text(), re.M)
+    assert (spec.workflow, spec.agent, spec.judge) == ("research-and-review", None, None)
+    assert [(case.id, case.inputs) for case in spec.cases] == [("tides", {"topic": topic}),
+                                                               ("scripted-research", {"topic": topic})]
+    steps = {step.id: set(step.outputs) for step in flow.steps}
+    for case in spec.cases:
+        # Every output a check reads is one the workflow's step declares; scripts name only shipped agents.
+        for check in case.checks:
+            if check.target.startswith("output:"):
+                step, _, name = check.target.removeprefix("output:").partition(".")
+                assert name in steps[step], (case.id, check.target)
+        assert set(case.script or {}) <= slugs(AGENT), case.id
+    kinds = {check.type for case in spec.cases for check in case.checks}
+    assert kinds == {"status", "contains", "exact", "file", "tool_called", "tool_not_called", "max_tool_calls",
+                     "max_cost_usd", "max_tokens", "max_duration_s"}
+
+
+def test_the_readme_lists_the_folder_of_every_kind():
+    import re
+
+    readme = (DEFS.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Definitions as markdown\n"):]
+    listing = section[section.index("```\n") + 4:section.index("```", section.index("```\n") + 4)]
+    assert re.findall(r"^defs/([a-z]+)/", listing, re.M) == [
+        "agents", "workflows", "tools", "mcp", "skills", "providers", "evals"]
+    assert {kind.folder for kind in KINDS} == {"agents", "workflows", "tools", "mcp", "skills", "providers", "evals"}
 
 
 def test_custom_tool_template_matches_its_parameters():

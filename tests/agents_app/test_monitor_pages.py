@@ -175,3 +175,35 @@ def test_the_runs_page_tells_its_socket_when_it_was_drawn(team_a, make_member):
     page = browser(make_member(team_a, role="viewer")).get("/runs/").content.decode()
     assert before <= json_script(page, "since") <= time.time()
     assert json_script(page, "team-slug") == team_a.slug
+
+
+def test_save_as_eval_case_is_offered_to_editors_on_a_finished_run(team_a, make_member):
+    """The form (monitor/evalcase.js posts it to POST /api/runs/<id>/eval-case) is there for those who may edit
+    datasets; hidden while the run works, shown once it has finished."""
+    from django.templatetags.static import static
+
+    done = Run.objects.create(team=team_a, agent="writer", input="a task", status="failed")
+    working = Run.objects.create(team=team_a, agent="writer", input="a task", status="running")
+    for role in ("editor", "admin"):
+        client = browser(make_member(team_a, role=role))
+        page = client.get(f"/runs/{done.id}/").content.decode()
+        assert f'<section id="eval-case" class="card" data-run="{done.id}" data-team="alpha"' in page, role
+        assert 'name="dataset" list="eval-datasets" required maxlength="100" value="writer-cases"' in page
+        assert f'placeholder="run-{str(done.id)[:8]}"' in page
+        # Loaded before run.js, whose events it listens to.
+        assert page.index(static("monitor/evalcase.js")) < page.index(static("monitor/run.js"))
+        page = client.get(f"/runs/{working.id}/").content.decode()
+        assert f'<section id="eval-case" class="card" hidden data-run="{working.id}"' in page, role
+    for role in ("viewer", "operator"):
+        page = browser(make_member(team_a, role=role)).get(f"/runs/{done.id}/").content.decode()
+        assert 'id="eval-case"' not in page and 'id="eval-case-form"' not in page, role
+
+
+def test_the_runs_list_leaves_out_the_cases_of_evals(team_a, make_member):
+    ordinary = Run.objects.create(team=team_a, agent="writer", input="an ordinary task")
+    case = Run.objects.create(team=team_a, agent="writer", input="the task of an eval case", is_eval=True)
+    client = browser(make_member(team_a, role="viewer"))
+    page = client.get("/runs/").content.decode()
+    assert f'data-run="{ordinary.id}"' in page and f'data-run="{case.id}"' not in page
+    assert "the task of an eval case" not in page
+    assert client.get(f"/runs/{case.id}/").status_code == 200  # its own page stays reachable (the eval links it)

@@ -10,6 +10,7 @@ from django.core.management import CommandError, call_command
 
 from agents_app.definitions import storage
 from agents_app.models import Agent, Membership, Team
+from evals_app.models import EvalDataset
 from workflows_app.models import Workflow
 
 DEFS = Path(__file__).resolve().parents[2] / "defs"
@@ -43,9 +44,10 @@ def test_the_demo_team_gets_a_copy_under_the_defs_root(shipped, _defs_root):
     assert (team.defs_dir, storage.team_defs_dir(team)) == ("", copy)
     assert snapshot(copy) == shipped
     assert f"The demo team's definitions: {copy} (copied from defs/)." in out
-    assert "14 imported, 0 exported, 0 conflicts, 0 deleted on disk, 0 invalid, 0 skipped, 0 unchanged." in out
+    assert "15 imported, 0 exported, 0 conflicts, 0 deleted on disk, 0 invalid, 0 skipped, 0 unchanged." in out
     assert Agent.objects.filter(team=team).count() == 4
     assert Workflow.objects.filter(team=team).count() == 5
+    assert list(EvalDataset.objects.filter(team=team).values_list("slug", flat=True)) == ["research-and-review-evals"]
     assert Membership.objects.get(team=team).user.username == "demo"
     assert "Created admin user demo with password: " in out
 
@@ -65,7 +67,7 @@ def test_edits_through_the_api_land_in_the_copy_and_a_second_run_keeps_them(ship
     out = setup_demo()
 
     assert f"The demo team's definitions: {copy} (kept as the team left them)." in out
-    assert "0 imported, 0 exported, 0 conflicts, 0 deleted on disk, 0 invalid, 0 skipped, 13 unchanged." in out
+    assert "0 imported, 0 exported, 0 conflicts, 0 deleted on disk, 0 invalid, 0 skipped, 14 unchanged." in out
     assert "Admin user demo exists" in out
     assert snapshot(copy) == edited
     assert Agent.objects.get(team=team, slug="writer").description == "The demo's own writer."

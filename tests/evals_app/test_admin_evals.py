@@ -45,7 +45,7 @@ def test_the_results_page_lists_cases_checks_and_regressions_first(team_a, make_
     assert re.findall(r'<tr class="change-(\w+)"><td>\w+</td><td>([\w-]+)</td>', comparison) == [
         ("regression", "report"), ("still_passing", "greet")]
     assert "<th>v1</th><th>v2</th>" in comparison
-    assert "<th>pass_rate</th><td>0.5</td>" in page
+    assert "<tr><th>Pass rate</th><td>50%</td></tr>" in page
 
     # A viewer may read the results, not start an eval.
     viewer = client_of(make_member(team_a, "viewer"))

@@ -121,3 +121,16 @@ def test_the_api_creates_reads_edits_and_deletes_datasets(team_a, team_b, api_fo
     assert editor.delete("/api/evals/writer-evals").json() == {"slug": "writer-evals", "deleted": True,
                                                                 "warnings": []}
     assert EvalDataset.objects.filter(team=team_a).count() == 0
+
+
+def test_bounds_keep_their_written_form_in_the_markdown():
+    """An integer bound stays an integer (`max: 2`, not `max: 2.0`); a fraction stays a fraction."""
+    from agents_app.definitions.markdown import parse_definition, render_parsed
+
+    text = DATASET.replace("  - type: tool_not_called\n    tool: web_fetch\n",
+                           "  - type: max_tool_calls\n    max: 2\n  - type: max_cost_usd\n    max: 0.05\n")
+    text = text.replace("agent: writer\n", "agent: writer\ntimeout_s: 120\n")
+    parsed = parse_definition(EVAL, text, path="evals/writer-evals.md")
+    assert [check.max for check in parsed.spec.cases[0].checks] == [None, 2, 0.05]
+    assert [type(check.max) for check in parsed.spec.cases[0].checks[1:]] == [int, float]
+    assert render_parsed(parsed) == text

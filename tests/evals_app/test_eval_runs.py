@@ -339,3 +339,68 @@ cases:
     assert [(r.workflow, r.is_eval) for r in Run.objects.filter(team=team_a)] == [("pipeline", True)] * 2
     refused = api_for(team_a, "operator").post("/api/evals/pipeline-evals/runs", {"agent_version": 1})
     assert refused.json() == {"detail": "--agent-version applies to a dataset of an agent; this one tests a workflow"}
+
+
+JUDGED_OVER_HTTP = """---
+name: Judged over HTTP
+agent: writer
+judge:
+  model: judges:judge-m
+  max_cost_usd: 5
+cases:
+- id: tides
+  task: Explain tides.
+  reference: The moon pulls the oceans.
+  script:
+    writer:
+    - text: The moon pulls the sea.
+  checks:
+  - type: judge
+    rubric: Mentions the moon.
+  - type: judge
+    rubric: Gives the height in metres.
+    min_score: 0.6
+  - type: judge
+    rubric: Is polite.
+---
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_the_judge_calls_a_team_provider_over_http_billed_to_the_eval(team_a, celery_worker_process):
+    """The judge is a model of one of the team's providers, here a local server speaking OpenAI's wire format;
+    its calls are billed to the eval run (a provider that stops answering skips the check, saying why)."""
+    server = FakeServer().start()
+    try:
+        define(team_a, PROVIDER, "---\nname: Judges\ntype: openai\nbase_url: {url}/v1\nmodels:\n- name: judge-m\n"
+                                 "  input_price: 2\n  output_price: 10\n---\n".format(url=server.url))
+        agent(team_a, "Writer")
+        dataset = define(team_a, EVAL, JUDGED_OVER_HTTP).row
+        server.add(sse(openai_stream(text=['{"score": 0.8, ', '"reason": "names the moon"}'], usage=(1000, 20))),
+                   sse(openai_stream(text=['{"score": 0.1, "reason": "no height given"}'], usage=(1000, 15))))
+        from evals_app.services import eval_run_start
+
+        eval_run = eval_done(eval_run_start(team=team_a, dataset=dataset))
+        case = eval_run.cases.get()
+        assert case.checks[:2] == [
+            {"type": "judge", "passed": True, "score": 0.8, "reason": "score 0.8 (at least 0.5): names the moon"},
+            {"type": "judge", "passed": False, "score": 0.1, "reason": "score 0.1 (below 0.6): no height given"},
+        ]
+        third = case.checks[2]
+        assert (third["passed"], third["score"]) == (None, 0.0)
+        assert third["reason"].startswith("the judge could not be called: "), third
+        assert (case.status, case.score) == ("failed", 0.45)
+        first, second = server.requests[0].body, server.requests[1].body
+        assert (first["model"], first["temperature"], first["stream"]) == ("judge-m", 0, True)
+        assert "Rubric:\nMentions the moon.\n\nTask:\nExplain tides.\n\nAnswer:\nThe moon pulls the sea." in (
+            first["messages"][-1]["content"])
+        assert "Rubric:\nGives the height in metres." in second["messages"][-1]["content"]
+        # 2000 prompt tokens at $2 and 35 completion tokens at $10 per million: the eval's, not the case's run's.
+        assert (str(eval_run.judge_cost_usd), eval_run.judge_tokens) == ("0.004350", 2035)
+        assert (eval_run.totals["judge_cost_usd"], eval_run.totals["judge_calls"]) == ("0.004350", 3)
+        assert (case.run.cost_usd, case.run.prompt_tokens + case.run.completion_tokens) == (0, case.tokens)
+        assert sorted(Session.objects.filter(run=case.run).values_list("agent", "provider")) == [
+            ("writer", "scripted")]  # the agent under test never reached the judge's provider
+    finally:
+        server.stop()
