@@ -15,8 +15,8 @@ from typing import Any
 from django import forms
 from django.utils.html import format_html
 
-from agents_app.admin_base import DefinitionForm, describe_error, teams_with
-from agents_app.definitions.markdown import DefinitionError, load_frontmatter, render_definition, split_frontmatter
+from mas_core.admin_base import DefinitionForm, describe_error, teams_with
+from mas_core.definitions.markdown import DefinitionError, load_frontmatter, render_definition, split_frontmatter
 from agents_app.models import ProviderModel, Skill, Team
 from tools_app.builtin import BUILTIN_TOOL_CLASSES
 from tools_app.catalog import BUILTIN_TOOLS, SAFE_DEFAULT_TOOLS

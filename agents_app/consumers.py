@@ -30,7 +30,7 @@ the replay is done, ``{"message": "ping", "last_seq": n}``, and on ``/ws/runs/``
 
 Close codes: 4401 not authenticated (a browser's session cookie counts only
 from one of our own pages: its ``Origin`` must pass Django's CSRF origin
-check, see ``mas_project/ws_security.py``), 4429 a wrong token from an
+check, see ``mas_core/ws_security.py``), 4429 a wrong token from an
 address past ``MAS_AUTH_FAILURES_PER_MIN`` failed token authentications this
 minute (HTTP and websockets count together; the reason says when to retry),
 4404 no such run in the caller's team (or no such team), 4400 a malformed
@@ -51,7 +51,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from agents_app.events import run_group, team_runs_group
+from mas_core.events import run_group, team_runs_group
 
 REPLAY_PAGE = 500
 MAX_MESSAGE_CHARS = 256_000  # events per message stop here (an event's data is bounded well below)
@@ -86,10 +86,10 @@ def _team_ids(scope) -> tuple[list[int], tuple[int, str] | None]:
     refused for its address's failures.
     """
     from agents_app.models import Team
-    from agents_app.permissions import memberships
-    from agents_app.services import api_token_authenticate
-    from mas_project import ratelimit
-    from mas_project.ws_security import client_address, origin_allowed
+    from mas_core.permissions import memberships
+    from mas_core.teams import api_token_authenticate
+    from mas_core import ratelimit
+    from mas_core.ws_security import client_address, origin_allowed
 
     token = _bearer(scope)
     if token is not None:
@@ -118,7 +118,7 @@ def _run_team(run_id: str, team_ids: list[int]) -> int | None:
 
 
 def _events_after(run_id: str, after: int, limit: int, before: int | None = None) -> list[dict[str, Any]]:
-    from agents_app.events import events_after
+    from mas_core.events import events_after
 
     return events_after(run_id=run_id, after=after, limit=limit, before=before)
 

@@ -9,7 +9,7 @@ from celery import shared_task
 
 from agents_app.execution import services
 from agents_app.execution.recovery import recovery_sweep
-from agents_app.runner import db, runner
+from mas_core.runner import db, runner
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)

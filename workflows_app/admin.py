@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from agents_app.admin_base import DefinitionAdmin, DefinitionForm, team_ids
+from mas_core.admin_base import DefinitionAdmin, DefinitionForm, team_ids
 from agents_app.execution.services import RunError
 from workflows_app.models import Workflow
 from workflows_app.services import workflow_run_start

@@ -19,7 +19,7 @@ from django.db import transaction
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents_app.execution import services as kernel
-from agents_app.execution.eventlog import event_append as event_emit
+from mas_core.eventlog import event_append as event_emit
 from agents_app.models import Activation, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus
 from workflows_app.engine.dag import validate_graph

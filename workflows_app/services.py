@@ -23,7 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents_app.execution import services as kernel
-from agents_app.execution.eventlog import event_append as event_emit
+from mas_core.eventlog import event_append as event_emit
 from agents_app.models import Activation, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus, RunStatus
 from agents_app.money import money_display, money_str
@@ -459,3 +459,22 @@ def workflow_steps(run: Run) -> list[dict[str, Any]] | None:
 
 __all__ = ["WorkflowInputError", "workflow_activation_settled", "workflow_cancelled", "workflow_finish",
            "workflow_run_start", "workflow_steps"]
+
+
+def workflow_graph(run: Run) -> dict | None:
+    """The steps and dependencies the run executes (for its DAG), when it is a workflow's or a planner's.
+
+    The run's own copy of its steps when it has one (a plan, or the workflow as it was when the run
+    started), else the team's workflow of that slug.
+    """
+    flow = WorkflowRun.objects.filter(run_id=run.id).select_related("workflow").first()
+    row = flow.workflow if flow else Workflow.objects.filter(team_id=run.team_id, slug=run.workflow).first()
+    if flow is None and (row is None or not run.workflow):
+        return None
+    spec = flow.spec if flow else row.spec
+    name = row.spec.get("name", run.workflow) if row else f"plan by {run.agent}"
+    return {"name": name,
+            "steps": [{"id": s["id"], "agent": s.get("agent", ""), "depends_on": s.get("depends_on", [])}
+                      for s in spec.get("steps", [])],
+            "loops": [{"steps": loop["steps"], "until": loop.get("until"), "max_rounds": loop["max_rounds"]}
+                      for loop in spec.get("loops", [])]}

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import connection
 
 from agents_app.execution import services
-from agents_app.runner import db, runner
+from mas_core.runner import db, runner
 
 logger = logging.getLogger(__name__)
 

@@ -19,10 +19,11 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, Func, OuterRef, Q
 from django.utils import timezone
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.markdown import DefinitionError, parse_definition
+from agents_app.kinds import AGENT
+from mas_core.definitions.markdown import DefinitionError, parse_definition
+from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.escalation import Escalation, escalation_next
-from agents_app.execution.eventlog import event_append as event_emit
+from mas_core.eventlog import event_append as event_emit
 from agents_app.money import money_display, money_str
 from agents_app.execution.versions import VersionMissing, definition_pinned
 from agents_app.execution.workspace_limit import USED_SQL, workspace_check
@@ -37,9 +38,10 @@ from agents_app.models.runs import (
     RunStatus,
     SessionStatus,
 )
-from agents_app.kernel.outputs import describe, schema_text, value_errors
+from mas_core.outputs import describe, schema_text, value_errors
 from agents_app.kernel.prompt import ExecutionContext, WorkspaceEntry
-from agents_app.specs import TIERS, AgentSpec
+from agents_app.specs import AgentSpec
+from mas_core.specs import TIERS
 from tools_app.catalog import SAFE_DEFAULT_TOOLS
 
 logger = logging.getLogger(__name__)
@@ -333,10 +335,8 @@ def _send(activation_ids: list[str]) -> None:
 
 def _run_finish(run: Run) -> None:
     """All work is done: the run's outcome is its root agent's last result (or its workflow's)."""
-    from mas_project import telemetry
-    from workflows_app.services import workflow_finish
-
-    if workflow_finish(run):
+    from mas_core import telemetry
+    if RUN_HOOKS.run_finish(run):
         run_end_notify(run)
         telemetry.record_run(run)
         return
@@ -388,10 +388,9 @@ def run_cancel(*, run: Run, user=None) -> Run:
                    data={"status": "cancelled", "result": session.result[:2000], "meta": session.meta,
                          "failure": None})
     from agents_app.approvals.services import approvals_cancel
-    from workflows_app.services import workflow_cancelled
 
     approvals_cancel(run=run)
-    workflow_cancelled(run)
+    RUN_HOOKS.run_cancelled(run)
     event_emit(run_id=run.id, type="run_complete", agent=run.agent,
                data={"status": "cancelled", "error": run.error})
     run_end_notify(run)
@@ -693,10 +692,8 @@ def _settled_hooks(run: Run, activation: Activation, *, tier: str = "", meta: di
     if activation.kind in CHILD_KINDS and activation.status in SETTLED_ACTIVATION_STATUSES:
         _child_settled(run, activation)
     if activation.kind in {"step", "plan"}:  # only workflows create these
-        from workflows_app.services import workflow_activation_settled
-
-        workflow_activation_settled(run=run, activation=activation, tier=tier, meta=meta or {}, failure=failure,
-                                    ladder=ladder or [], escalation=escalation)
+        RUN_HOOKS.activation_settled(run=run, activation=activation, tier=tier, meta=meta or {}, failure=failure,
+                                     ladder=ladder or [], escalation=escalation)
 
 
 CHILD_KINDS = frozenset({"spawn", "delegate"})

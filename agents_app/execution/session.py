@@ -29,19 +29,19 @@ from agents_app.execution.store import COMPACTOR_KEY, DatabaseStore, DatabaseWor
 from agents_app.execution.versions import mcp_pinned, tools_pinned
 from agents_app.kernel.context import window_for
 from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
-from agents_app.kernel.outputs import INVALID_OUTPUT, answer_check, answer_format
+from mas_core.outputs import INVALID_OUTPUT, answer_check, answer_format
 from agents_app.kernel.prompt import build_messages, build_system_prompt
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
 from agents_app.llm.pricing import usage_cost
 from agents_app.llm.registry import Resolved
 from agents_app.llm.scripted import MemoryCursor
-from agents_app.llm.types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall
+from mas_core.llm_types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall
 from agents_app.money import money_str
 from agents_app.models import Activation, Run, Session, Team
-from agents_app.specs import CustomToolSpec
-from agents_app.runner import db
-from mas_project import telemetry
-from mas_project.logs import bind
+from tools_app.specs import CustomToolSpec
+from mas_core.runner import db
+from mas_core import telemetry
+from mas_core.logs import bind
 from agents_app.skills import skill_text, skills_for, skills_section
 from memory_app.cache import cached_model
 from tools_app.catalog import BUILTIN_TOOLS
@@ -67,7 +67,7 @@ class ModelHandle:
     resolved: Resolved
     tier: str
     cursor: MemoryCursor | None = None
-    span: Any = None  # the session's trace span, when tracing is on (mas_project.telemetry)
+    span: Any = None  # the session's trace span, when tracing is on (mas_core.telemetry)
 
     @property
     def model(self) -> str:

@@ -26,12 +26,12 @@ from django.db import connections
 from django.utils import timezone
 
 from agents_app.execution.journal import Journal, Staged
-from agents_app.execution.eventlog import INSERT_NUMBERED, Entry, entry, events_param, payloads, push_bounded
+from mas_core.eventlog import INSERT_NUMBERED, Entry, entry, events_param, payloads, push_bounded
 from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.kernel.loop import PolicyDenied, SessionState
 from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Run, Session
-from agents_app.runner import db
+from mas_core.runner import db
 
 logger = logging.getLogger(__name__)
 

@@ -130,7 +130,7 @@ def test_superuser_sees_every_team(runs):
 
 
 def test_outsider_sees_no_runs(runs):
-    from agents_app.services import user_create
+    from mas_core.teams import user_create
 
     outsider = user_create(username="outsider", password="pw-for-tests-1")
     outsider.is_staff = True

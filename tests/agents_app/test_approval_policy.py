@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from agents_app.approvals.policy import entries_check, policy_rules, rule_for
 from agents_app.approvals.services import request_data
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.markdown import DefinitionError
-from agents_app.definitions.services import definition_parse
+from agents_app.kinds import AGENT
+from mas_core.definitions.markdown import DefinitionError
+from mas_core.definitions.services import definition_parse
 from agents_app.models import ApprovalRequest
 
 

@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agents_app import consumers
-from agents_app.execution.eventlog import event_append
+from mas_core.eventlog import event_append
 from agents_app.models import Event, Run
 from mas_project.asgi import application
 
@@ -252,7 +252,7 @@ def test_pushes_that_arrive_out_of_order_are_put_back_in_order_without_reading_t
     from channels.layers import get_channel_layer
 
     monkeypatch.setattr(consumers.Room, "SETTLE_S", 60)  # no quiet-time read in between
-    from agents_app.events import event_to_dict, run_group
+    from mas_core.events import event_to_dict, run_group
 
     _, token = member
     run = make_run(team_a)
@@ -393,7 +393,7 @@ def test_the_run_list_hears_of_its_own_teams_runs_only(team_a, team_b, member):
 
 def test_the_run_list_needs_a_team_the_user_is_in(team_a, team_b, make_member):
     user = make_member(team_a, role="viewer")
-    from agents_app.services import membership_set
+    from mas_core.teams import membership_set
 
     membership_set(team=team_b, user=user, role="viewer")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents_app.definitions.kinds import PROVIDER
+from agents_app.kinds import PROVIDER
 from agents_app.execution.escalation import Rung, ladder_position, next_rung, next_tier
 from agents_app.execution.services import run_start
 from agents_app.models import Session

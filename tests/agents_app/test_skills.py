@@ -3,8 +3,8 @@
 from agents_app.execution.journal import session_messages
 import pytest
 
-from agents_app.definitions.kinds import SKILL
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import SKILL
+from mas_core.definitions.services import definition_parse, definition_save
 from agents_app.skills import skill_text, skills_for, skills_section
 
 pytestmark = [pytest.mark.django_db(transaction=True)]

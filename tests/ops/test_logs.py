@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from mas_project.logs import ContextFilter, JsonFormatter, bind, log_context
+from mas_core.logs import ContextFilter, JsonFormatter, bind, log_context
 
 
 def test_a_json_line_carries_the_bound_ids_and_the_call_s_extra_fields():

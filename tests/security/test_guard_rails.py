@@ -23,8 +23,8 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
 from agents_app.execution.services import run_start
 from agents_app.models import Event, Run
 from tools_app.catalog import BUILTIN_TOOLS, SAFE_DEFAULT_TOOLS

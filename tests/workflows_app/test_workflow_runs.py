@@ -4,7 +4,9 @@ import time
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT, PROVIDER, WORKFLOW
+from agents_app.kinds import AGENT, PROVIDER
+
+from workflows_app.kinds import WORKFLOW
 from agents_app.execution.services import RunError, run_cancel
 from agents_app.models import Activation, Agent, Event, Run, Session
 from agents_app.money import money_str

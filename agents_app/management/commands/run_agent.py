@@ -18,7 +18,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from agents_app.events import event_to_dict
+from mas_core.events import event_to_dict
 from agents_app.execution.services import RunError, run_start
 from agents_app.llm.scripted import validate_script
 from agents_app.models import Agent, Event, Run, Session, Team, WorkspaceFile
@@ -211,7 +211,9 @@ class Command(BaseCommand):
 
     def _check_worker(self, wait: float) -> None:
         """A worker must consume the task queue, or the run would wait forever."""
-        from mas_project.celery import app
+        # The project's Celery app (mas_project/__init__.py loads it with the settings), not imported: the
+        # composition root sits above every app.
+        from celery import current_app as app
 
         queue = settings.CELERY_TASK_DEFAULT_QUEUE
         try:
