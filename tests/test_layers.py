@@ -63,3 +63,27 @@ def test_one_import_back_up_breaks_a_contract(tmp_path, module, line, contract, 
     assert f"{contract} BROKEN" in result.stdout
     broken = result.stdout.split("Broken contracts", 1)[1]
     assert f"- {named} (l." in broken
+
+
+def test_make_test_lints_imports_before_pytest():
+    """README, "Layers": ``make test`` runs lint-imports before pytest."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert recipe.index("$(BIN)/lint-imports") < recipe.index("$(BIN)/python -m pytest")
+
+
+def test_the_higher_layers_fill_the_hooks_at_start_up():
+    """README, "Layers": kinds registered by their apps; workflows_app fills the run hooks and channel listeners."""
+    from agents_app.execution.hooks import RUN_HOOKS
+    from mas_core.definitions.kinds import KINDS
+    from mas_core.hooks import CHANNEL_PUBLISHED
+    from workflows_app import services, triggers
+
+    assert [kind.name for kind in KINDS] == ["provider", "tool", "mcp", "skill", "agent", "workflow", "eval"]
+    assert [kind.model_label.split(".")[0] for kind in KINDS] == [
+        "agents_app", "tools_app", "tools_app", "agents_app", "agents_app", "workflows_app", "evals_app"]
+    assert (RUN_HOOKS.run_finish, RUN_HOOKS.run_cancelled, RUN_HOOKS.activation_settled, RUN_HOOKS.run_steps,
+            RUN_HOOKS.run_graph) == (services.workflow_finish, services.workflow_cancelled,
+                                     services.workflow_activation_settled, services.workflow_steps,
+                                     services.workflow_graph)
+    assert CHANNEL_PUBLISHED == [triggers.channel_message_published]
