@@ -4,7 +4,7 @@ Runs, sessions, events and workspace files are written by the kernel only,
 so nobody adds or changes them here. Who sees them is decided by the role in
 the run's team (``use_model_perms = False``: the role groups carry no run
 permissions); cancelling needs the ``run`` capability (operator or admin) and
-goes through ``execution.services.run_cancel``, like the API.
+goes through ``execution.runs.run_cancel``, like the API.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from mas_core.admin_base import ReadOnlyAdmin, RunChildAdmin, change_link, team_ids
-from agents_app.execution.services import run_cancel
+from agents_app.execution.runs import run_cancel
 from agents_app.models import Activation, Event, Run, Session, WorkspaceFile
 from agents_app.models.runs import FINISHED_RUN_STATUSES
 from agents_app.money import money_display

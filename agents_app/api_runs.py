@@ -3,7 +3,7 @@
 Reading needs the ``view`` capability; starting, cancelling, archiving and
 deleting need ``run`` (operators and admins). Every lookup goes through the actor's team
 (``selectors_runs``), so another team's run — or an id that is not a UUID —
-is a 404. The work is done by ``execution.services``, as for the CLI and the
+is a 404. The work is done by ``agents_app.execution`` (``runs``, ``lifecycle``, …), as for the CLI and the
 admin.
 """
 
@@ -21,7 +21,8 @@ from mas_core.events import event_to_dict
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.housekeeping import RunBusy, run_archive, run_delete
 from agents_app.execution.replay import run_script_export
-from agents_app.execution.services import RunError, ScriptError, run_cancel, run_start
+from agents_app.execution.errors import RunError, ScriptError
+from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Agent, ModelProvider, Run
 from agents_app.models.runs import FINISHED_RUN_STATUSES
 from agents_app.money import money_str

@@ -25,9 +25,8 @@ def provider_models_sync(row, parsed) -> None:
     )
 
 
-
 PROVIDER = Kind("provider", "Model provider", "agents_app.ModelProvider", ProviderSpec, "providers", order=10,
                 after_save=provider_models_sync)
-SKILL = Kind("skill", "Skill", "agents_app.Skill", SkillSpec, "skills", keeps_unknown_keys=True, directory_per_item=True,
-             order=40)
+SKILL = Kind("skill", "Skill", "agents_app.Skill", SkillSpec, "skills", keeps_unknown_keys=True,
+             directory_per_item=True, order=40)
 AGENT = Kind("agent", "Agent", "agents_app.Agent", AgentSpec, "agents", keeps_unknown_keys=True, order=50)

@@ -25,7 +25,8 @@ from django.views.decorators.http import require_GET, require_POST
 from agents_app.api_runs import run_out
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.housekeeping import RunBusy, run_archive, run_delete
-from agents_app.execution.services import RunError, run_cancel, run_start
+from agents_app.execution.errors import RunError
+from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Agent, Run, Team
 from agents_app.models.runs import RunStatus
 from mas_core.permissions import Actor, memberships

@@ -66,7 +66,7 @@ def main() -> None:
     c.django_setup()
     c.say(f"database {c.BENCH_DB}: created and migrated in {c.database_create():.1f} s")
     c.redis_flush()
-    from agents_app.execution.services import run_start
+    from agents_app.execution.runs import run_start
     from agents_app.models import ApprovalRequest, Event, Run, Session
     from mas_core.teams import api_token_create, membership_set, user_create
 

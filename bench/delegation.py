@@ -73,7 +73,7 @@ def main() -> None:
     c.redis_flush()
     from agents_app.kinds import AGENT
     from mas_core.definitions.services import definition_parse, definition_save
-    from agents_app.execution.services import run_start
+    from agents_app.execution.runs import run_start
     from agents_app.models import Activation, Event
 
     team = c.team_with_agent(slug="delegation-bench", agent="parent")

@@ -166,7 +166,8 @@ class Event(models.Model):
     seq = models.PositiveBigIntegerField()
     type = models.CharField(max_length=40)
     agent = models.CharField(max_length=100, blank=True)
-    session = models.ForeignKey("agents_app.Session", null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    session = models.ForeignKey("agents_app.Session", null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="events")
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -152,7 +152,7 @@ def runs_settled(transactional_db):
     the flush; a test that does not wait for its run (``--no-follow``) leaves one.
     """
     yield
-    from agents_app.execution.services import run_cancel
+    from agents_app.execution.runs import run_cancel
     from agents_app.models import Activation, Run
 
     def busy() -> bool:

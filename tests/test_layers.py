@@ -45,8 +45,8 @@ def test_the_tree_keeps_its_contracts(tmp_path):
     ("memory_app/board.py", "import workflows_app.triggers  # noqa", "Layers go one way down",
      "memory_app.board -> workflows_app.triggers"),
     # the foundation reaching into the kernel.
-    ("mas_core/eventlog.py", "from agents_app.execution import services  # noqa", "Layers go one way down",
-     "mas_core.eventlog -> agents_app.execution.services"),
+    ("mas_core/eventlog.py", "from agents_app.execution import runs  # noqa", "Layers go one way down",
+     "mas_core.eventlog -> agents_app.execution.runs"),
     # tools and memory know nothing of each other (the tools catch mas_core.errors.Refused).
     ("tools_app/builtin/memory_store.py", "from memory_app.services import MemoryError  # noqa",
      "tools_app and memory_app know nothing of each other",

@@ -14,7 +14,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from mas_core.admin_base import DefinitionAdmin, DefinitionForm, team_ids
-from agents_app.execution.services import RunError
+from agents_app.execution.errors import RunError
 from workflows_app.models import Workflow
 from workflows_app.services import workflow_run_start
 from workflows_app.templates import workflow_template, workflow_templates

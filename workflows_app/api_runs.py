@@ -15,7 +15,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents_app.api_runs import READ_ERRORS, START_ERRORS, run_out
-from agents_app.execution.services import RunError, ScriptError
+from agents_app.execution.errors import RunError, ScriptError
 from agents_app.llm.scripted import validate_script
 from agents_app.models import ModelProvider
 from mas_core.permissions import Actor

@@ -263,7 +263,7 @@ class DatabaseStore:
     async def before_model_call(self, state: SessionState) -> None:
         if not self.budget:
             return
-        from agents_app.execution.services import budget_check
+        from agents_app.execution.lifecycle import budget_check
 
         await self.flush()  # the budget reads the run's totals
         reason = await db(budget_check)(run_id=self.run_id, tier=self.tier, agent=self.agent,

@@ -55,7 +55,8 @@ def definition_dependents(*, kind: Kind, team: Team, row: Definition) -> list[De
     """The definitions of ``team`` that name ``row``, in slug order."""
     found: list[Dependent] = []
     if kind.name == "agent":
-        for workflow in kind_named("workflow").model.objects.filter(team=team).only("slug", "name", "spec").order_by("slug"):
+        workflows = kind_named("workflow").model.objects.filter(team=team).only("slug", "name", "spec")
+        for workflow in workflows.order_by("slug"):
             steps = [step.get("id", "?") for step in (workflow.spec or {}).get("steps", [])
                      if isinstance(step, dict) and step.get("agent") == row.slug]
             if steps:

@@ -14,7 +14,8 @@ import pytest
 
 from agents_app.kinds import AGENT
 from mas_core.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start, workspace_write
+from agents_app.execution.runs import run_start
+from agents_app.execution.tool_requests import workspace_write
 from agents_app.models import Activation, Event, Run, Session, WorkspaceFile
 
 BAD_ID = "not-a-uuid"

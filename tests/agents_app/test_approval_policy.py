@@ -84,7 +84,7 @@ def test_beat_and_every_workers_sweep_give_an_overdue_request_its_default(team_a
     from datetime import timedelta
 
     from agents_app.execution.recovery import Sweep, recovery_sweep
-    from agents_app.execution.services import run_start
+    from agents_app.execution.runs import run_start
     from agents_app.models import Event, Session
     from tests.runs import agent
 

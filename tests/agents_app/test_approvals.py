@@ -16,7 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from agents_app.approvals.services import approvals_expire
-from agents_app.execution.services import run_cancel, run_start
+from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Activation, ApprovalRequest, Run, Session, WorkspaceFile
 from tests.runs import agent, call, events, finish, wait_until
 

@@ -3,7 +3,7 @@
 import pytest
 
 from workflows_app.kinds import WORKFLOW
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.models import WorkspaceFile
 from tests.runs import agent, call, define, events, finish
 from workflows_app.services import workflow_run_start

@@ -13,7 +13,7 @@ from agents_app.kinds import AGENT, PROVIDER
 from tools_app.kinds import MCP, TOOL
 from agents_app.execution.compaction import SUMMARY_SYSTEM
 from agents_app.execution.journal import session_messages
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.kernel.context import SUMMARY_PREFIX
 from agents_app.models import Run, Session, SessionEntry, Team, WorkspaceFile
 from tests.agents_app.llm.fake_servers import FakeServer, json_reply, openai_stream, sse

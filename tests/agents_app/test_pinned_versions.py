@@ -13,7 +13,7 @@ from agents_app.kinds import SKILL
 
 from tools_app.kinds import MCP, TOOL
 from mas_core.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.execution.versions import VersionMissing, definitions_pinned, mcp_pinned
 from agents_app.models import Agent, DefinitionVersion, Event, Run, Session
 from tests.runs import agent, call, define, events, finish, wait_until

@@ -56,7 +56,7 @@ def test_skill_load_orders_references_and_names_what_is_wrong(team_a):
 
 @pytest.mark.worker
 def test_an_agent_gets_its_skills_in_the_prompt_and_loads_one(team_a, celery_worker_process):
-    from agents_app.execution.services import run_start
+    from agents_app.execution.runs import run_start
     from agents_app.models import Session
     from tests.runs import agent, events, finish
 

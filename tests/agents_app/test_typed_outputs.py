@@ -13,7 +13,7 @@ from agents_app.kinds import AGENT
 
 from workflows_app.kinds import WORKFLOW
 from mas_core.definitions.markdown import DefinitionError
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.models import Activation, Agent, Session
 from tests.runs import agent, define, events, finish
 from workflows_app.services import workflow_run_start, workflow_steps

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from evals_app.kinds import EVAL
 from evals_app.models import EvalDataset, EvalRun
 from tests.evals_app.test_eval_runs import DATASET, eval_done

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agents_app.kinds import PROVIDER
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.models import Run, Session
 from evals_app.kinds import EVAL
 from evals_app.models import EvalDataset, EvalRun

@@ -25,7 +25,7 @@ ROOT = Path(settings.BASE_DIR)
 SEED = """
 from agents_app.kinds import AGENT
 from mas_core.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from mas_core.teams import team_create
 
 team = team_create(slug="pg", defs_dir="{defs}")

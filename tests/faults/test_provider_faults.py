@@ -8,7 +8,7 @@ import pytest
 
 from agents_app.kinds import AGENT, PROVIDER
 from mas_core.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.models import Session, WorkspaceFile
 from tests.agents_app.llm.fake_servers import (
     FakeServer,

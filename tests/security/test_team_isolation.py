@@ -572,7 +572,7 @@ def test_an_agents_tools_reach_nothing_of_another_team(team_a, team_b, celery_wo
 
     from agents_app.kinds import AGENT
     from mas_core.definitions.services import definition_parse, definition_save
-    from agents_app.execution.services import run_start
+    from agents_app.execution.runs import run_start
     from agents_app.models import Event, Run, WorkspaceFile
     from memory_app.models import BlackboardEntry, Channel, ChannelMessage
 

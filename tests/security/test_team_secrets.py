@@ -20,7 +20,7 @@ from agents_app.kinds import PROVIDER
 
 from tools_app.kinds import MCP
 from mas_core.definitions.storage import team_defs_dir
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.execution.session import model_resolve
 from mas_core.llm_types import ProviderError
 from agents_app.models import DefinitionVersion, ModelProvider

@@ -20,7 +20,8 @@ from tools_app.kinds import MCP, TOOL
 
 from workflows_app.kinds import WORKFLOW
 from mas_core.definitions.storage import team_defs_dir
-from agents_app.execution.services import run_start, workspace_write
+from agents_app.execution.runs import run_start
+from agents_app.execution.tool_requests import workspace_write
 from agents_app.models import ApprovalRequest, Session, Team
 from evals_app.kinds import EVAL
 from memory_app.models import BlackboardEntry, CachedResponse, Channel, ChannelMessage, Subscription

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from tools_app.kinds import MCP
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from tests.runs import agent, call, define, events, finish
 from tests.tools_app.mcp_servers.launch import SERVER, free_port, serve
 from tools_app.mcp.services import mcp_server_approve, mcp_server_test

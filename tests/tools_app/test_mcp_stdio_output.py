@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tools_app.kinds import MCP
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.models import Event
 from tests.runs import agent, define, events, finish, wait_until
 

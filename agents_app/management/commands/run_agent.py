@@ -1,6 +1,6 @@
 """``manage.py run_agent <slug> "<task>"``: start a run and follow it live from a terminal.
 
-The run starts through ``execution.services.run_start`` (the same path as
+The run starts through ``execution.runs.run_start`` (the same path as
 the API); its events are read back from the database every ~0.2 s and
 printed one line each, then a summary. Exit codes: 0 succeeded, 1 failed
 (or could not start), 2 cancelled, 3 still running when ``--timeout`` ran out.
@@ -19,7 +19,8 @@ from django.core.management.base import BaseCommand, CommandError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from mas_core.events import event_to_dict
-from agents_app.execution.services import RunError, run_start
+from agents_app.execution.errors import RunError
+from agents_app.execution.runs import run_start
 from agents_app.llm.scripted import validate_script
 from agents_app.models import Agent, Event, Run, Session, Team, WorkspaceFile
 from agents_app.models.runs import FINISHED_RUN_STATUSES
