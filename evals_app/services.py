@@ -20,7 +20,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents_app.kinds import AGENT
-from agents_app.execution.services import RunError, run_cancel, run_start
+from agents_app.execution.errors import RunError
+from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Agent, DefinitionVersion, Run, Team, WorkspaceFile
 from agents_app.models.runs import FINISHED_RUN_STATUSES
 from agents_app.selectors_runs import run_duration_s
