@@ -34,7 +34,9 @@ demo: setup
 	$(BIN)/python manage.py run_workflow research-and-review --team demo \
 	  --input "topic=$(DEMO_TOPIC)" --base-url http://127.0.0.1:8000
 
+# Dependencies go one way (pyproject.toml, [tool.importlinter]): checked before the tests run.
 test: setup browser sandbox
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The monitor's browser test drives Debian's Chromium (Playwright's own download is not used).

@@ -1,6 +1,6 @@
 """Admin of teams, members, tokens and the definitions kept in this app.
 
-Every admin here is team scoped (see :mod:`agents_app.admin_base`); writes go
+Every admin here is team scoped (see :mod:`mas_core.admin_base`); writes go
 through the services the API uses.
 """
 
@@ -13,9 +13,9 @@ from django.db.models import Count, Q
 from django.utils.html import format_html, format_html_join
 
 from agents_app.admin_agent_form import AgentForm
-from agents_app.admin_base import DefinitionAdmin, ReadOnlyTeamAdmin, TeamScopedAdmin, team_ids, teams_with
-from agents_app.admin_fields_editor import FieldsEditorAdmin
-from agents_app.definitions import storage
+from mas_core.admin_fields_editor import FieldsEditorAdmin
+from mas_core.admin_base import DefinitionAdmin, ReadOnlyTeamAdmin, TeamScopedAdmin, team_ids, teams_with
+from mas_core.definitions import storage
 from agents_app.models import (
     ROLE_CAPABILITIES,
     Agent,
@@ -28,7 +28,7 @@ from agents_app.models import (
     Team,
 )
 from agents_app.money import money_display
-from agents_app.services import (
+from mas_core.teams import (
     api_token_create,
     api_token_revoke,
     membership_add,

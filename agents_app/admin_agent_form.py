@@ -3,7 +3,7 @@
 The form composes the markdown from its fields (keys it has no field for —
 custom tools, examples, output schema, unknown keys — are kept as they were)
 and saves it through the same path as the markdown editor (see
-:mod:`agents_app.admin_fields_editor`, shared with the workflow form). The
+:mod:`mas_core.admin_fields_editor`, shared with the workflow form). The
 prompt has a markdown preview beside it (``mas_admin/markdown_preview.js``).
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 from django import forms
 from django.utils.html import format_html
 
-from agents_app.admin_base import teams_with
-from agents_app.admin_fields_editor import FieldsEditorForm, spec_get, spec_set
-from agents_app.definitions.markdown import DefinitionError
+from mas_core.admin_fields_editor import FieldsEditorForm, spec_get, spec_set
+from mas_core.admin_base import teams_with
+from mas_core.definitions.markdown import DefinitionError
 from agents_app.models import ProviderModel, Skill, Team
 from tools_app.builtin import BUILTIN_TOOL_CLASSES
 from tools_app.catalog import BUILTIN_TOOLS, SAFE_DEFAULT_TOOLS

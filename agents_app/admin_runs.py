@@ -4,7 +4,7 @@ Runs, sessions, events and workspace files are written by the kernel only,
 so nobody adds or changes them here. Who sees them is decided by the role in
 the run's team (``use_model_perms = False``: the role groups carry no run
 permissions); cancelling needs the ``run`` capability (operator or admin) and
-goes through ``execution.services.run_cancel``, like the API.
+goes through ``execution.runs.run_cancel``, like the API.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
 
-from agents_app.admin_base import ReadOnlyTeamAdmin, team_ids
-from agents_app.execution.services import run_cancel
+from mas_core.admin_base import ReadOnlyAdmin, RunChildAdmin, change_link, team_ids
+from agents_app.execution.runs import run_cancel
 from agents_app.models import Activation, Event, Run, Session, WorkspaceFile
 from agents_app.models.runs import FINISHED_RUN_STATUSES
 from agents_app.money import money_display
@@ -28,11 +28,6 @@ def pretty_json(value) -> str:
         return "—"
     return format_html("<pre style='white-space: pre-wrap; margin: 0'>{}</pre>",
                        json.dumps(value, indent=2, ensure_ascii=False, default=str))
-
-
-def change_link(model: str, pk) -> str:
-    """A link to one row's admin page, labelled with the start of its id."""
-    return format_html("<a href='{}'>{}</a>", reverse(f"admin:agents_app_{model}_change", args=[pk]), str(pk)[:8])
 
 
 @admin.display(description="Cost", ordering="cost_usd")
@@ -48,25 +43,6 @@ def monitor_link(run_id) -> str:
 def changelist_link(model: str, text: str, **params) -> str:
     query = "&".join(f"{key}={value}" for key, value in params.items())
     return format_html("<a href='{}?{}'>{}</a>", reverse(f"admin:agents_app_{model}_changelist"), query, text)
-
-
-class ReadOnlyAdmin(ReadOnlyTeamAdmin):
-    """Rows the kernel writes: viewed by team members by role, never added or changed here."""
-
-    use_model_perms = False
-
-
-class RunChildAdmin(ReadOnlyAdmin):
-    """Sessions, events and files: their team is their run's."""
-
-    team_lookup = "run__team"
-
-    @admin.display(description="Run")
-    def run_link(self, obj):
-        return change_link("run", obj.run_id)
-
-    def team_id_of(self, obj) -> int:
-        return obj.run.team_id
 
 
 class ReadOnlyInline(admin.TabularInline):

@@ -27,9 +27,9 @@ from agents_app.approvals.services import (
     team_approvals_update,
 )
 from agents_app.models import ApprovalRequest, Team
-from agents_app.permissions import Actor
-from agents_app.schemas import error_responses
-from mas_project.api_auth import api_auth
+from mas_core.permissions import Actor
+from mas_core.schemas import error_responses
+from mas_core.api_auth import api_auth
 
 router = Router(tags=["approvals"])
 read, operate, manage = api_auth("view"), api_auth("run"), api_auth("manage")

@@ -3,7 +3,7 @@
 Reading needs the ``view`` capability; starting, cancelling, archiving and
 deleting need ``run`` (operators and admins). Every lookup goes through the actor's team
 (``selectors_runs``), so another team's run — or an id that is not a UUID —
-is a 404. The work is done by ``execution.services``, as for the CLI and the
+is a 404. The work is done by ``agents_app.execution`` (``runs``, ``lifecycle``, …), as for the CLI and the
 admin.
 """
 
@@ -17,15 +17,17 @@ from ninja import Query, Router, Status
 from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import BaseModel, Field
 
-from agents_app.events import event_to_dict
+from mas_core.events import event_to_dict
+from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.housekeeping import RunBusy, run_archive, run_delete
 from agents_app.execution.replay import run_script_export
-from agents_app.execution.services import RunError, ScriptError, run_cancel, run_start
+from agents_app.execution.errors import RunError, ScriptError
+from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Agent, ModelProvider, Run
 from agents_app.models.runs import FINISHED_RUN_STATUSES
 from agents_app.money import money_str
-from agents_app.permissions import Actor
-from agents_app.schemas import error_responses
+from mas_core.permissions import Actor
+from mas_core.schemas import error_responses
 from agents_app.schemas_runs import (
     EventOut,
     FileContentOut,
@@ -48,8 +50,8 @@ from agents_app.selectors_runs import (
     run_get,
     run_tree,
 )
-from mas_project import ratelimit
-from mas_project.api_auth import api_auth
+from mas_core import ratelimit
+from mas_core.api_auth import api_auth
 
 router = Router(tags=["runs"])
 read, operate = api_auth("view"), api_auth("run")
@@ -87,7 +89,6 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
     }
     if detail:
         from memory_app.cache import run_cache_counts
-        from workflows_app.services import workflow_steps
 
         data["totals"] |= run_cache_counts(run_id=run.id)
         data |= {
@@ -99,7 +100,7 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
             "versions": run.versions,
             "uses_script": run.script is not None,
             "activations": [_activation_out(activation) for activation in run_tree(run=run)],
-            "steps": workflow_steps(run),
+            "steps": RUN_HOOKS.run_steps(run),
         }
     return data
 

@@ -8,7 +8,12 @@ class AgentsAppConfig(AppConfig):
 
     def ready(self) -> None:
         from agents_app.approvals import panel  # noqa: F401  (the dashboard's pending approvals)
-        from agents_app.services import role_groups_sync
+        from agents_app.kinds import AGENT, PROVIDER, SKILL
+        from mas_core.definitions.kinds import register_kind
+        from mas_core.teams import role_groups_sync
+
+        for kind in (PROVIDER, SKILL, AGENT):
+            register_kind(kind)
 
         # After every app's migrations: the groups need the permissions of
         # tools_app and workflows_app models too. Safe to run repeatedly.

@@ -54,7 +54,7 @@ def skills_for(*, team_id: int, names: list[str], run=None) -> list[SkillDoc]:
 
 
 def _skills_pinned(run, names: list[str]) -> list[SkillDoc]:
-    from agents_app.definitions.kinds import SKILL
+    from agents_app.kinds import SKILL
     from agents_app.execution.versions import definitions_pinned, pins_record
 
     rows = {row.slug: row for row in Skill.objects.filter(team_id=run.team_id)}

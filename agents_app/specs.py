@@ -7,54 +7,20 @@ definition is valid or not in the same way whichever way it arrives.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
-    StringConstraints,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from agents_app.kernel.outputs import schema_problem
-from mas_project.netpolicy import private_url_refusal
-from mas_project.secrets import env_refusal
-from tools_app.catalog import BUILTIN_TOOLS, TOOL_NAME_RE
-
-TIERS = ("small", "medium", "large")
-Tier = Literal["small", "medium", "large"]
-Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
-
-
-def check_model_ref(value: str | None) -> str | None:
-    """A model is ``provider:model`` (``openai:gpt-4.1-mini``) or a tier name."""
-    if value is None or value in TIERS:
-        return value
-    provider, _, model = value.partition(":")
-    if not provider.strip() or not model.strip():
-        raise ValueError(f"must be provider:model (e.g. openai:gpt-4.1-mini) or a tier ({', '.join(TIERS)})")
-    return value
-
-
-ModelRef = Annotated[str, AfterValidator(check_model_ref)]
-MAX_LADDER = 8
-
-
-def checked_schema(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """An output schema, checked against its draft's meta-schema and the size and depth bounds."""
-    problem = schema_problem(value) if value is not None else None
-    if problem:
-        raise ValueError(problem)
-    return value
-
+from mas_core.netpolicy import private_url_refusal
+from mas_core.secrets import env_refusal
+from mas_core.specs import MAX_LADDER, TIERS, ModelRef, Name, Strict, Tier, checked_schema
+from tools_app.catalog import BUILTIN_TOOLS
+from tools_app.specs import CustomToolSpec
 
 class AgentLimits(Strict):
     max_steps: int = Field(default=20, ge=1, le=1000)
@@ -81,38 +47,6 @@ class AgentExample(Strict):
     task: str
     approach: str = ""
     outcome: str = ""
-
-
-class ToolParameter(Strict):
-    type: Literal["string", "integer", "number", "boolean", "array", "object"] = "string"
-    description: str = ""
-    required: bool = True
-    enum: list[Any] | None = None
-
-
-class CustomToolSpec(Strict):
-    """A tool that runs a worker agent on a filled prompt template (SPEC §3.2)."""
-
-    name: Name
-    description: str = ""
-    parameters: dict[str, ToolParameter] = Field(default_factory=dict)
-    prompt: str
-    model: ModelRef | None = None
-    result_schema: dict[str, Any] | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _tool_name(cls, value: str) -> str:
-        if not TOOL_NAME_RE.match(value):
-            raise ValueError("must match ^[a-zA-Z0-9_-]{1,64}$ to be valid for every model provider")
-        return value
-
-    def template_warnings(self) -> list[str]:
-        """Template variables ``{{x}}`` with no parameter of that name."""
-        import re
-
-        used = set(re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}", self.prompt))
-        return [f"prompt uses {{{{{name}}}}} but no parameter is named {name!r}" for name in sorted(used - set(self.parameters))]
 
 
 class AgentSpec(Strict):

@@ -2,14 +2,14 @@
 
 ``execute_activation`` is acks-late and rejected when its worker is lost, so
 a killed worker's session is delivered again; claiming it resumes from the
-last checkpoint (see ``services.session_begin``).
+last checkpoint (see ``lifecycle.session_begin``).
 """
 
 from celery import shared_task
 
-from agents_app.execution import services
+from agents_app.execution.runs import run_dispatch
 from agents_app.execution.recovery import recovery_sweep
-from agents_app.runner import db, runner
+from mas_core.runner import db, runner
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -22,7 +22,7 @@ def execute_activation(activation_id: str) -> None:
 @shared_task(ignore_result=True)
 def dispatch_run(run_id: str) -> None:
     # Database work of the worker goes through the loop's bounded thread pool.
-    runner.run(db(services.run_dispatch)(run_id=run_id))
+    runner.run(db(run_dispatch)(run_id=run_id))
 
 
 @shared_task(ignore_result=True)

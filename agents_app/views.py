@@ -23,11 +23,13 @@ from django.utils.http import content_disposition_header, url_has_allowed_host_a
 from django.views.decorators.http import require_GET, require_POST
 
 from agents_app.api_runs import run_out
+from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.housekeeping import RunBusy, run_archive, run_delete
-from agents_app.execution.services import RunError, run_cancel, run_start
+from agents_app.execution.errors import RunError
+from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Agent, Run, Team
 from agents_app.models.runs import FINISHED_RUN_STATUSES, RunStatus
-from agents_app.permissions import Actor, memberships
+from mas_core.permissions import Actor, memberships
 from agents_app.selectors_runs import SEARCH_MAX_CHARS, TRIGGERS, file_size, run_file_get, run_files, run_filter, run_get
 
 RUNS_PER_PAGE = 25
@@ -155,7 +157,7 @@ def run_page(request: HttpRequest, run_id: str) -> HttpResponse:
              for file in run_files(run=run)]
     return render(request, "monitor/run.html", {
         "actor": actor, "run": detail, "can_cancel": actor.can("run") and run.status in {"queued", "running", "waiting"},
-        "workflow": _workflow_graph(run), "files": files, "can_run": actor.can("run"), "can_decide": actor.can("run"),
+        "workflow": RUN_HOOKS.run_graph(run), "files": files, "can_run": actor.can("run"), "can_decide": actor.can("run"),
         # "Save as eval case" (POST /api/runs/<id>/eval-case): editors, once the run has finished.
         "can_save_case": actor.can("edit"), "finished": run.status in FINISHED_RUN_STATUSES,
         "clock": {"started_at": run.started_at.isoformat() if run.started_at else None,
@@ -226,22 +228,3 @@ def run_file_view(request: HttpRequest, run_id: str, path: str) -> HttpResponse:
     return response
 
 
-def _workflow_graph(run: Run) -> dict | None:
-    """The steps and dependencies the run executes (for its DAG), when it is a workflow's or a planner's.
-
-    The run's own copy of its steps when it has one (a plan, or the workflow as it was when the run
-    started), else the team's workflow of that slug.
-    """
-    from workflows_app.models import Workflow, WorkflowRun
-
-    flow = WorkflowRun.objects.filter(run_id=run.id).select_related("workflow").first()
-    row = flow.workflow if flow else Workflow.objects.filter(team_id=run.team_id, slug=run.workflow).first()
-    if flow is None and (row is None or not run.workflow):
-        return None
-    spec = flow.spec if flow else row.spec
-    name = row.spec.get("name", run.workflow) if row else f"plan by {run.agent}"
-    return {"name": name,
-            "steps": [{"id": s["id"], "agent": s.get("agent", ""), "depends_on": s.get("depends_on", [])}
-                      for s in spec.get("steps", [])],
-            "loops": [{"steps": loop["steps"], "until": loop.get("until"), "max_rounds": loop["max_rounds"]}
-                      for loop in spec.get("loops", [])]}

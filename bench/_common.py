@@ -185,9 +185,9 @@ def django_setup() -> None:
 
 
 def team_with_agent(*, slug: str, agent: str, frontmatter: str = "") -> object:
-    from agents_app.definitions.kinds import AGENT
-    from agents_app.definitions.services import definition_parse, definition_save
-    from agents_app.services import team_create
+    from agents_app.kinds import AGENT
+    from mas_core.definitions.services import definition_parse, definition_save
+    from mas_core.teams import team_create
 
     team = team_create(slug=slug, name=slug, defs_dir=str(Path(ENV["MAS_DEFS_ROOT"]) / slug))
     text = f"---\nname: {agent}\n{frontmatter}---\n\nYou work.\n"

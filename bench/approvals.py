@@ -66,9 +66,9 @@ def main() -> None:
     c.django_setup()
     c.say(f"database {c.BENCH_DB}: created and migrated in {c.database_create():.1f} s")
     c.redis_flush()
-    from agents_app.execution.services import run_start
+    from agents_app.execution.runs import run_start
     from agents_app.models import ApprovalRequest, Event, Run, Session
-    from agents_app.services import api_token_create, membership_set, user_create
+    from mas_core.teams import api_token_create, membership_set, user_create
 
     team = c.team_with_agent(slug="approvals-bench", agent="clerk",
                              frontmatter="tools: [vfs_write]\napproval: [vfs_write]\n")

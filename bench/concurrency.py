@@ -102,7 +102,7 @@ def level(team, sessions: int, *, concurrency: int, db_threads: int, workers: in
     import psutil
     from django.db import transaction
 
-    from agents_app.execution.services import run_start
+    from agents_app.execution.runs import run_start
     from agents_app.models import Event
 
     pool = [c.Worker(concurrency=concurrency, db_threads=db_threads).start() for _ in range(workers)]

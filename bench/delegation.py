@@ -71,9 +71,9 @@ def main() -> None:
     c.django_setup()
     c.say(f"database {c.BENCH_DB}: created and migrated in {c.database_create():.1f} s")
     c.redis_flush()
-    from agents_app.definitions.kinds import AGENT
-    from agents_app.definitions.services import definition_parse, definition_save
-    from agents_app.execution.services import run_start
+    from agents_app.kinds import AGENT
+    from mas_core.definitions.services import definition_parse, definition_save
+    from agents_app.execution.runs import run_start
     from agents_app.models import Activation, Event
 
     team = c.team_with_agent(slug="delegation-bench", agent="parent")

@@ -33,7 +33,7 @@ def main() -> None:
     from schemathesis.checks import not_a_server_error
     from schemathesis.specs.openapi.checks import response_schema_conformance
 
-    from agents_app.services import api_token_create, membership_set, user_create
+    from mas_core.teams import api_token_create, membership_set, user_create
     from agents_app.tasks import dispatch_run, execute_activation
 
     execute_activation.delay = lambda *a, **k: None  # nothing executes: no worker here

@@ -146,7 +146,7 @@ def plain(sessions: int, steps: int, *, together: bool) -> dict:
 
 
 def worker_runs(team, sessions: int, steps: int, *, together: bool) -> tuple[list, float]:
-    from agents_app.execution.services import run_start
+    from agents_app.execution.runs import run_start
 
     started = time.perf_counter()
     ids = []

@@ -116,7 +116,7 @@ def main() -> None:
     c.redis_flush()
     (c.ROOT / "var" / "log").mkdir(parents=True, exist_ok=True)
     from agents_app.models import Event
-    from agents_app.services import api_token_create, membership_set, user_create
+    from mas_core.teams import api_token_create, membership_set, user_create
 
     team = c.team_with_agent(slug="bench-load", agent="worker")
     user = user_create(username="bench-load")

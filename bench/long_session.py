@@ -64,7 +64,7 @@ def session_rows(team, label: str):
 async def one_session(store_class, run, session, *, steps: int, result_bytes: int) -> dict:
     from agents_app.kernel.loop import SessionConfig, SessionState, ToolResult, run_session
     from agents_app.kernel.results import Limits
-    from agents_app.llm.types import Message, ModelResponse, ToolCall, Usage
+    from mas_core.llm_types import Message, ModelResponse, ToolCall, Usage
 
     store = store_class(run_id=run.id, session_id=session.id, agent="reader", tier="", cursor=None, budget={},
                         team_id=run.team_id)
@@ -127,7 +127,7 @@ def main() -> None:
     c.say(f"database {c.BENCH_DB}: created and migrated in {c.database_create():.1f} s")
     figures = {}
     try:
-        from agents_app.services import team_create
+        from mas_core.teams import team_create
 
         team = team_create(slug="bench-long", name="bench-long", defs_dir=str(Path(c.ENV["MAS_DEFS_ROOT"]) / "bench-long"))
         for name, store_class in stores().items():

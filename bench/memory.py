@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory in pgvector: embedding throughput, inserts, filtered search latency, recall and rows returned.
 
-1. embeddings: ``memory_app.embeddings.embed`` against sentence-transformers'
+1. embeddings: ``mas_core.embeddings.embed`` against sentence-transformers'
    ``encode`` called directly on the same model and batch (the ratio is the
    engine's overhead);
 2. inserts: ``memory_store`` one by one (embedding included) and bulk rows
@@ -84,9 +84,9 @@ def exact_ids(team_id: int, agent: str, vector: list[float], k: int) -> list[int
 def cache_section(texts: list[str], vectors: list[list[float]], queries: int,
                   conversations: int = 200, per_conversation: int = 50) -> None:
     """4. Semantic cache lookups: repeated requests hit, new ones miss; embedding the last message included."""
-    from agents_app.llm.types import Message, ModelRequest
+    from mas_core.llm_types import Message, ModelRequest
     from memory_app.cache import CachedResponse, cache_lookup, request_key
-    from memory_app.embeddings import embed
+    from mas_core.embeddings import embed
 
     team = c.team_with_agent(slug="bench-cache", agent="agent-0")
 
@@ -138,7 +138,7 @@ def main() -> None:
     c.django_setup()
     c.say(f"database {c.BENCH_DB}: created and migrated in {c.database_create():.1f} s; server {c.server_settings()}")
     try:
-        from memory_app import embeddings
+        from mas_core import embeddings
         from memory_app.selectors import _visible, _vector_leg, memory_search
         from memory_app.services import memory_store
 

@@ -50,8 +50,9 @@ def main() -> None:
     c.django_setup()
     c.say(f"database {c.BENCH_DB}: created and migrated in {c.database_create():.1f} s")
     c.redis_flush()
-    from agents_app.definitions.kinds import AGENT, WORKFLOW
-    from agents_app.definitions.services import definition_parse, definition_save
+    from agents_app.kinds import AGENT
+    from workflows_app.kinds import WORKFLOW
+    from mas_core.definitions.services import definition_parse, definition_save
     from workflows_app.services import workflow_run_start
 
     team = c.team_with_agent(slug="wf-bench", agent="a")

@@ -121,7 +121,7 @@ def start_daphne(port: int) -> subprocess.Popen:
 def commit(run_id, count: int, committed: dict[int, float], data: dict) -> None:
     from django.db import transaction
 
-    from agents_app.execution.eventlog import entry, events_append
+    from mas_core.eventlog import entry, events_append
 
     with transaction.atomic():
         stamps: list[int] = []
@@ -170,7 +170,7 @@ def main() -> None:
     c.say("ws_fanout: events committed -> received over /ws/runs/<id>/ (daphne, Redis channel layer)")
     c.say(f"machine {c.machine()}, {c.now_utc()}, load average {c.os.getloadavg()[0]:.2f}")
     c.django_setup()
-    from agents_app.runner import runner
+    from mas_core.runner import runner
 
     runner.loop()  # pushes go through the session loop, as in a worker (not a new loop per push)
     c.say(f"database {c.BENCH_DB}: created and migrated in {c.database_create():.1f} s")
@@ -180,7 +180,7 @@ def main() -> None:
     server = start_daphne(port)
     try:
         from agents_app.models import Run
-        from agents_app.services import api_token_create, membership_set, user_create
+        from mas_core.teams import api_token_create, membership_set, user_create
 
         team = c.team_with_agent(slug="bench-ws", agent="bench")
         user = user_create(username="bench-ws")

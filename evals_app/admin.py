@@ -14,7 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from agents_app.admin_base import DefinitionAdmin, ReadOnlyTeamAdmin, team_ids
+from mas_core.admin_base import DefinitionAdmin, ReadOnlyTeamAdmin, team_ids
 from agents_app.models import Run
 from agents_app.selectors_runs import run_get
 from evals_app.cases import eval_case_save

@@ -14,16 +14,16 @@ from django.http import Http404
 from ninja import Router, Status
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents_app.api import add_definition_routes, definition_out
-from agents_app.permissions import Actor
-from agents_app.schemas import error_responses
+from mas_core.api_definitions import add_definition_routes, definition_out
+from mas_core.permissions import Actor
+from mas_core.schemas import error_responses
 from agents_app.selectors_runs import run_get
 from evals_app.cases import eval_case_save
 from evals_app.kinds import EVAL
 from evals_app.models import EvalRun
 from evals_app.services import EvalError, eval_compare, eval_dataset_get, eval_run_get, eval_run_start, eval_totals
-from mas_project import ratelimit
-from mas_project.api_auth import api_auth
+from mas_core import ratelimit
+from mas_core.api_auth import api_auth
 
 router = Router()
 schemas = add_definition_routes(router, kind=EVAL, plural="evals")

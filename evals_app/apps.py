@@ -6,7 +6,7 @@ class EvalsAppConfig(AppConfig):
     verbose_name = "Evals"
 
     def ready(self) -> None:
-        from agents_app.definitions.kinds import register_kind
+        from mas_core.definitions.kinds import register_kind
         from evals_app.kinds import EVAL
 
         # The definitions framework knows no app above it: datasets join its kinds here (markdown mirror,

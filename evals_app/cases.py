@@ -11,8 +11,8 @@ from typing import Any
 
 from django.db import transaction
 
-from agents_app.definitions.markdown import DefinitionError
-from agents_app.definitions.services import SaveResult, definition_save, definition_slug, definition_validate
+from mas_core.definitions.markdown import DefinitionError
+from mas_core.definitions.services import SaveResult, definition_save, definition_slug, definition_validate
 from agents_app.execution.replay import run_script_export
 from agents_app.models import Run, Team
 from agents_app.models.runs import FINISHED_RUN_STATUSES

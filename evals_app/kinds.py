@@ -1,6 +1,6 @@
 """The ``eval`` definition kind: datasets as markdown under ``defs/evals/<slug>.md``."""
 
-from agents_app.definitions.kinds import Kind
+from mas_core.definitions.kinds import Kind
 from evals_app.specs import EvalSpec
 
 EVAL = Kind("eval", "Eval dataset", "evals_app.EvalDataset", EvalSpec, "evals")

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import regex
 
-from agents_app.kernel.outputs import value_errors
+from mas_core.outputs import value_errors
 
 REGEX_TIMEOUT_S = 0.5
 SHOWN_CHARS = 120

@@ -19,8 +19,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.execution.services import RunError, run_cancel, run_start
+from agents_app.kinds import AGENT
+from agents_app.execution.errors import RunError
+from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Agent, DefinitionVersion, Run, Team, WorkspaceFile
 from agents_app.models.runs import FINISHED_RUN_STATUSES
 from agents_app.selectors_runs import run_duration_s
@@ -235,7 +236,7 @@ def judge_for(*, eval_run: EvalRun, spec: EvalSpec) -> Judge | None:
     from agents_app.llm.pricing import usage_cost
     from agents_app.llm.registry import provider_for
     from agents_app.llm.scripted import MemoryCursor
-    from agents_app.llm.types import Message, ModelRequest, ProviderError
+    from mas_core.llm_types import Message, ModelRequest, ProviderError
     from agents_app.models import ModelProvider
 
     config = spec.judge

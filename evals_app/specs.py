@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from agents_app.kernel.outputs import schema_problem
+from mas_core.outputs import schema_problem
 from agents_app.llm.scripted import validate_script
-from agents_app.specs import ModelRef, Name, Strict
+from mas_core.specs import ModelRef, Name, Strict
 
 MAX_CASES = 100
 MAX_CHECKS = 20

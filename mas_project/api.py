@@ -13,8 +13,8 @@ from agents_app.api import router as agents_router
 from agents_app.api_approvals import router as approvals_router
 from agents_app.api_runs import router as runs_router
 from evals_app.api import router as evals_router
-from mas_project.api_auth import TEAM_HEADER, api_auth
-from mas_project.api_errors import UnsupportedMediaType, load_json, register_error_handlers
+from mas_core.api_auth import TEAM_HEADER, api_auth
+from mas_core.api_errors import UnsupportedMediaType, load_json, register_error_handlers
 from mas_project.health import router as health_router
 from memory_app.api import router as memory_router
 from tools_app.api import router as tools_router

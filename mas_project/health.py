@@ -70,7 +70,7 @@ embeddings_checked_at: float | None = None
 def check_embeddings() -> str:
     # Embedding a sentence costs tens of milliseconds of CPU (hundreds on a busy machine): done once,
     # then again every MAS_HEALTH_EMBED_RECHECK_S while the model stays loaded in this process.
-    from memory_app.embeddings import DIMENSIONS, embed, is_loaded
+    from mas_core.embeddings import DIMENSIONS, embed, is_loaded
 
     global embeddings_checked_at
     now = time.monotonic()

@@ -130,7 +130,7 @@ MAS_WORKER_HEARTBEAT_S = float(os.environ.get("MAS_WORKER_HEARTBEAT_S", 5))
 MAS_WORKER_HEARTBEAT_TTL_S = float(os.environ.get("MAS_WORKER_HEARTBEAT_TTL_S", 15))
 # /api/health embeds a sentence at most this often per web process (the model staying loaded in between).
 MAS_HEALTH_EMBED_RECHECK_S = float(os.environ.get("MAS_HEALTH_EMBED_RECHECK_S", 60))
-# Rate limits (mas_project/ratelimit.py): failed token authentications per client address, and run starts
+# Rate limits (mas_core/ratelimit.py): failed token authentications per client address, and run starts
 # per team, in a minute.
 MAS_AUTH_FAILURES_PER_MIN = int(os.environ.get("MAS_AUTH_FAILURES_PER_MIN", 10))
 MAS_RUNS_PER_MIN = int(os.environ.get("MAS_RUNS_PER_MIN", 120))
@@ -208,7 +208,7 @@ MAS_MAX_URL_CHARS = int(os.environ.get("MAS_MAX_URL_CHARS", 8192))
 # A JSON request body: lists and objects inside each other, and values in all.
 MAS_MAX_JSON_DEPTH = int(os.environ.get("MAS_MAX_JSON_DEPTH", 64))
 MAS_MAX_JSON_VALUES = int(os.environ.get("MAS_MAX_JSON_VALUES", 100_000))
-# Every YAML frontmatter (agents_app/definitions/yaml_loader.py): nesting, keys and values (an
+# Every YAML frontmatter (mas_core/definitions/yaml_loader.py): nesting, keys and values (an
 # alias counts all it repeats), and the length of one key and of one value.
 MAS_YAML_MAX_DEPTH = int(os.environ.get("MAS_YAML_MAX_DEPTH", 32))
 MAS_YAML_MAX_NODES = int(os.environ.get("MAS_YAML_MAX_NODES", 10_000))
@@ -232,12 +232,12 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"()": "mas_project.logs.KeyValueFormatter", "format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "mas_project.logs.JsonFormatter"},
+        "plain": {"()": "mas_core.logs.KeyValueFormatter", "format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "mas_core.logs.JsonFormatter"},
     },
     # redact: values of the variables declared for teams (MAS_TEAM_SECRETS) never reach a log line.
-    "filters": {"context": {"()": "mas_project.logs.ContextFilter"},
-                "redact": {"()": "mas_project.secrets.RedactFilter"}},
+    "filters": {"context": {"()": "mas_core.logs.ContextFilter"},
+                "redact": {"()": "mas_core.secrets.RedactFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": MAS_LOG_FORMAT,
                              "filters": ["context", "redact"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("MAS_LOG_LEVEL", "INFO")},
@@ -249,14 +249,14 @@ LOGGING = {
 MAS_WEB_FETCH_ALLOW = env_list("MAS_WEB_FETCH_ALLOW")
 # MCP server URLs and provider base_urls may reach these hosts/addresses/CIDRs (each with an optional :port)
 # although they are private or loopback: a local model server (127.0.0.1:11434 for Ollama), MCP servers on the
-# operator's network. Apart from MAS_WEB_FETCH_ALLOW, whose URLs a model chooses (mas_project/netpolicy.py).
+# operator's network. Apart from MAS_WEB_FETCH_ALLOW, whose URLs a model chooses (mas_core/netpolicy.py).
 MAS_PRIVATE_URL_ALLOW = env_list("MAS_PRIVATE_URL_ALLOW")
 # The environment variables teams may name (a provider's api_key_env, ${NAME} in an MCP server's env and
-# headers): "NAME, PREFIX_*, NAME=team|team" — nothing else, whatever its name (mas_project/secrets.py).
+# headers): "NAME, PREFIX_*, NAME=team|team" — nothing else, whatever its name (mas_core/secrets.py).
 MAS_TEAM_SECRETS = os.environ.get("MAS_TEAM_SECRETS", "")
 
-from mas_project.netpolicy import parse_allow  # noqa: E402
-from mas_project.secrets import DeclarationError, parse_declarations  # noqa: E402
+from mas_core.netpolicy import parse_allow  # noqa: E402
+from mas_core.secrets import DeclarationError, parse_declarations  # noqa: E402
 
 try:
     parse_declarations(MAS_TEAM_SECRETS)

@@ -7,10 +7,10 @@ os.environ.setdefault("MAS_CELERY_QUEUE", f"mas-test-{os.getpid()}")
 os.environ.setdefault("MAS_PROVIDER_BACKOFF_S", "0.05")
 os.environ.setdefault("MAS_RETRY_BACKOFF_S", "0.2")
 # Set, not defaulted, so a shell that ran the demo changes nothing; worker processes inherit both.
-# MCP and provider URLs (mas_project/netpolicy.py): the suite's fake model servers and MCP servers listen on
+# MCP and provider URLs (mas_core/netpolicy.py): the suite's fake model servers and MCP servers listen on
 # 127.0.0.1. The tests of the policy set their own lists, empty first.
 os.environ["MAS_PRIVATE_URL_ALLOW"] = "127.0.0.1"
-# The variables the suite's definitions name, declared for teams as an operator would (mas_project/secrets.py).
+# The variables the suite's definitions name, declared for teams as an operator would (mas_core/secrets.py).
 # Tests of the declaration set their own (the settings fixture, or a worker's env); names the probe of
 # issue 13 used (HOME, OPENAI_API_KEY, GITHUB_TOKEN, SECRET_KEY, …) are not among these.
 os.environ["MAS_TEAM_SECRETS"] = ("OPENAI_KEY,ANTHROPIC_KEY,GEMINI_KEY,ANTHROPIC_API_KEY,LOCAL_*,SECURITY_SWEEP_*,"

@@ -32,7 +32,7 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
-from mas_project import ratelimit
+from mas_core import ratelimit
 
 logger = logging.getLogger(__name__)
 

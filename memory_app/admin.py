@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.contrib import admin
 from pgvector.django import CosineDistance
 
-from agents_app.admin_base import TeamScopedAdmin
-from agents_app.admin_runs import RunChildAdmin
-from memory_app.embeddings import embed
+from mas_core.admin_base import TeamScopedAdmin
+from mas_core.admin_base import RunChildAdmin
+from mas_core.embeddings import embed
 from memory_app.models import BlackboardEntry, CachedResponse, Channel, ChannelMessage, Memory
 
 

@@ -10,9 +10,9 @@ from ninja import Query, Router, Status
 from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents_app.permissions import Actor
-from agents_app.schemas import error_responses
-from mas_project.api_auth import api_auth
+from mas_core.permissions import Actor
+from mas_core.schemas import error_responses
+from mas_core.api_auth import api_auth
 from memory_app.models import Memory
 from memory_app.selectors import memory_search
 from memory_app.services import MemoryError, memory_delete, memory_share, memory_store
@@ -162,7 +162,7 @@ class ChannelOut(BaseModel):
                                                               **error_responses(401, 403, 404)},
             operation_id="run_blackboard", summary="The run's blackboard: every key with its value, version, author")
 def run_blackboard(request: HttpRequest, run_id: str):
-    from agents_app.selectors_runs import run_get
+    from mas_core.runs import run_get
 
     run = run_get(team=request.auth.team, run_id=run_id)
     return [{"key": e.key, "value": e.value, "version": e.version, "author": e.author, "updated_at": e.updated_at}
@@ -172,7 +172,7 @@ def run_blackboard(request: HttpRequest, run_id: str):
 @router.get("/runs/{run_id}/channels", auth=read, response={200: list[ChannelOut], **error_responses(401, 403, 404)},
             operation_id="run_channels", summary="The run's pub/sub channels with their messages and subscribers")
 def run_channels(request: HttpRequest, run_id: str):
-    from agents_app.selectors_runs import run_get
+    from mas_core.runs import run_get
 
     run = run_get(team=request.auth.team, run_id=run_id)
     return [{"name": channel.name,

@@ -12,6 +12,6 @@ class MemoryAppConfig(AppConfig):
         # Servers started by `make demo` load the model in the background at
         # start-up, so the first request that needs it does not wait seconds.
         if os.environ.get("MAS_WARM_EMBEDDINGS") == "1":
-            from memory_app.embeddings import get_model
+            from mas_core.embeddings import get_model
 
             threading.Thread(target=get_model, name="warm-embeddings", daemon=True).start()

@@ -11,7 +11,9 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import F
 
-from agents_app.execution.eventlog import event_append
+from mas_core.errors import Refused
+from mas_core.eventlog import event_append
+from mas_core.hooks import channel_published
 from memory_app.models import BlackboardEntry, Channel, ChannelMessage, Subscription
 
 MAX_MESSAGE_CHARS = 20_000
@@ -19,7 +21,7 @@ MAX_VALUE_CHARS = 50_000
 PREVIEW_CHARS = 100
 
 
-class BoardError(ValueError):
+class BoardError(Refused):
     """Refused, with a message for the model."""
 
 
@@ -43,9 +45,8 @@ def channel_publish(*, run_id, channel: str, sender: str, content: str, session_
     message = ChannelMessage.objects.create(channel=row, seq=row.next_seq, sender=sender, content=content)
     event_append(run_id=run_id, type="channel_publish", agent=sender, session_id=session_id,
                  data={"channel": row.name, "seq": message.seq, "content": content[:2000]})
-    from workflows_app.triggers import channel_message_published  # workflows with trigger: channel
-
-    transaction.on_commit(lambda: channel_message_published(run_id=run_id, channel=row.name, content=content),
+    # Workflows with ``trigger: channel`` listen here (mas_core.hooks, filled by workflows_app).
+    transaction.on_commit(lambda: channel_published(run_id=run_id, channel=row.name, content=content),
                           robust=True)  # a workflow that cannot start never fails the publish
     return message
 
@@ -96,7 +97,7 @@ def blackboard_read(*, run_id, key: str | None, agent: str, session_id=None) -> 
 
 def board_tool_services(*, run_id, session_id, agent: str) -> dict:
     """Async callables behind ``publish``, ``subscribe``, ``blackboard_write``, ``blackboard_read``."""
-    from agents_app.runner import db
+    from mas_core.runner import db
 
     def publish(*, channel: str, message: str) -> ChannelMessage:
         return channel_publish(run_id=run_id, channel=channel, sender=agent, content=message, session_id=session_id)

@@ -34,9 +34,8 @@ from django.db.models import F
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from agents_app.llm.common import emit_chunk
-from agents_app.llm.types import Message, ModelRequest, ModelResponse, ToolCall, Usage
-from memory_app.embeddings import embed
+from mas_core.llm_types import Message, emit_chunk, ModelRequest, ModelResponse, ToolCall, Usage
+from mas_core.embeddings import embed
 from memory_app.models import CachedResponse
 
 STORED_FINISH_REASONS = frozenset({"stop", "tool_calls"})
@@ -139,7 +138,7 @@ class CachedModel:
         return self.inner.cost(response)
 
     async def complete(self, request: ModelRequest, *, on_chunk=None) -> ModelResponse:
-        from agents_app.runner import db
+        from mas_core.runner import db
 
         if request.temperature != 0:  # the agent's settings forbid it; a sampled answer is never reused
             return await self.inner.complete(request, on_chunk=on_chunk)
@@ -163,7 +162,7 @@ class CachedModel:
         return await self._call(request, lookup, on_chunk)
 
     async def _call(self, request: ModelRequest, lookup: Lookup, on_chunk) -> ModelResponse:
-        from agents_app.runner import db
+        from mas_core.runner import db
 
         response = await self.inner.complete(request, on_chunk=on_chunk)
         await db(cache_store)(team_id=self.team_id, agent=self.agent, model=self.model_key, lookup=lookup,
@@ -184,7 +183,7 @@ def run_cache_counts(*, run_id) -> dict[str, int]:
     """How many of a run's model requests the cache answered, and how many it could not."""
     from django.db.models import Count
 
-    from agents_app.models import Event
+    from mas_core.models import Event
 
     counts = dict(Event.objects.filter(run_id=run_id, type__in=["cache_hit", "cache_miss"]).order_by()
                   .values("type").annotate(n=Count("id")).values_list("type", "n"))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any, Awaitable, Callable
 
-from agents_app.llm.types import Message, ModelRequest
+from mas_core.llm_types import Message, ModelRequest
 from memory_app.models import MemoryType
 
 SIMILAR = 0.5

@@ -7,7 +7,7 @@ from django.contrib.postgres.search import SearchVector
 from django.db import models
 from pgvector.django import HnswIndex, VectorField
 
-from memory_app.embeddings import DIMENSIONS
+from mas_core.embeddings import DIMENSIONS
 
 
 class MemoryType(models.TextChoices):

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from memory_app.embeddings import embed
+from mas_core.embeddings import embed
 from memory_app.models import Memory
 
 RRF_K = 60

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from memory_app.embeddings import embed
+from mas_core.embeddings import embed
+from mas_core.errors import Refused
 from memory_app.models import Memory, MemoryType
 from memory_app.selectors import memory_nearest
 
@@ -15,7 +16,7 @@ MAX_TAGS = 20
 DUPLICATE_SIMILARITY = 0.9
 
 
-class MemoryError(ValueError):
+class MemoryError(Refused):
     """A memory the server refuses, with a message for the caller (a tool result or an API 422)."""
 
 
@@ -82,8 +83,8 @@ def memory_delete(*, memory: Memory) -> None:
 
 def memory_tool_services(*, team_id: int, run_id, session_id, agent: str) -> dict:
     """Async callables behind ``memory_store``, ``memory_recall``, ``knowledge_query``, ``knowledge_contribute``."""
-    from agents_app.execution.eventlog import event_append
-    from agents_app.runner import db
+    from mas_core.eventlog import event_append
+    from mas_core.runner import db
     from memory_app.selectors import memory_search
 
     def recorded(type_: str, memory: Memory, **extra) -> None:
@@ -126,7 +127,7 @@ def consolidation_nearest(*, team_id: int, agent: str, content: str) -> tuple[Me
 def consolidation_apply(*, team_id: int, run_id, session_id, agent: str, decision: str, candidate: dict,
                         existing: Memory | None, merged: str | None) -> Memory | None:
     """Write one consolidation decision and its event (with provenance)."""
-    from agents_app.execution.eventlog import event_append
+    from mas_core.eventlog import event_append
 
     provenance = {"run": str(run_id), "session": str(session_id), "agent": agent, "via": "consolidation"}
     with transaction.atomic():

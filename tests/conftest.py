@@ -9,7 +9,7 @@ import time
 import pytest
 from django.test import Client
 
-from agents_app.services import api_token_create, membership_set, team_create, user_create
+from mas_core.teams import api_token_create, membership_set, team_create, user_create
 
 _counter = itertools.count(1)
 
@@ -105,7 +105,7 @@ class ApiClient(Client):
 @pytest.fixture
 def whole_rate_window():
     """Start with 20 s or more left of the rate limits' minute: counts crossing into a new one would start over."""
-    from mas_project import ratelimit
+    from mas_core import ratelimit
 
     if ratelimit.retry_after() < 20:
         time.sleep(ratelimit.retry_after() + 0.1)
@@ -152,7 +152,7 @@ def runs_settled(transactional_db):
     the flush; a test that does not wait for its run (``--no-follow``) leaves one.
     """
     yield
-    from agents_app.execution.services import run_cancel
+    from agents_app.execution.runs import run_cancel
     from agents_app.models import Activation, Run
 
     def busy() -> bool:

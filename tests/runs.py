@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
 from agents_app.models import Event, Run
 
 ENDED = {"succeeded", "failed", "cancelled"}

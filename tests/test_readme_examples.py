@@ -15,8 +15,8 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
 from tests.conftest import ApiClient
 from tests.web import WebServer
 
@@ -133,7 +133,7 @@ def test_the_readme_own_team_commands_create_a_team_its_admin_and_a_token(db):
     call_command(*shlex.split(token_line), stdout=token_out)
     token = token_out.getvalue().splitlines()[-1]
     assert ApiClient(token).get("/api/agents").status_code == 200
-    from agents_app.services import api_token_authenticate
+    from mas_core.teams import api_token_authenticate
 
     row = api_token_authenticate(token)
     assert (row.team.slug, row.user.username, row.role) == ("research", "alice", "operator")

@@ -14,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from agents_app.definitions import storage
-from agents_app.definitions.kinds import AGENT, KINDS, MCP, PROVIDER, SKILL, TOOL, WORKFLOW, Kind
-from agents_app.definitions.markdown import ParsedDefinition, parse_definition, render_parsed
-from agents_app.definitions.services import definition_parse, definition_save, definition_slug
+from mas_core.definitions import storage
+from agents_app.kinds import AGENT, PROVIDER, SKILL
+from mas_core.definitions.kinds import KINDS, Kind
+from tools_app.kinds import MCP, TOOL
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.markdown import ParsedDefinition, parse_definition, render_parsed
+from mas_core.definitions.services import definition_parse, definition_save, definition_slug
 from evals_app.kinds import EVAL
 from tests.listing import listed, markdown_files
 from tools_app.catalog import BUILTIN_TOOLS
@@ -270,8 +273,8 @@ def test_make_demo_declares_every_variable_the_shipped_definitions_name_for_team
     than that team gets them."""
     import re
 
-    from agents_app.definitions.sync import markdown_sync
-    from mas_project.secrets import env_refusal, references
+    from mas_core.definitions.sync import markdown_sync
+    from mas_core.secrets import env_refusal, references
 
     [declared] = re.findall(r"^export MAS_TEAM_SECRETS \?= (.+)$", (DEFS.parent / "Makefile").read_text(), re.M)
     settings.MAS_TEAM_SECRETS = declared

@@ -14,8 +14,8 @@ from django.contrib import admin, messages
 from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters
 
-from agents_app.admin_base import DefinitionAdmin, DefinitionForm, SecretTextarea, can_manage_stdio
-from agents_app.definitions.markdown import ParsedDefinition
+from mas_core.admin_base import DefinitionAdmin, DefinitionForm, SecretTextarea, can_manage_stdio
+from mas_core.definitions.markdown import ParsedDefinition
 from tools_app.models import CustomTool, MCPServer
 from tools_app.specs import ENV_REFERENCE_RE
 

@@ -16,11 +16,11 @@ from ninja import Router
 from ninja.errors import HttpError
 from pydantic import BaseModel
 
-from agents_app.api import add_definition_routes
-from agents_app.definitions.kinds import MCP, TOOL
-from agents_app.definitions.selectors import definition_get
-from agents_app.schemas import error_responses
-from mas_project.api_auth import api_auth
+from mas_core.api_definitions import add_definition_routes
+from tools_app.kinds import MCP, TOOL
+from mas_core.definitions.selectors import definition_get
+from mas_core.schemas import error_responses
+from mas_core.api_auth import api_auth
 
 router = Router()
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import Field, create_model
 
-from agents_app.specs import CustomToolSpec
+from tools_app.specs import CustomToolSpec
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
 from tools_app.registry import require_service
 

@@ -36,7 +36,7 @@ def _text(name: str, description: str) -> str:
 
 
 def _vector(texts: list[str]) -> list[list[float]]:
-    from memory_app.embeddings import embed
+    from mas_core.embeddings import embed
 
     keys = [hashlib.sha256(text.encode()).hexdigest() for text in texts]
     missing = [text for key, text in zip(keys, texts) if key not in _vectors]

@@ -1,6 +1,6 @@
 from django.db import models
 
-from agents_app.models import Definition
+from mas_core.models import Definition
 
 
 class CustomTool(Definition):

@@ -21,7 +21,7 @@ import django.db
 import psycopg
 from pydantic import BaseModel, ValidationError
 
-from agents_app.llm.types import ToolSchema
+from mas_core.llm_types import ToolSchema
 from tools_app.catalog import BUILTIN_TOOLS, SAFE_DEFAULT_TOOLS
 from tools_app.plugin import Tool, ToolAborted, ToolContext, ToolError, ToolSuspended
 

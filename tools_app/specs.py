@@ -1,17 +1,53 @@
-"""Frontmatter schema of MCP server configs (custom tools share agents_app.specs)."""
+"""Frontmatter schemas of custom tools and MCP server configs."""
 
 from __future__ import annotations
 
 import re
 from typing import Literal
 
+from typing import Any
+
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from agents_app.specs import CustomToolSpec, Name, Strict
-from mas_project.netpolicy import private_url_refusal
-from mas_project.secrets import ENV_REFERENCE_RE, env_refusal, references
+from mas_core.specs import ModelRef, Name, Strict
+from mas_core.netpolicy import private_url_refusal
+from mas_core.secrets import ENV_REFERENCE_RE, env_refusal, references
+from tools_app.catalog import TOOL_NAME_RE
 
 __all__ = ["CustomToolSpec", "MCPServerSpec", "ENV_REFERENCE_RE"]
+
+class ToolParameter(Strict):
+    type: Literal["string", "integer", "number", "boolean", "array", "object"] = "string"
+    description: str = ""
+    required: bool = True
+    enum: list[Any] | None = None
+
+
+class CustomToolSpec(Strict):
+    """A tool that runs a worker agent on a filled prompt template (SPEC §3.2)."""
+
+    name: Name
+    description: str = ""
+    parameters: dict[str, ToolParameter] = Field(default_factory=dict)
+    prompt: str
+    model: ModelRef | None = None
+    result_schema: dict[str, Any] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _tool_name(cls, value: str) -> str:
+        if not TOOL_NAME_RE.match(value):
+            raise ValueError("must match ^[a-zA-Z0-9_-]{1,64}$ to be valid for every model provider")
+        return value
+
+    def template_warnings(self) -> list[str]:
+        """Template variables ``{{x}}`` with no parameter of that name."""
+        import re
+
+        used = set(re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}", self.prompt))
+        return [f"prompt uses {{{{{name}}}}} but no parameter is named {name!r}" for name in sorted(used - set(self.parameters))]
+
+
 
 # Markdown never holds a secret: env values and headers there refer to
 # environment variables of the server, written ${NAME} (``Bearer ${TOKEN}``),

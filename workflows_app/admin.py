@@ -14,9 +14,9 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from agents_app.admin_base import DefinitionAdmin, team_ids
-from agents_app.admin_fields_editor import FieldsEditorAdmin
-from agents_app.execution.services import RunError
+from mas_core.admin_fields_editor import FieldsEditorAdmin
+from agents_app.execution.errors import RunError
+from mas_core.admin_base import DefinitionAdmin, team_ids
 from workflows_app.admin_workflow_form import WorkflowForm
 from workflows_app.models import Workflow
 from workflows_app.services import workflow_run_start

@@ -1,6 +1,6 @@
 """A workflow edited as a form — name, inputs, trigger, its steps and loops as rows — beside its step graph.
 
-Built like the agent form (:mod:`agents_app.admin_fields_editor`): the markdown
+Built like the agent form (:mod:`mas_core.admin_fields_editor`): the markdown
 is composed from the fields, keys without a field (a step's output schemas,
 unknown keys, the body) are kept, and it is saved through the markdown
 editor's path. An error about one step lands on that step's cell: an unknown
@@ -18,9 +18,9 @@ from django import forms
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from agents_app.admin_base import teams_with
-from agents_app.admin_fields_editor import Column, FieldsEditorForm, Row, RowsField, rows_from_spec, spec_set
-from agents_app.definitions.markdown import DefinitionError
+from mas_core.admin_base import teams_with
+from mas_core.admin_fields_editor import Column, FieldsEditorForm, Row, RowsField, rows_from_spec, spec_set
+from mas_core.definitions.markdown import DefinitionError
 from agents_app.models import Agent
 from workflows_app.templates import workflow_template, workflow_templates
 

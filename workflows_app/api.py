@@ -11,12 +11,12 @@ from django.http import Http404
 from ninja import Router, Status
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents_app.api import CREATE_ERRORS, LIST_ERRORS, add_definition_routes, definition_out
-from agents_app.definitions.kinds import WORKFLOW
-from agents_app.definitions.services import definition_parse, definition_save, definition_slug
-from agents_app.permissions import Actor
-from agents_app.schemas import ErrorOut
-from mas_project.api_auth import api_auth
+from mas_core.api_definitions import CREATE_ERRORS, LIST_ERRORS, add_definition_routes, definition_out
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.services import definition_parse, definition_save, definition_slug
+from mas_core.permissions import Actor
+from mas_core.schemas import ErrorOut
+from mas_core.api_auth import api_auth
 from workflows_app.templates import workflow_template, workflow_templates
 
 router = Router()

@@ -15,14 +15,14 @@ from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents_app.api_runs import READ_ERRORS, START_ERRORS, run_out
-from agents_app.execution.services import RunError, ScriptError
+from agents_app.execution.errors import RunError, ScriptError
 from agents_app.llm.scripted import validate_script
 from agents_app.models import ModelProvider
-from agents_app.permissions import Actor
+from mas_core.permissions import Actor
 from agents_app.schemas_runs import MAX_INPUT_CHARS, SLUG_PATTERN, RunBudgetIn, RunDetailOut, RunLimitsIn
 from agents_app.selectors_runs import run_get
-from mas_project import ratelimit
-from mas_project.api_auth import api_auth
+from mas_core import ratelimit
+from mas_core.api_auth import api_auth
 from workflows_app.models import Workflow
 from workflows_app.orchestrate import orchestrate_run_start
 from workflows_app.services import WorkflowInputError, workflow_run_start

@@ -4,3 +4,19 @@ from django.apps import AppConfig
 class WorkflowsAppConfig(AppConfig):
     name = "workflows_app"
     verbose_name = "Workflows"
+
+    def ready(self) -> None:
+        from agents_app.execution.hooks import run_hooks_set
+        from mas_core.definitions.kinds import register_kind
+        from mas_core.hooks import channel_published_connect
+        from workflows_app import services
+        from workflows_app.kinds import WORKFLOW
+        from workflows_app.triggers import channel_message_published
+
+        register_kind(WORKFLOW)
+        # The layers below know no workflow: a run's end, cancellation and settled steps reach the engine
+        # through agents_app's run hooks, and a channel message through the foundation's listeners.
+        run_hooks_set(run_finish=services.workflow_finish, run_cancelled=services.workflow_cancelled,
+                      activation_settled=services.workflow_activation_settled, run_steps=services.workflow_steps,
+                      run_graph=services.workflow_graph)
+        channel_published_connect(channel_message_published)

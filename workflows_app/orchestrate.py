@@ -18,8 +18,9 @@ from typing import Any
 from django.db import transaction
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents_app.execution import services as kernel
-from agents_app.execution.eventlog import event_append as event_emit
+from agents_app.execution.errors import RunError
+from agents_app.execution.runs import _dispatch, activation_create, DEFAULT_LIMITS, script_check
+from mas_core.eventlog import event_append as event_emit
 from agents_app.models import Activation, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus
 from workflows_app.engine.dag import validate_graph
@@ -102,11 +103,11 @@ def orchestrate_run_start(
     agents = _agents(team)
     for role, slug in (("planner", planner), ("synthesizer", synthesizer or planner)):
         if slug not in agents:
-            raise kernel.RunError(f"{role} agent {slug!r} does not exist in this team")
-    kernel.script_check(team=team, script=script, agents=sorted({planner, synthesizer or planner}))
+            raise RunError(f"{role} agent {slug!r} does not exist in this team")
+    script_check(team=team, script=script, agents=sorted({planner, synthesizer or planner}))
     run = Run.objects.create(
         team=team, agent=planner, input=task, created_by=user if getattr(user, "pk", None) else None,
-        limits={**kernel.DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
+        limits={**DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
     )
     WorkflowRun.objects.create(
         run=run, mode=WorkflowMode.ORCHESTRATE, trigger=trigger, planner=planner,
@@ -119,9 +120,9 @@ def orchestrate_run_start(
     event_emit(run_id=run.id, type="workflow_start", agent=planner, data={
         "mode": "orchestrate", "planner": planner, "synthesizer": synthesizer or planner, "task": task,
         "trigger": trigger, "max_adaptations": max_adaptations, "steps": []})
-    kernel.activation_create(run=run, agent=planner, input=_plan_prompt(task, agents), kind=PLAN, parent=None,
+    activation_create(run=run, agent=planner, input=_plan_prompt(task, agents), kind=PLAN, parent=None,
                              context={"plan": 1})
-    kernel._dispatch(run)
+    _dispatch(run)
     return run
 
 
@@ -242,7 +243,7 @@ def subtask_failed(*, run: Run, flow: WorkflowRun, engine: Engine, step_id: str)
             f"Where the plan stands:\n{results}\n\n"
             "Write the remaining subtasks. Succeeded subtasks keep their results (new subtasks may depend on their "
             "ids); do not repeat them.")
-    kernel.activation_create(run=run, agent=flow.planner, input=_plan_prompt(flow.spec["task"], _agents(run.team_id),
+    activation_create(run=run, agent=flow.planner, input=_plan_prompt(flow.spec["task"], _agents(run.team_id),
                                                                              adapt=head),
                              kind=PLAN, parent=None, context={"plan": flow.adaptations + 1, "adapt": True})
     event_emit(run_id=run.id, type="plan_adapting", agent=flow.planner, data={

@@ -22,8 +22,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents_app.execution import services as kernel
-from agents_app.execution.eventlog import event_append as event_emit
+from agents_app.execution.errors import RunError
+from agents_app.execution.escalation import Escalation
+from agents_app.execution.runs import _dispatch, activation_create, DEFAULT_LIMITS, script_check
+from mas_core.eventlog import event_append as event_emit
 from agents_app.models import Activation, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus, RunStatus
 from agents_app.money import money_display, money_str
@@ -35,7 +37,7 @@ from workflows_app.specs import WorkflowLoop, WorkflowSpec, WorkflowStep
 STEP = "step"
 
 
-class WorkflowInputError(kernel.RunError):
+class WorkflowInputError(RunError):
     pass
 
 
@@ -45,11 +47,11 @@ class WorkflowInputError(kernel.RunError):
 def workflow_resolve(*, team: Team, workflow: Workflow | str) -> Workflow:
     if isinstance(workflow, Workflow):
         if workflow.team_id != team.id:
-            raise kernel.RunError(f"workflow {workflow.slug!r} does not exist in this team")
+            raise RunError(f"workflow {workflow.slug!r} does not exist in this team")
         return workflow
     row = Workflow.objects.filter(team=team, slug=workflow).first()
     if row is None:
-        raise kernel.RunError(f"workflow {workflow!r} does not exist in this team")
+        raise RunError(f"workflow {workflow!r} does not exist in this team")
     return row
 
 
@@ -59,7 +61,7 @@ def workflow_spec(*, team: Team, row: Workflow) -> WorkflowSpec:
     try:
         return WorkflowSpec.model_validate(row.spec, context={"known_agents": agents})
     except ValueError as error:
-        raise kernel.RunError(f"workflow {row.slug!r} cannot run: {_first_line(error)}") from None
+        raise RunError(f"workflow {row.slug!r} cannot run: {_first_line(error)}") from None
 
 
 def _first_line(error: Exception) -> str:
@@ -96,12 +98,12 @@ def workflow_run_start(
     row = workflow_resolve(team=team, workflow=workflow)
     spec = workflow_spec(team=team, row=row)
     values = inputs_check(spec, inputs or {})
-    kernel.script_check(team=team, script=script, agents=[] if is_eval else sorted({step.agent for step in spec.steps}))
+    script_check(team=team, script=script, agents=[] if is_eval else sorted({step.agent for step in spec.steps}))
     run = Run.objects.create(
         is_eval=is_eval,
         team=team, workflow=row.slug, input="\n".join(f"{name}: {value}" for name, value in values.items()),
         created_by=user if getattr(user, "pk", None) else None,
-        limits={**kernel.DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
+        limits={**DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
         versions={f"workflow:{row.slug}": row.version, **_agent_versions(team, {step.agent for step in spec.steps}),
                   **(versions or {})},
     )
@@ -122,7 +124,7 @@ def workflow_run_start(
         "levels": spec.levels(), "loops": loops,
     })
     _advance(run, flow, engine)
-    kernel._dispatch(run)
+    _dispatch(run)
     return run
 
 
@@ -205,7 +207,7 @@ def _step_queue(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, *, ru
     tier = context.get("tier") or ""
     if schemas:  # the session checks set_output values, and the final answer when it fills the only output
         context |= {"output_schemas": schemas, "answer_output": step.outputs[0] if len(step.outputs) == 1 else None}
-    activation = kernel.activation_create(run=run, agent=step.agent, input=prompt, kind=STEP, parent=None,
+    activation = activation_create(run=run, agent=step.agent, input=prompt, kind=STEP, parent=None,
                                           context=context)
     if delay_s:
         activation.not_before = timezone.now() + timedelta(seconds=delay_s)
@@ -262,7 +264,7 @@ def _uuid(value):
 
 def workflow_activation_settled(*, run: Run, activation: Activation, tier: str, meta: dict[str, Any],
                                 failure: dict[str, Any] | None, ladder: list[str],
-                                escalation: kernel.Escalation | None = None) -> None:
+                                escalation: Escalation | None = None) -> None:
     """A step's session ended (``run`` is locked): record it, retry or go on, queue what became ready."""
     if activation.kind == PLAN:
         return plan_settled(run=run, activation=activation, failure=failure)
@@ -305,7 +307,7 @@ def workflow_activation_settled(*, run: Run, activation: Activation, tier: str, 
 
 
 def _settled_events(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, activation: Activation,
-                    decision: Failure | None, *, tier: str, escalation: kernel.Escalation | None) -> None:
+                    decision: Failure | None, *, tier: str, escalation: Escalation | None) -> None:
     state = engine.states[step_id]
     usage = flow.steps_meta[step_id]
     loop = {"loop": engine.loop_of[step_id]} if step_id in engine.loop_of else {}
@@ -459,3 +461,22 @@ def workflow_steps(run: Run) -> list[dict[str, Any]] | None:
 
 __all__ = ["WorkflowInputError", "workflow_activation_settled", "workflow_cancelled", "workflow_finish",
            "workflow_run_start", "workflow_steps"]
+
+
+def workflow_graph(run: Run) -> dict | None:
+    """The steps and dependencies the run executes (for its DAG), when it is a workflow's or a planner's.
+
+    The run's own copy of its steps when it has one (a plan, or the workflow as it was when the run
+    started), else the team's workflow of that slug.
+    """
+    flow = WorkflowRun.objects.filter(run_id=run.id).select_related("workflow").first()
+    row = flow.workflow if flow else Workflow.objects.filter(team_id=run.team_id, slug=run.workflow).first()
+    if flow is None and (row is None or not run.workflow):
+        return None
+    spec = flow.spec if flow else row.spec
+    name = row.spec.get("name", run.workflow) if row else f"plan by {run.agent}"
+    return {"name": name,
+            "steps": [{"id": s["id"], "agent": s.get("agent", ""), "depends_on": s.get("depends_on", [])}
+                      for s in spec.get("steps", [])],
+            "loops": [{"steps": loop["steps"], "until": loop.get("until"), "max_rounds": loop["max_rounds"]}
+                      for loop in spec.get("loops", [])]}

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from agents_app.kernel.outputs import schema_problem
-from agents_app.specs import Name, Strict
+from mas_core.outputs import schema_problem
+from mas_core.specs import Name, Strict
 from workflows_app.engine.dag import topological_levels, validate_graph
 
 STEP_ID = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"

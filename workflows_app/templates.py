@@ -18,7 +18,7 @@ from importlib import resources
 
 import yaml
 
-from agents_app.definitions.yaml_loader import yaml_load
+from mas_core.definitions.yaml_loader import yaml_load
 
 TEMPLATES_PACKAGE = "workflows_app"
 TEMPLATES_FOLDER = "builtin_templates"

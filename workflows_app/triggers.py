@@ -20,7 +20,7 @@ from celery.schedules import crontab
 from django.db import transaction
 from django.db.models import Q
 
-from agents_app.execution.services import RunError
+from agents_app.execution.errors import RunError
 from agents_app.models import Run
 from workflows_app.models import Workflow
 

@@ -26,7 +26,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from agents_app.admin_base import ReadOnlyTeamAdmin, team_ids, teams_with
+from mas_core.admin_base import ReadOnlyTeamAdmin, team_ids, teams_with
 from agents_app.approvals.policy import MAX_DEADLINE_S, OUTCOMES
 from agents_app.approvals.services import (
     MAX_ANSWER_CHARS,

@@ -16,7 +16,7 @@ from typing import Any
 from agents_app.approvals import services
 from agents_app.approvals.policy import Rule, rule_for
 from agents_app.models.approvals import RequestKind, RequestStatus
-from agents_app.runner import db
+from mas_core.runner import db
 from tools_app.plugin import ToolAborted
 
 

@@ -18,8 +18,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents_app.approvals.webhooks import webhook_notify
-from agents_app.execution.eventlog import event_append as event_emit
-from agents_app.execution.services import _awaited, _dispatch, _run_locked
+from mas_core.eventlog import event_append as event_emit
+from agents_app.execution.children import _awaited
+from agents_app.execution.runs import _dispatch, _run_locked
 from agents_app.models import Activation, ApprovalRequest, Run, Session, Team
 from agents_app.models.approvals import RequestKind, RequestStatus
 from agents_app.models.runs import FINISHED_RUN_STATUSES, ActivationStatus, RunStatus

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from mas_project.netpolicy import url_refusal
+from mas_core.netpolicy import url_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ async def webhook_deliver(*, url: str, secret: str, body: bytes) -> int:
     """POST ``body`` signed with ``secret``; the status code (DeliveryFailed when it is not 2xx or unreachable)."""
     import httpx
 
-    from mas_project.netpolicy import BlockedAddress, guarded_transport
+    from mas_core.netpolicy import BlockedAddress, guarded_transport
 
     refusal = webhook_url_refusal(url)
     if refusal:

@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable
 from agents_app.execution.workspace_limit import WorkspaceFull
 from agents_app.kernel import context
 from agents_app.kernel.loop import SessionState
-from agents_app.llm.types import Message, ProviderError, ToolSchema
+from mas_core.llm_types import Message, ProviderError, ToolSchema
 
 logger = logging.getLogger(__name__)
 

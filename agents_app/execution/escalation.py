@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents_app.execution.modelchoice import model_choice
-from agents_app.llm.types import ProviderError
+from mas_core.llm_types import ProviderError
 from agents_app.models import Activation, Run, Session
-from agents_app.specs import TIERS
+from mas_core.specs import TIERS
 
 TIER_RANK = {tier: rank for rank, tier in enumerate(TIERS)}
 

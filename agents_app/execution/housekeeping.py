@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from agents_app.execution.services import RunError
+from agents_app.execution.errors import RunError
 from agents_app.models import Event, Run, WorkspaceFile
 from agents_app.models.runs import FINISHED_RUN_STATUSES
 

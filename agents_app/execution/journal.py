@@ -20,7 +20,7 @@ from typing import Any
 from django.db import connection
 
 from agents_app.kernel.loop import SessionState
-from agents_app.llm.types import Message
+from mas_core.llm_types import Message
 
 
 @dataclass

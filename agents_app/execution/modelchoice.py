@@ -18,7 +18,7 @@ from agents_app.llm.registry import ProviderConfig, Resolved, build_provider, pr
 from agents_app.llm.scripted import MemoryCursor, ScriptedProvider
 from agents_app.llm.windows import ModelLimits, model_limits
 from agents_app.models import ModelProvider, ProviderModel, Run, Team
-from agents_app.specs import TIERS
+from mas_core.specs import TIERS
 
 DEMO_RECORDING = Path(__file__).resolve().parent.parent / "llm" / "demo_recording.json"
 NO_PROVIDER_NOTICE = (
@@ -48,7 +48,7 @@ def model_choice(*, run: Run, ref: str, tier: str, agent: str = "") -> Choice:
 
     In an eval run the script plays only the agents it names (the fixtures of the case): the others are
     the agents under test and call the team's models.
-    Raises :class:`~agents_app.llm.types.ProviderError` saying what to configure when nothing serves it.
+    Raises :class:`~mas_core.llm_types.ProviderError` saying what to configure when nothing serves it.
     """
     if run.script is not None and not (run.is_eval and agent and agent not in run.script and "*" not in run.script):
         return _scripted(run, ref)

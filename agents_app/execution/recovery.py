@@ -2,8 +2,8 @@
 
 Every worker sweeps for lost work when it starts and then every
 ``MAS_REAP_INTERVAL_S``: sessions whose worker died are resumed from their
-checkpoint (``services.sessions_reap``) and work whose message was lost is
-dispatched again (``services.runs_unstick``). A sweep at start-up alone is
+checkpoint (``sessions_reap``) and work whose message was lost is
+dispatched again (``runs_unstick``). A sweep at start-up alone is
 not enough: a worker started right after another was killed finds the dead
 session not yet stale, and nothing would look again.
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection
 
-from agents_app.execution import services
-from agents_app.runner import db, runner
+from agents_app.execution.reaper import runs_unstick, sessions_reap
+from mas_core.runner import db, runner
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def recovery_sweep() -> Sweep | None:
     try:
         from agents_app.approvals.services import approvals_expire
 
-        return Sweep(resumed=services.sessions_reap(), dispatched=services.runs_unstick(),
+        return Sweep(resumed=sessions_reap(), dispatched=runs_unstick(),
                      expired=approvals_expire())
     finally:
         with connection.cursor() as cursor:

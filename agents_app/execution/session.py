@@ -21,34 +21,45 @@ from django.conf import settings
 
 from agents_app.approvals.gate import ApprovalFailed, Gate
 from agents_app.approvals.policy import policy_rules
-from agents_app.execution import services
+from agents_app.execution.agents import AgentDefinition, agent_register
+from agents_app.execution.children import OUTCOME_KEYS, child_for_call, child_spawn, parent_signal
 from agents_app.execution.compaction import SUMMARY_MAX_TOKENS, SUMMARY_SYSTEM, Compaction, result_kept
+from agents_app.execution.errors import InvalidOutput, LimitExceeded, RunError
 from agents_app.execution.journal import journal_load
+from agents_app.execution.lifecycle import (
+    SessionStart,
+    execution_context,
+    session_begin,
+    session_settle,
+    session_suspend,
+)
 from agents_app.execution.modelchoice import model_resolve
+from agents_app.execution.runs import DEFAULT_PRIORITY
 from agents_app.execution.store import COMPACTOR_KEY, DatabaseStore, DatabaseWorkspace, WriteRefused, monitor
+from agents_app.execution.tool_requests import output_set, tool_worker_activation
 from agents_app.execution.versions import mcp_pinned, tools_pinned
 from agents_app.kernel.context import window_for
 from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
-from agents_app.kernel.outputs import INVALID_OUTPUT, answer_check, answer_format
 from agents_app.kernel.prompt import build_messages, build_system_prompt
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
 from agents_app.llm.pricing import usage_cost
 from agents_app.llm.registry import Resolved
 from agents_app.llm.scripted import MemoryCursor
-from agents_app.llm.types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall
-from agents_app.money import money_str
 from agents_app.models import Activation, Run, Session, Team
-from agents_app.specs import CustomToolSpec
-from agents_app.runner import db
-from mas_project import telemetry
-from mas_project.logs import bind
+from agents_app.money import money_str
 from agents_app.skills import skill_text, skills_for, skills_section
+from mas_core import telemetry
+from mas_core.llm_types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall
+from mas_core.logs import bind
+from mas_core.outputs import INVALID_OUTPUT, answer_check, answer_format
+from mas_core.runner import db
 from memory_app.cache import cached_model
 from tools_app.catalog import BUILTIN_TOOLS
-from tools_app.plugin import ToolContext, ToolError, ToolSuspended
 from tools_app.custom import custom_tool, worker_definition
 from tools_app.mcp.bridge import SessionServers, agent_servers, rows_for
+from tools_app.plugin import ToolContext, ToolError, ToolSuspended
 from tools_app.registry import DATABASE_ERRORS, registry_for_agent
+from tools_app.specs import CustomToolSpec
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +78,7 @@ class ModelHandle:
     resolved: Resolved
     tier: str
     cursor: MemoryCursor | None = None
-    span: Any = None  # the session's trace span, when tracing is on (mas_project.telemetry)
+    span: Any = None  # the session's trace span, when tracing is on (mas_core.telemetry)
 
     @property
     def model(self) -> str:
@@ -108,9 +119,9 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
         async def call(**kwargs):
             try:
                 return await db(func)(**kwargs)
-            except services.RunError as error:
+            except RunError as error:
                 refusal = ToolError(str(error))
-                if isinstance(error, services.LimitExceeded):
+                if isinstance(error, LimitExceeded):
                     refusal.kind = "policy_denied"
                 raise refusal from None
 
@@ -125,37 +136,37 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
         if outcome is None:
             raise ToolSuspended(str(child.id))
         # Stored as jsonb, which does not keep key order: the text the model reads has one order.
-        return json.dumps({key: outcome.get(key) for key in services.OUTCOME_KEYS}, ensure_ascii=False)
+        return json.dumps({key: outcome.get(key) for key in OUTCOME_KEYS}, ensure_ascii=False)
 
     async def spawn(*, filename: str, content: str, task: str, wait: bool = True, write=None) -> str:
         key = tool_call_ids.get("current", "")
-        child = await db(services.child_for_call)(activation_id=activation_id, call_key=key)
+        child = await db(child_for_call)(activation_id=activation_id, call_key=key)
         if child is None:  # not asked before this call was interrupted or suspended
-            slug = await refusing(services.agent_register)(run=run, path=filename, content=content)
+            slug = await refusing(agent_register)(run=run, path=filename, content=content)
             if write is not None:
                 await write(filename, content)
-            child = await refusing(services.child_spawn)(activation_id=activation_id, agent=slug, task=task,
+            child = await refusing(child_spawn)(activation_id=activation_id, agent=slug, task=task,
                                                          kind="spawn", call_key=key, wait=wait)
         return await started(child, wait=wait, verb="Spawned")
 
     async def delegate(*, agent: str, task: str, priority: int | None = None, context: Any = None,
                        wait: bool = True) -> str:
-        child = await refusing(services.child_spawn)(
+        child = await refusing(child_spawn)(
             activation_id=activation_id, agent=agent, task=task, kind="delegate",
-            priority=priority if priority is not None else services.DEFAULT_PRIORITY,
+            priority=priority if priority is not None else DEFAULT_PRIORITY,
             context={"parent_context": context} if context is not None else None,
             call_key=tool_call_ids.get("current", ""), wait=wait,
         )
         return await started(child, wait=wait, verb="Delegated to")
 
     async def signal_parent(*, message: str) -> str:
-        signal = await refusing(services.parent_signal)(activation_id=activation_id, message=message)
+        signal = await refusing(parent_signal)(activation_id=activation_id, message=message)
         return f"Signalled {signal.agent}."
 
     async def set_output(*, name: str, value: Any) -> str:
         try:
-            await db(services.output_set)(activation_id=activation_id, name=name, value=value)
-        except services.InvalidOutput as error:
+            await db(output_set)(activation_id=activation_id, name=name, value=value)
+        except InvalidOutput as error:
             refusal = ToolError(str(error))
             refusal.kind = INVALID_OUTPUT  # the loop counts it as a corrective turn
             raise refusal from None
@@ -164,7 +175,7 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
         return f"Output {name} set."
 
     async def run_custom_tool(*, tool, prompt: str) -> str:
-        child = await db(services.tool_worker_activation)(
+        child = await db(tool_worker_activation)(
             activation_id=activation_id, tool_call_id=tool_call_ids.get("current", ""),
             worker=worker_definition(tool), prompt=prompt,
         )
@@ -187,7 +198,7 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
         return answer
 
     async def register_agent(path: str, content: str) -> str:
-        return await refusing(services.agent_register)(run=run, path=path, content=content)
+        return await refusing(agent_register)(run=run, path=path, content=content)
 
     async def unregister_agent(path: str) -> None:
         return None  # the file is gone: agent_resolve no longer finds it
@@ -205,7 +216,7 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
 # -- the session ---------------------------------------------------------------------------
 
 
-def session_prepare(*, run: Run, session: Session, agent: services.AgentDefinition, ref: str,
+def session_prepare(*, run: Run, session: Session, agent: AgentDefinition, ref: str,
                     cursor: MemoryCursor) -> tuple[Resolved, list[CustomToolSpec]]:
     """The session's model (recorded on its row, whose tier becomes the model's) and the team custom tools
     it may call, at the run's versions of them."""
@@ -304,7 +315,7 @@ def _team_result_limit(team_id: int) -> int:
     return own or settings.MAS_TOOL_RESULT_MAX_BYTES
 
 
-def _remembered(start: services.SessionStart) -> str:
+def _remembered(start: SessionStart) -> str:
     """The memories most relevant to the task (the agent's own and the team's shared), for its prompt."""
     from memory_app.selectors import memory_prompt_section, memory_search
 
@@ -313,7 +324,7 @@ def _remembered(start: services.SessionStart) -> str:
     return memory_prompt_section(hits)
 
 
-async def _initial_state(start: services.SessionStart, store: DatabaseStore, *, remembered: str = "",
+async def _initial_state(start: SessionStart, store: DatabaseStore, *, remembered: str = "",
                          skills: str = "") -> SessionState:
     """A new session's history: the system prompt and the task with its execution context.
 
@@ -327,7 +338,7 @@ async def _initial_state(start: services.SessionStart, store: DatabaseStore, *, 
         body=start.agent.body, context=spec.context, examples=[e.model_dump() for e in spec.examples],
         tier=start.session.tier, sections=[(title, text) for title, text in sections if text] or None,
     )
-    execution = await db(services.execution_context)(activation=start.activation)
+    execution = await db(execution_context)(activation=start.activation)
     messages, spilled = build_messages(system=system, execution=execution, tier=start.session.tier,
                                        spill_prefix=f"context/{start.activation.agent}-{str(start.activation.id)[:8]}/")
     for path, text in spilled.items():
@@ -402,7 +413,7 @@ async def _write_refused(store: DatabaseStore, error: WriteRefused, state: Sessi
 
 
 async def execute_activation(activation_id: str) -> None:
-    start = await db(services.session_begin)(activation_id=activation_id, worker=WORKER)
+    start = await db(session_begin)(activation_id=activation_id, worker=WORKER)
     if start is None:
         return
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
@@ -422,7 +433,7 @@ async def execute_activation(activation_id: str) -> None:
         await store.emit("error", {"where": "provider", "kind": error.kind, "message": str(error)})
         await store.close()
         failure = {"kind": "provider_error", "message": str(error), "last_tool_calls": [], "suggested_retry": False}
-        await db(services.session_settle)(run_id=run.id, session_id=session.id, status="failed", result="", meta={},
+        await db(session_settle)(run_id=run.id, session_id=session.id, status="failed", result="", meta={},
                                           failure=failure, ladder=ladder)
         return
     store.tier = resolved.tier or ""  # the budget counts the model called, by its row's tier
@@ -608,10 +619,10 @@ async def execute_activation(activation_id: str) -> None:
     telemetry.end(trace_span, error=None if ending is None or ending["status"] == "ok" else ending["status"],
                   attributes={"mas.session.status": ending["status"] if ending else "interrupted"})
     if ending is not None and ending["status"] == "waiting":
-        awaited = await db(services.session_suspend)(run_id=run.id, session_id=session.id, result=ending["result"],
+        awaited = await db(session_suspend)(run_id=run.id, session_id=session.id, result=ending["result"],
                                                      meta=ending["meta"])
         logger.info("session suspended", extra={"waiting_for": awaited})
     elif ending is not None:
-        await db(services.session_settle)(run_id=run.id, session_id=session.id, ladder=ladder, **ending)
+        await db(session_settle)(run_id=run.id, session_id=session.id, ladder=ladder, **ending)
         logger.info("session ended", extra={"status": ending["status"],
                                             "failure": (ending["failure"] or {}).get("kind")})

@@ -26,12 +26,12 @@ from django.db import connections
 from django.utils import timezone
 
 from agents_app.execution.journal import Journal, Staged
-from agents_app.execution.eventlog import INSERT_NUMBERED, Entry, entry, events_param, payloads, push_bounded
+from mas_core.eventlog import INSERT_NUMBERED, Entry, entry, events_param, payloads, push_bounded
 from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.kernel.loop import PolicyDenied, SessionState
 from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Run, Session
-from agents_app.runner import db
+from mas_core.runner import db
 
 logger = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ class DatabaseStore:
     async def before_model_call(self, state: SessionState) -> None:
         if not self.budget:
             return
-        from agents_app.execution.services import budget_check
+        from agents_app.execution.lifecycle import budget_check
 
         await self.flush()  # the budget reads the run's totals
         reason = await db(budget_check)(run_id=self.run_id, tier=self.tier, agent=self.agent,

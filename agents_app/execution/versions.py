@@ -18,8 +18,12 @@ from typing import Any
 from django.db import connection
 from django.utils.text import slugify
 
-from agents_app.definitions.kinds import AGENT, MCP, TOOL, Kind
-from agents_app.definitions.markdown import load_frontmatter, split_frontmatter, validate_definition
+from agents_app.kinds import AGENT
+
+from mas_core.definitions.kinds import Kind
+
+from tools_app.kinds import MCP, TOOL
+from mas_core.definitions.markdown import load_frontmatter, split_frontmatter, validate_definition
 from agents_app.models import DefinitionVersion, Run
 
 

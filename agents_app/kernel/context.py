@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from agents_app.llm.types import Message, ToolSchema
+from mas_core.llm_types import Message, ToolSchema
 
 DEFAULT_RATIO = 0.3  # tokens per character before the provider has reported any count
 MIN_RATIO, MAX_RATIO = 0.05, 1.0

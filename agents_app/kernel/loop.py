@@ -18,9 +18,9 @@ from decimal import Decimal
 from typing import Any, Awaitable, Callable, Protocol
 
 from agents_app.kernel.context import Meter, Window, calibrated, estimate_tokens
-from agents_app.kernel.outputs import INVALID_OUTPUT, correction
+from mas_core.outputs import INVALID_OUTPUT, correction
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
-from agents_app.llm.types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
+from mas_core.llm_types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
 from agents_app.money import money_str
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents_app.llm.types import Message
+from mas_core.llm_types import Message
 
 TIER_BUDGETS: dict[str, tuple[int | None, int | None]] = {
     "small": (2 * 1024, 2),

@@ -12,13 +12,13 @@ from .common import (
     PerLoop,
     StreamingProvider,
     as_dict,
-    emit_chunk,
     error_from_status,
     guarded_http_client,
     other_error,
     parse_tool_call,
 )
-from .types import (
+from mas_core.llm_types import (
+    emit_chunk,
     ChunkCallback,
     Message,
     ModelRequest,

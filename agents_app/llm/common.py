@@ -1,31 +1,21 @@
-"""Helpers shared by the provider modules: chunk delivery, argument parsing,
+"""Helpers shared by the provider modules: argument parsing,
 HTTP status → :class:`ProviderError`, one SDK client per event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
-import inspect
 import json
 import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-from mas_project.netpolicy import blocked_cause, private_url_transport
+from mas_core.netpolicy import blocked_cause, private_url_transport
 
-from .types import ChunkCallback, ProviderError, ToolCall
+from mas_core.llm_types import ChunkCallback, ProviderError, ToolCall
 
 T = TypeVar("T")
-
-
-async def emit_chunk(on_chunk: ChunkCallback | None, text: str) -> None:
-    """Deliver one text chunk to a sync or async callback."""
-    if on_chunk is None or not text:
-        return
-    result = on_chunk(text)
-    if inspect.isawaitable(result):
-        await result
 
 
 def parse_tool_call(call_id: str, name: str, raw: str | None) -> ToolCall:

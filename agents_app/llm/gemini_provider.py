@@ -12,12 +12,12 @@ from google.genai import types as gt
 from .common import (
     PerLoop,
     StreamingProvider,
-    emit_chunk,
     error_from_status,
     guarded_http_client,
     other_error,
 )
-from .types import (
+from mas_core.llm_types import (
+    emit_chunk,
     ChunkCallback,
     Message,
     ModelRequest,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
-from .types import Usage
+from mas_core.llm_types import Usage
 
 MILLION = Decimal(1_000_000)
 # Costs are kept to a millionth of a cent: small calls stay visible in totals.

@@ -14,16 +14,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents_app.specs import TIERS
-from mas_project.netpolicy import private_url_refusal
-from mas_project.secrets import env_refusal
+from mas_core.specs import TIERS
+from mas_core.netpolicy import private_url_refusal
+from mas_core.secrets import env_refusal
 
 from .anthropic_provider import AnthropicProvider
 from .gemini_provider import GeminiProvider
 from .openai_provider import OpenAIProvider
 from .pricing import Prices
 from .scripted import ScriptCursor, ScriptedProvider
-from .types import Provider, ProviderError
+from mas_core.llm_types import Provider, ProviderError
 from .windows import ModelLimits, model_limits
 
 

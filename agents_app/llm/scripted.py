@@ -31,8 +31,8 @@ from typing import Any, Protocol
 
 import regex
 
-from .common import emit_chunk
-from .types import (
+from mas_core.llm_types import (
+    emit_chunk,
     ChunkCallback,
     ModelRequest,
     ModelResponse,

@@ -1,15 +1,15 @@
-from agents_app.models.definitions import (  # noqa: F401
+# The foundation's models (teams, tokens, the definition base, versions, events) are agents_app models by
+# label (see mas_core.models): importing them here is what registers them with the app.
+from mas_core.models import (  # noqa: F401
     ROLE_CAPABILITIES,
-    Agent,
     ApiToken,
     Definition,
     DefinitionVersion,
+    Event,
     Membership,
-    ModelProvider,
-    ProviderModel,
     Role,
-    Skill,
     Team,
 )
-from agents_app.models.runs import Activation, Event, Run, Session, SessionEntry, WorkspaceFile  # noqa: F401
+from agents_app.models.definitions import Agent, ModelProvider, ProviderModel, Skill  # noqa: F401
+from agents_app.models.runs import Activation, Run, Session, SessionEntry, WorkspaceFile  # noqa: F401
 from agents_app.models.approvals import ApprovalRequest  # noqa: F401,E402

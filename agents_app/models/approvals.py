@@ -13,7 +13,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-from agents_app.models.definitions import Team
+from mas_core.models import Team
 from agents_app.models.runs import Run, Session
 
 

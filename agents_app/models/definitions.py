@@ -1,128 +1,14 @@
-"""Teams, members, API tokens, and the definitions a team owns.
+"""The definitions agents_app owns: agents, skills, model providers and their models.
 
-Every definition row (agent, skill, provider here; tools, MCP servers and
-workflows in their apps) extends :class:`Definition`: the validated
-frontmatter lives in ``spec``, unknown keys in ``extra``, the markdown body in
-``body``; every change is kept as a :class:`DefinitionVersion`.
+Each extends the foundation's :class:`mas_core.models.Definition` (teams,
+tokens and versions live there too).
 """
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 
-
-class Role(models.TextChoices):
-    VIEWER = "viewer", "Viewer"
-    EDITOR = "editor", "Editor"
-    OPERATOR = "operator", "Operator"
-    ADMIN = "admin", "Admin"
-
-
-# Viewing, editing and running are separate capabilities (SPEC §7).
-ROLE_CAPABILITIES: dict[str, frozenset[str]] = {
-    Role.VIEWER: frozenset({"view"}),
-    Role.EDITOR: frozenset({"view", "edit"}),
-    Role.OPERATOR: frozenset({"view", "run"}),
-    Role.ADMIN: frozenset({"view", "edit", "run", "manage"}),
-}
-
-
-class Team(models.Model):
-    slug = models.SlugField(max_length=64, unique=True)
-    name = models.CharField(max_length=200)
-    defs_dir = models.CharField(
-        max_length=500,
-        blank=True,
-        help_text="Folder of this team's markdown definitions; blank means MAS_DEFS_ROOT/<slug>.",
-    )
-    tool_result_max_bytes = models.PositiveIntegerField(
-        null=True, blank=True,
-        help_text="A tool result longer than this is stored as a workspace file; the model gets its head, size "
-                  "and path. Blank means MAS_TOOL_RESULT_MAX_BYTES.",
-    )
-    # People in the loop (agents_app.approvals): tool names or patterns every agent of the team needs a
-    # person's approval for ("mcp_unmarked": every MCP tool its server does not mark read-only), the deadline
-    # and default outcome of a request, and the webhook told of requests, questions and run ends.
-    approval_policy = models.JSONField(default=list, blank=True)
-    approval_deadline_s = models.PositiveIntegerField(default=86400)
-    approval_default = models.CharField(max_length=16, default="reject",
-                                        choices=[("reject", "Reject"), ("approve", "Approve"), ("fail", "Fail")])
-    webhook_url = models.CharField(max_length=500, blank=True)
-    webhook_secret = models.CharField(max_length=200, blank=True, help_text="HMAC-SHA256 key; never shown again")
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        verbose_name = "team"
-        verbose_name_plural = "teams"
-        ordering = ["slug"]
-
-    def __str__(self) -> str:
-        return self.slug
-
-
-class Membership(models.Model):
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="mas_memberships")
-    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        verbose_name = "membership"
-        verbose_name_plural = "memberships"
-        constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_unique_team_user")]
-
-    def __str__(self) -> str:
-        return f"{self.user} in {self.team} ({self.role})"
-
-
-class ApiToken(models.Model):
-    """A bearer token: only its SHA-256 is stored; the token is shown once."""
-
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="api_tokens")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="mas_api_tokens")
-    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
-    name = models.CharField(max_length=100, blank=True)
-    prefix = models.CharField(max_length=12, help_text="First characters of the token, to recognise it.")
-    token_hash = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        verbose_name = "API token"
-        verbose_name_plural = "API tokens"
-
-    def __str__(self) -> str:
-        return f"{self.prefix}… ({self.user}, {self.team})"
-
-class Definition(models.Model):
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
-    slug = models.SlugField(max_length=100)
-    name = models.CharField(max_length=200)
-    description = models.TextField(blank=True)
-    body = models.TextField(blank=True)
-    spec = models.JSONField(default=dict, blank=True)
-    extra = models.JSONField(default=dict, blank=True, help_text="Unknown frontmatter keys, kept as they were.")
-    version = models.PositiveIntegerField(default=0)
-    # The canonical markdown as saved. ``spec`` is jsonb, which does not keep
-    # key order, so the text is kept as written rather than re-rendered.
-    content = models.TextField(blank=True)
-    content_hash = models.CharField(max_length=64, blank=True)
-    synced_hash = models.CharField(
-        max_length=64, blank=True, help_text="Hash of the markdown file as last written or read."
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    kind_name: str = ""
-
-    class Meta:
-        abstract = True
-        ordering = ["slug"]
-
-    def __str__(self) -> str:
-        return self.slug
+from mas_core.models import Definition
 
 
 class Agent(Definition):
@@ -178,30 +64,3 @@ class ProviderModel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider.slug}:{self.name}"
-
-
-class DefinitionVersion(models.Model):
-    """An immutable snapshot of a definition as markdown, one per saved change."""
-
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="definition_versions")
-    kind = models.CharField(max_length=16)
-    slug = models.SlugField(max_length=100)
-    number = models.PositiveIntegerField()
-    content = models.TextField()
-    # A skill's files beside SKILL.md (path → text) as they were; null on versions kept before they were.
-    references = models.JSONField(null=True, blank=True)
-    content_hash = models.CharField(max_length=64)
-    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    source = models.CharField(max_length=16, default="api")
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        verbose_name = "definition version"
-        verbose_name_plural = "definition versions"
-        ordering = ["team_id", "kind", "slug", "-number"]
-        constraints = [
-            models.UniqueConstraint(fields=["team", "kind", "slug", "number"], name="definition_version_unique")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.slug} v{self.number}"

@@ -12,7 +12,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-from agents_app.models.definitions import Team
+from mas_core.models import Team
 
 
 class RunStatus(models.TextChoices):
@@ -188,25 +188,6 @@ class SessionEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.seq}"
-
-
-class Event(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
-    seq = models.PositiveBigIntegerField()
-    type = models.CharField(max_length=40)
-    agent = models.CharField(max_length=100, blank=True)
-    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
-    data = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        verbose_name = "event"
-        verbose_name_plural = "events"
-        ordering = ["run_id", "seq"]
-        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="event_unique_run_seq")]
-
-    def __str__(self) -> str:
-        return f"#{self.seq} {self.type}"
 
 
 class WorkspaceFile(models.Model):

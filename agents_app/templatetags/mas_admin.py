@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from agents_app.admin_base import teams_with
+from mas_core.admin_base import teams_with
 from agents_app.dashboard import dashboard_for
 
 register = template.Library()

@@ -7,10 +7,12 @@ import re
 import pytest
 from django.urls import reverse
 
-from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, TOOL
-from agents_app.definitions.storage import team_defs_dir
+from agents_app.kinds import AGENT, PROVIDER, SKILL
+
+from tools_app.kinds import MCP, TOOL
+from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import Agent, DefinitionVersion
-from agents_app.services import membership_set
+from mas_core.teams import membership_set
 from tests.agents_app.test_admin_definitions import client_for, save_definition
 from tools_app.catalog import BUILTIN_TOOLS, SAFE_DEFAULT_TOOLS
 

@@ -96,7 +96,7 @@ def test_the_dashboard_counts_and_costs_a_teams_runs_exactly(history, team_a, ma
 
 
 def test_a_user_in_two_teams_sees_one_board_per_team_and_a_user_in_none_a_hint(team_a, team_b, make_member):
-    from agents_app.services import membership_set
+    from mas_core.teams import membership_set
 
     user = make_member(team_a, "viewer")
     membership_set(team=team_b, user=user, role="editor")

@@ -7,9 +7,11 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
-from agents_app.definitions.kinds import AGENT, KINDS_BY_NAME, Kind
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.definitions.storage import team_defs_dir
+from agents_app.kinds import AGENT
+
+from mas_core.definitions.kinds import KINDS_BY_NAME, Kind
+from mas_core.definitions.services import definition_parse, definition_save
+from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import DefinitionVersion
 
 KIND_NAMES = ("agent", "tool", "mcp", "workflow", "skill", "provider")
@@ -266,7 +268,7 @@ def test_role_is_per_team(kind, two_teams, team_a, team_b, make_member):
     """Editor in B but viewer in A: the Django groups allow editing, the role in A does not."""
     ours, _ = two_teams
     user = make_member(team_a, "viewer")
-    from agents_app.services import membership_set
+    from mas_core.teams import membership_set
 
     membership_set(team=team_b, user=user, role="editor")
     client = client_for(user)
@@ -333,7 +335,7 @@ def test_superuser_sees_every_team(kind, two_teams):
 
 
 def test_team_filter_offers_only_own_teams(kind, two_teams, team_a, make_member, make_team):
-    from agents_app.services import membership_set
+    from mas_core.teams import membership_set
 
     user = make_member(team_a, "editor")
     other = make_team("gamma")
@@ -345,7 +347,7 @@ def test_team_filter_offers_only_own_teams(kind, two_teams, team_a, make_member,
 
 
 def test_skill_references_are_shown_and_kept(team_a, make_member):
-    from agents_app.definitions.kinds import SKILL
+    from agents_app.kinds import SKILL
 
     text = sample("skill", "citing")
     parsed = definition_parse(kind=SKILL, team=team_a, text=text)
@@ -366,7 +368,7 @@ def test_skill_references_are_shown_and_kept(team_a, make_member):
 
 
 def test_provider_models_are_a_read_only_inline(team_a, make_member):
-    from agents_app.definitions.kinds import PROVIDER
+    from agents_app.kinds import PROVIDER
 
     row = save_definition(PROVIDER, team_a, sample("provider", "local"))
     client = client_for(make_member(team_a, "editor"))

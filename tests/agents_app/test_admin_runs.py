@@ -6,7 +6,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from agents_app.execution.services import run_start, workspace_write
+from agents_app.execution.runs import run_start
+from agents_app.execution.tool_requests import workspace_write
 from agents_app.models import Event, Run, Session, WorkspaceFile
 from tests.agents_app.test_admin_definitions import client_for
 from tests.agents_app.test_api_runs import agent
@@ -130,7 +131,7 @@ def test_superuser_sees_every_team(runs):
 
 
 def test_outsider_sees_no_runs(runs):
-    from agents_app.services import user_create
+    from mas_core.teams import user_create
 
     outsider = user_create(username="outsider", password="pw-for-tests-1")
     outsider.is_staff = True

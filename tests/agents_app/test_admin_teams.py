@@ -8,9 +8,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from agents_app.definitions.kinds import AGENT
+from agents_app.kinds import AGENT
 from agents_app.models import ApiToken, DefinitionVersion, Membership, Team
-from agents_app.services import api_token_authenticate, api_token_create, membership_set, user_create
+from mas_core.teams import api_token_authenticate, api_token_create, membership_set, user_create
 from tests.agents_app.test_admin_definitions import client_for, sample, save_definition
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from agents_app.definitions.kinds import AGENT, KINDS
-from agents_app.definitions.services import definition_parse, definition_save, definition_version_diff
-from agents_app.definitions.storage import team_defs_dir
+from agents_app.kinds import AGENT
+
+from mas_core.definitions.kinds import KINDS
+from mas_core.definitions.services import definition_parse, definition_save, definition_version_diff
+from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import Agent, DefinitionVersion
 from tests.agents_app.test_admin_definitions import admin_url, client_for, prepare_team, sample, save_definition
 
@@ -40,7 +42,7 @@ def test_the_page_shows_the_last_ten_versions_and_save_on_top(writer, team_a, ma
 
 
 def test_all_versions_are_paged(writer, team_a, make_member, monkeypatch):
-    from agents_app import admin_versions
+    from mas_core import admin_versions
 
     monkeypatch.setattr(admin_versions, "VERSIONS_PER_PAGE", 5)
     client = client_for(make_member(team_a, "viewer"))

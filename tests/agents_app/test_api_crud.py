@@ -11,9 +11,15 @@ from typing import Any
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, TOOL, WORKFLOW, Kind
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.definitions.storage import team_defs_dir
+from agents_app.kinds import AGENT, PROVIDER, SKILL
+
+from mas_core.definitions.kinds import Kind
+
+from tools_app.kinds import MCP, TOOL
+
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.services import definition_parse, definition_save
+from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import DefinitionVersion
 
 pytestmark = pytest.mark.django_db

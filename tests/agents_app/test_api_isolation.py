@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from agents_app.definitions.storage import team_defs_dir
+from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import DefinitionVersion
 from tests.agents_app.test_api_crud import CASE_IDS, CASES, create, file_of, prepare
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents_app.definitions.storage import team_defs_dir
+from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import Agent, DefinitionVersion
 from tests.agents_app.test_api_crud import CASES, create
 

@@ -12,9 +12,10 @@ from decimal import Decimal
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start, workspace_write
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
+from agents_app.execution.runs import run_start
+from agents_app.execution.tool_requests import workspace_write
 from agents_app.models import Activation, Event, Run, Session, WorkspaceFile
 
 BAD_ID = "not-a-uuid"
@@ -290,7 +291,7 @@ def test_malformed_start_payloads_are_422_and_start_nothing(team_a, team_b, api_
 
 @pytest.mark.django_db
 def test_script_numbers_the_database_cannot_store_or_the_session_cannot_wait_for_are_422(team_a, api_for):
-    from agents_app.definitions.kinds import AGENT as kind
+    from agents_app.kinds import AGENT as kind
 
     definition_save(kind=kind, team=team_a, parsed=definition_parse(
         kind=kind, team=team_a, text="---\nname: Lead\nlimits:\n  timeout_s: 30\n---\n\nYou lead.\n"))

@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from agents_app.approvals.policy import entries_check, policy_rules, rule_for
 from agents_app.approvals.services import request_data
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.markdown import DefinitionError
-from agents_app.definitions.services import definition_parse
+from agents_app.kinds import AGENT
+from mas_core.definitions.markdown import DefinitionError
+from mas_core.definitions.services import definition_parse
 from agents_app.models import ApprovalRequest
 
 
@@ -84,7 +84,7 @@ def test_beat_and_every_workers_sweep_give_an_overdue_request_its_default(team_a
     from datetime import timedelta
 
     from agents_app.execution.recovery import Sweep, recovery_sweep
-    from agents_app.execution.services import run_start
+    from agents_app.execution.runs import run_start
     from agents_app.models import Event, Session
     from tests.runs import agent
 

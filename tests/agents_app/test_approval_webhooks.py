@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.models import ApprovalRequest
 from tests.runs import agent, call, finish, wait_until
 

@@ -16,7 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from agents_app.approvals.services import approvals_expire
-from agents_app.execution.services import run_cancel, run_start
+from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Activation, ApprovalRequest, Run, Session, WorkspaceFile
 from tests.runs import agent, call, events, finish, wait_until
 
@@ -273,7 +273,7 @@ def test_viewers_see_the_inbox_but_cannot_decide_and_other_teams_see_nothing(
 
 def test_a_workflow_steps_gates_wait_before_it_starts_and_before_its_outputs_are_accepted(
         team_a, celery_worker_process, api_for):
-    from agents_app.definitions.kinds import WORKFLOW
+    from workflows_app.kinds import WORKFLOW
     from tests.runs import define
     from workflows_app.services import workflow_run_start
 
@@ -306,7 +306,7 @@ def test_the_teams_mcp_unmarked_default_holds_every_mcp_tool_not_marked_read_onl
         team_a, celery_worker_process, api_for):
     import sys
 
-    from agents_app.definitions.kinds import MCP
+    from tools_app.kinds import MCP
     from tests.runs import define
     from tests.tools_app.mcp_servers.launch import SERVER
     from tools_app.mcp.services import mcp_server_approve, mcp_server_test

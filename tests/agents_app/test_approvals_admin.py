@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agents_app.execution.services import run_cancel, run_start
+from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import ApprovalRequest, Team, WorkspaceFile
 from tests.agents_app.test_approvals import CODER, code_call, pending
 from tests.runs import agent, call, events, finish, wait_until

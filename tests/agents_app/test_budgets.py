@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from agents_app.definitions.kinds import PROVIDER, TOOL
-from agents_app.execution.services import run_start
+from agents_app.kinds import PROVIDER
+
+from tools_app.kinds import TOOL
+from agents_app.execution.runs import run_start
 from agents_app.models import Activation, Session
 from tests.runs import agent, call, define, events, finish
 

@@ -8,7 +8,7 @@ from agents_app.execution.journal import Journal
 from agents_app.kernel.context import SUMMARY_PREFIX, Window
 from agents_app.kernel.loop import SessionConfig, ToolResult, run_session
 from agents_app.kernel.results import Limits
-from agents_app.llm.types import Message, ProviderError
+from mas_core.llm_types import Message, ProviderError
 from tests.agents_app.kernel.test_loop import Model, Store, calls, start, text
 
 

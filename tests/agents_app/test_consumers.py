@@ -14,8 +14,8 @@ from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
-from agents_app import consumers
-from agents_app.execution.eventlog import event_append
+from agents_app import consumers, ws_reads, ws_rooms
+from mas_core.eventlog import event_append
 from agents_app.models import Event, Run
 from mas_project.asgi import application
 
@@ -152,7 +152,7 @@ def test_replay_then_live_loses_nothing_committed_during_the_replay(team_a, memb
     run = make_run(team_a)
     append(run, "stream_chunk", 1200)  # three pages of replay
     reads = []
-    real_read = consumers._events_after
+    real_read = ws_reads._events_after
 
     def read_while_the_kernel_writes(run_id, after, limit, before=None):
         page = real_read(run_id, after, limit, before)
@@ -162,7 +162,7 @@ def test_replay_then_live_loses_nothing_committed_during_the_replay(team_a, memb
             append(run, "tool_call", 3)
         return page
 
-    monkeypatch.setattr(consumers, "_events_after", read_while_the_kernel_writes)
+    monkeypatch.setattr(ws_reads, "_events_after", read_while_the_kernel_writes)
 
     async def go():
         communicator = run_ws(f"/ws/runs/{run.id}/", bearer(token))
@@ -185,13 +185,13 @@ def test_replay_then_live_loses_nothing_committed_during_the_replay(team_a, memb
 
 
 def test_a_live_message_after_a_lost_push_is_preceded_by_the_missing_events(team_a, member, monkeypatch):
-    monkeypatch.setattr(consumers.Room, "SETTLE_S", 60)  # this test is about the gap, not the quiet-time read
+    monkeypatch.setattr(ws_rooms.Room, "SETTLE_S", 60)  # this test is about the gap, not the quiet-time read
     _, token = member
     run = make_run(team_a)
     append(run, "run_start")
     reads = []
-    real_read = consumers._events_after
-    monkeypatch.setattr(consumers, "_events_after", lambda *args: reads.append(args[1:]) or real_read(*args))
+    real_read = ws_reads._events_after
+    monkeypatch.setattr(ws_reads, "_events_after", lambda *args: reads.append(args[1:]) or real_read(*args))
 
     async def go():
         sockets = [run_ws(f"/ws/runs/{run.id}/", bearer(token)) for _ in range(3)]
@@ -213,7 +213,7 @@ def test_a_live_message_after_a_lost_push_is_preceded_by_the_missing_events(team
         assert [(e["seq"], e["type"]) for e in events_of(messages)] == [
             (2, "tool_result"), (3, "tool_result"), (4, "session_end")]
     # The gap is read once for the three sockets: seq > 1 and < 4, a page at most.
-    assert reads == [(1, consumers.REPLAY_PAGE, 4)]
+    assert reads == [(1, ws_rooms.REPLAY_PAGE, 4)]
 
 
 def test_a_lost_last_push_is_read_once_soon_after_the_run_goes_quiet(team_a, member, monkeypatch):
@@ -222,8 +222,8 @@ def test_a_lost_last_push_is_read_once_soon_after_the_run_goes_quiet(team_a, mem
     _, token = member
     run = make_run(team_a)
     reads = []
-    real_read = consumers._events_after
-    monkeypatch.setattr(consumers, "_events_after", lambda *args: reads.append(args[1:]) or real_read(*args))
+    real_read = ws_reads._events_after
+    monkeypatch.setattr(ws_reads, "_events_after", lambda *args: reads.append(args[1:]) or real_read(*args))
 
     async def go():
         sockets = [run_ws(f"/ws/runs/{run.id}/", bearer(token)) for _ in range(3)]
@@ -244,21 +244,21 @@ def test_a_lost_last_push_is_read_once_soon_after_the_run_goes_quiet(team_a, mem
         [(1, "session_end"), (2, "run_complete")]] * 3
     assert waited < 2
     # One read after seq 1 for the three sockets; at most a re-check after seq 2 (which finds nothing).
-    assert reads[0] == (1, consumers.REPLAY_PAGE, None) and set(reads[1:]) <= {(2, consumers.REPLAY_PAGE, None)}
+    assert reads[0] == (1, ws_rooms.REPLAY_PAGE, None) and set(reads[1:]) <= {(2, ws_rooms.REPLAY_PAGE, None)}
 
 
 def test_pushes_that_arrive_out_of_order_are_put_back_in_order_without_reading_the_database(team_a, member,
                                                                                             monkeypatch):
     from channels.layers import get_channel_layer
 
-    monkeypatch.setattr(consumers.Room, "SETTLE_S", 60)  # no quiet-time read in between
-    from agents_app.events import event_to_dict, run_group
+    monkeypatch.setattr(ws_rooms.Room, "SETTLE_S", 60)  # no quiet-time read in between
+    from mas_core.events import event_to_dict, run_group
 
     _, token = member
     run = make_run(team_a)
     reads = []
-    real_read = consumers._events_after
-    monkeypatch.setattr(consumers, "_events_after", lambda *args: reads.append(args[1]) or real_read(*args))
+    real_read = ws_reads._events_after
+    monkeypatch.setattr(ws_reads, "_events_after", lambda *args: reads.append(args[1]) or real_read(*args))
 
     async def go():
         communicator = run_ws(f"/ws/runs/{run.id}/", bearer(token))
@@ -339,7 +339,7 @@ def test_a_socket_that_falls_behind_drops_live_batches_and_reads_them_back(team_
         communicator = run_ws(f"/ws/runs/{run.id}/", bearer(token))
         await communicator.connect()
         await messages_until(communicator, lambda m: m["message"] == "replayed")
-        room = consumers._rooms[(id(asyncio.get_running_loop()), str(run.id))]
+        room = ws_rooms._rooms[(id(asyncio.get_running_loop()), str(run.id))]
         (socket,) = room.sockets
         async with socket.lock:  # the socket is stuck, as if its client read nothing
             for _ in range(6):  # six commits, six pushes: none of them waits for the socket
@@ -393,7 +393,7 @@ def test_the_run_list_hears_of_its_own_teams_runs_only(team_a, team_b, member):
 
 def test_the_run_list_needs_a_team_the_user_is_in(team_a, team_b, make_member):
     user = make_member(team_a, role="viewer")
-    from agents_app.services import membership_set
+    from mas_core.teams import membership_set
 
     membership_set(team=team_b, user=user, role="viewer")
 
@@ -453,7 +453,7 @@ def test_the_run_list_since_sends_first_what_changed_after_the_page_was_drawn(te
 def test_the_run_list_does_not_lose_a_change_heard_while_it_sends_a_batch(team_a, member, monkeypatch):
     _, token = member
     one, two, three = make_run(team_a), make_run(team_a), make_run(team_a)
-    real_summary = consumers._run_summary
+    real_summary = ws_reads._run_summary
     summaries = []
 
     def summary_while_another_run_changes(run_id, team_id):
@@ -465,7 +465,7 @@ def test_the_run_list_does_not_lose_a_change_heard_while_it_sends_a_batch(team_a
             time.sleep(0.3)
         return real_summary(run_id, team_id)
 
-    monkeypatch.setattr(consumers, "_run_summary", summary_while_another_run_changes)
+    monkeypatch.setattr(ws_reads, "_run_summary", summary_while_another_run_changes)
 
     async def go():
         communicator = run_ws("/ws/runs/", bearer(token))

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
+from agents_app.execution.runs import run_start
 from agents_app.models import Event, Session, WorkspaceFile
 from tests.workers import kill_mid_run_and_resume
 

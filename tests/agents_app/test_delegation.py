@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from agents_app.execution.services import run_cancel, run_start
+from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Activation, Event, Session, WorkspaceFile
 from tests.runs import agent, call, events, finish, wait_until
 
@@ -196,7 +196,7 @@ def test_the_readmes_expect_example_runs_as_it_says(team_a, celery_worker_proces
 
 
 def test_the_readmes_outcome_example_has_the_keys_the_model_gets():
-    from agents_app.execution.services import OUTCOME_KEYS
+    from agents_app.execution.children import OUTCOME_KEYS
 
     [outcome] = _readme_json_after("**Working together.**")
     assert tuple(outcome) == OUTCOME_KEYS == ("agent", "status", "result", "outputs", "files", "failure")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from agents_app.definitions.dependents import DefinitionInUse, definition_dependents
-from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, TOOL, WORKFLOW
-from agents_app.definitions.services import definition_delete, definition_parse, definition_save
+from mas_core.definitions.dependents import DefinitionInUse, definition_dependents
+from agents_app.kinds import AGENT, PROVIDER, SKILL
+from tools_app.kinds import MCP, TOOL
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.services import definition_delete, definition_parse, definition_save
 from agents_app.models import Agent, DefinitionVersion, Skill
 from tests.agents_app.test_admin_definitions import client_for
 from tools_app.models import CustomTool, MCPServer

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents_app.definitions.kinds import PROVIDER
+from agents_app.kinds import PROVIDER
 from agents_app.execution.escalation import Rung, ladder_position, next_rung, next_tier
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.models import Session
 from tests.agents_app.llm.fake_servers import FakeServer, json_reply, openai_error, openai_stream, sse
 from tests.runs import agent, define, events, finish

@@ -2,8 +2,8 @@
 
 import pytest
 
-from agents_app.definitions.kinds import WORKFLOW
-from agents_app.execution.services import run_start
+from workflows_app.kinds import WORKFLOW
+from agents_app.execution.runs import run_start
 from agents_app.models import WorkspaceFile
 from tests.runs import agent, call, define, events, finish
 from workflows_app.services import workflow_run_start

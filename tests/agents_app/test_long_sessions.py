@@ -8,10 +8,12 @@ import time
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, TOOL
+from agents_app.kinds import AGENT, PROVIDER
+
+from tools_app.kinds import MCP, TOOL
 from agents_app.execution.compaction import SUMMARY_SYSTEM
 from agents_app.execution.journal import session_messages
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.kernel.context import SUMMARY_PREFIX
 from agents_app.models import Run, Session, SessionEntry, Team, WorkspaceFile
 from tests.agents_app.llm.fake_servers import FakeServer, json_reply, openai_stream, sse
@@ -225,8 +227,8 @@ def test_big_results_of_builtin_custom_and_mcp_tools_go_to_workspace_files(team_
 
 
 def test_a_models_window_is_kept_on_its_row_and_an_impossible_one_is_refused(team_a):
-    from agents_app.definitions.markdown import DefinitionError
-    from agents_app.definitions.services import definition_parse
+    from mas_core.definitions.markdown import DefinitionError
+    from mas_core.definitions.services import definition_parse
     from agents_app.models import ProviderModel
 
     long_team(team_a)

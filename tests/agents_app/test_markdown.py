@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, TOOL, WORKFLOW
-from agents_app.definitions.markdown import (
+from agents_app.kinds import AGENT, PROVIDER, SKILL
+
+from tools_app.kinds import MCP, TOOL
+
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.markdown import (
     DefinitionError,
     parse_definition,
     render_definition,

@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from agents_app.llm.pricing import Prices, usage_cost
-from agents_app.llm.types import Usage
+from mas_core.llm_types import Usage
 from agents_app.money import money_display, money_str
 
 

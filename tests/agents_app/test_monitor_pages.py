@@ -3,8 +3,8 @@
 import pytest
 from django.test import Client
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
 from agents_app.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -71,7 +71,7 @@ def test_starting_an_unknown_agent_says_so_and_starts_nothing(team_a, make_membe
 
 
 def test_a_user_in_two_teams_picks_one_with_team(team_a, team_b, make_member):
-    from agents_app.services import membership_set
+    from mas_core.teams import membership_set
 
     user = make_member(team_a, role="viewer")
     membership_set(team=team_b, user=user, role="viewer")
@@ -113,7 +113,7 @@ steps:
 
 
 def test_a_workflow_runs_page_carries_its_own_teams_dag(team_a, team_b, make_member):
-    from agents_app.definitions.kinds import WORKFLOW
+    from workflows_app.kinds import WORKFLOW
 
     for team in (team_a, team_b):
         agent(team, "Researcher")
@@ -141,7 +141,7 @@ def test_a_workflow_runs_page_carries_its_own_teams_dag(team_a, team_b, make_mem
 
 
 def test_a_looping_workflows_page_carries_its_loops_as_the_run_froze_them(team_a, make_member):
-    from agents_app.definitions.kinds import WORKFLOW
+    from workflows_app.kinds import WORKFLOW
     from workflows_app.services import workflow_run_start
     from workflows_app.templates import workflow_template
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from agents_app.definitions.kinds import MCP, SKILL, TOOL
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start
+from agents_app.kinds import SKILL
+
+from tools_app.kinds import MCP, TOOL
+from mas_core.definitions.services import definition_parse, definition_save
+from agents_app.execution.runs import run_start
 from agents_app.execution.versions import VersionMissing, definitions_pinned, mcp_pinned
 from agents_app.models import Agent, DefinitionVersion, Event, Run, Session
 from tests.runs import agent, call, define, events, finish, wait_until
@@ -138,7 +140,7 @@ def test_an_mcp_server_edited_mid_run_is_connected_as_the_run_pinned_it(team_a):
 
 
 def test_a_pin_already_written_is_never_replaced_and_a_missing_version_is_named(team_a):
-    from agents_app.definitions.kinds import AGENT
+    from agents_app.kinds import AGENT
 
     run = Run.objects.create(team=team_a, agent="lead")
     agent(team_a, "Lead", body="one")  # created after the run started: pinned as the run first finds it

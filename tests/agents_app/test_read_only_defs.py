@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from agents_app.definitions import storage
-from agents_app.definitions.kinds import AGENT, SKILL, WORKFLOW
-from agents_app.definitions.services import definition_delete, definition_parse, definition_save
-from agents_app.definitions.sync import markdown_sync
+from mas_core.definitions import storage
+from agents_app.kinds import AGENT, SKILL
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.services import definition_delete, definition_parse, definition_save
+from mas_core.definitions.sync import markdown_sync
 from agents_app.models import Agent, DefinitionVersion, Skill
 from tests.agents_app.test_admin_definitions import admin_url, client_for
 from workflows_app.models import Workflow

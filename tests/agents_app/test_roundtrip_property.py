@@ -16,17 +16,19 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents_app.definitions.kinds import AGENT, WORKFLOW
-from agents_app.definitions.markdown import (
+from agents_app.kinds import AGENT
+
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.markdown import (
     parse_definition,
     render_definition,
     render_parsed,
     validate_definition,
 )
-from agents_app.definitions.services import definition_save, definition_slug
-from agents_app.definitions.sync import markdown_sync
+from mas_core.definitions.services import definition_save, definition_slug
+from mas_core.definitions.sync import markdown_sync
 from agents_app.models import Agent
-from agents_app.specs import TIERS
+from mas_core.specs import TIERS
 from tools_app.catalog import BUILTIN_TOOLS
 from workflows_app.models import Workflow
 

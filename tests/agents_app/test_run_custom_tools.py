@@ -5,9 +5,11 @@ import time
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT, TOOL
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start
+from agents_app.kinds import AGENT
+
+from tools_app.kinds import TOOL
+from mas_core.definitions.services import definition_parse, definition_save
+from agents_app.execution.runs import run_start
 from agents_app.models import Activation, Event, Run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
+from agents_app.execution.runs import run_start
 from agents_app.models import Event, Run, Session, WorkspaceFile
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from agents_app.definitions.kinds import PROVIDER
-from agents_app.execution.services import run_cancel, run_start
+from agents_app.kinds import PROVIDER
+from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Event, Run, Session, WorkspaceFile
 from tests.runs import agent, call, define, events, finish
 

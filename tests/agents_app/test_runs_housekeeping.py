@@ -117,7 +117,7 @@ def test_archived_runs_leave_the_list_until_asked_for_and_come_back(team_a, api_
 
 
 def test_deleting_a_finished_run_takes_its_events_files_and_tree_and_nothing_else(team_a, api_for):
-    from agents_app.execution.eventlog import event_append
+    from mas_core.eventlog import event_append
 
     doomed, kept = make_run(team_a, input="doomed"), make_run(team_a, input="kept")
     for run in (doomed, kept):

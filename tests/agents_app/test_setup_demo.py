@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents_app.definitions import storage
+from mas_core.definitions import storage
 from agents_app.models import Agent, Membership, Team
 from evals_app.models import EvalDataset
 from workflows_app.models import Workflow

@@ -3,8 +3,8 @@
 from agents_app.execution.journal import session_messages
 import pytest
 
-from agents_app.definitions.kinds import SKILL
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import SKILL
+from mas_core.definitions.services import definition_parse, definition_save
 from agents_app.skills import skill_text, skills_for, skills_section
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -56,7 +56,7 @@ def test_skill_load_orders_references_and_names_what_is_wrong(team_a):
 
 @pytest.mark.worker
 def test_an_agent_gets_its_skills_in_the_prompt_and_loads_one(team_a, celery_worker_process):
-    from agents_app.execution.services import run_start
+    from agents_app.execution.runs import run_start
     from agents_app.models import Session
     from tests.runs import agent, events, finish
 

@@ -1,6 +1,6 @@
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.definitions.storage import team_defs_dir
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
+from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import DefinitionVersion
 
 

@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents_app.definitions import storage
-from agents_app.definitions.kinds import AGENT, KINDS, MCP, SKILL, TOOL, WORKFLOW
-from agents_app.definitions.markdown import content_hash
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.definitions.sync import markdown_sync, sync_action
+from mas_core.definitions import storage
+from agents_app.kinds import AGENT, SKILL
+from mas_core.definitions.kinds import KINDS
+from tools_app.kinds import MCP, TOOL
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.markdown import content_hash
+from mas_core.definitions.services import definition_parse, definition_save
+from mas_core.definitions.sync import markdown_sync, sync_action
 from agents_app.models import Agent, DefinitionVersion, Skill
 from tools_app.models import CustomTool, MCPServer
 from workflows_app.models import Workflow

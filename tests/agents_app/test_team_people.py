@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from agents_app.models import ApiToken, Membership, Team
-from agents_app.services import (
+from mas_core.teams import (
     api_token_authenticate,
     api_token_create,
     membership_add,

@@ -9,9 +9,11 @@ from __future__ import annotations
 from agents_app.execution.journal import session_messages
 import pytest
 
-from agents_app.definitions.kinds import AGENT, WORKFLOW
-from agents_app.definitions.markdown import DefinitionError
-from agents_app.execution.services import run_start
+from agents_app.kinds import AGENT
+
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.markdown import DefinitionError
+from agents_app.execution.runs import run_start
 from agents_app.models import Activation, Agent, Session
 from tests.runs import agent, define, events, finish
 from workflows_app.services import workflow_run_start, workflow_steps
@@ -182,7 +184,7 @@ def readme_yaml_after(heading: str) -> list[str]:
 
 
 def test_the_readmes_output_schema_example_is_a_valid_agent(team_a):
-    from agents_app.kernel.outputs import value_errors
+    from mas_core.outputs import value_errors
 
     [example] = readme_yaml_after("**Typed outputs.**")
     define(team_a, AGENT, example)

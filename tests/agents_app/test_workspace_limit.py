@@ -10,7 +10,8 @@ import psycopg
 import pytest
 from django.db import connections
 
-from agents_app.execution.services import run_start, workspace_write
+from agents_app.execution.runs import run_start
+from agents_app.execution.tool_requests import workspace_write
 from agents_app.execution.store import DatabaseStore, DatabaseWorkspace, pool
 from agents_app.execution.workspace_limit import WorkspaceFull
 from agents_app.models import Activation, Event, Run, Session, WorkspaceFile

@@ -8,9 +8,13 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from agents_app.definitions.kinds import AGENT, KINDS, WORKFLOW
-from agents_app.definitions.markdown import DefinitionError, parse_definition, render_definition, validate_definition
-from agents_app.definitions.yaml_loader import YamlLimitError, YamlLimits, data_limit_problem, yaml_load
+from agents_app.kinds import AGENT
+
+from mas_core.definitions.kinds import KINDS
+
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.markdown import DefinitionError, parse_definition, render_definition, validate_definition
+from mas_core.definitions.yaml_loader import YamlLimitError, YamlLimits, data_limit_problem, yaml_load
 
 SMALL = YamlLimits(max_chars=1000, max_depth=3, max_nodes=20, max_key_chars=5, max_scalar_chars=10)
 

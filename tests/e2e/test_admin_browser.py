@@ -14,8 +14,12 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from agents_app.definitions.kinds import AGENT, PROVIDER, TOOL, WORKFLOW
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import AGENT, PROVIDER
+
+from tools_app.kinds import TOOL
+
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.services import definition_parse, definition_save
 from agents_app.models import Activation, Agent, Run, Session
 from tests.e2e.test_monitor_browser import ARTIFACTS, Server, chromium  # noqa: F401 (a fixture)
 

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from agents_app.models import ApprovalRequest, Run, WorkspaceFile
-from agents_app.execution.services import run_cancel
+from agents_app.execution.runs import run_cancel
 from tests.e2e.test_monitor_browser import ARTIFACTS, asgi_server, chromium, in_thread, sign_in  # noqa: F401
 from tests.runs import agent, call, events
 

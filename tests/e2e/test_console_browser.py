@@ -17,8 +17,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents_app.definitions.kinds import WORKFLOW
-from agents_app.definitions.services import definition_parse, definition_save
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.services import definition_parse, definition_save
 from tests.e2e.test_monitor_browser import (  # noqa: F401 - fixtures
     ARTIFACTS,
     asgi_server,
@@ -234,7 +234,7 @@ steps:
 
 @pytest.mark.parametrize("width", [390, 1400])
 def test_no_page_is_wider_than_the_screen(team_a, make_member, asgi_server, chromium, width):
-    from agents_app.events import event_emit
+    from mas_core.events import event_emit
     from agents_app.models import Run, WorkspaceFile
 
     define_agents(team_a, "Lead")

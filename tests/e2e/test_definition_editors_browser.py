@@ -13,7 +13,8 @@ import random
 import pytest
 from django.urls import reverse
 
-from agents_app.definitions.kinds import AGENT, WORKFLOW
+from agents_app.kinds import AGENT
+from workflows_app.kinds import WORKFLOW
 from agents_app.models import DefinitionVersion
 from tests.e2e.test_admin_browser import ARTIFACTS, admin_sign_in, asgi_server, console, save, width  # noqa: F401
 from tests.e2e.test_monitor_browser import chromium  # noqa: F401 (a fixture)

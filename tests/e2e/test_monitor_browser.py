@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
 from tests.runs import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -234,7 +234,7 @@ def test_a_member_watches_a_run_happen_live(team_a, make_member, make_token, cel
 
 def test_an_operator_sees_the_run_list_change_live_and_cancels_a_run(team_a, team_b, make_member, make_token,
                                                                      celery_worker_process, asgi_server, chromium):
-    from agents_app.events import event_emit
+    from mas_core.events import event_emit
     from agents_app.models import Event, Run, Session
 
     define_agents(team_a, "Lead")
@@ -296,8 +296,8 @@ steps:
 
 
 def test_a_workflow_runs_dag_colours_its_steps_as_their_events_commit(team_a, make_member, asgi_server, chromium):
-    from agents_app.definitions.kinds import WORKFLOW as WORKFLOW_KIND
-    from agents_app.events import event_emit
+    from workflows_app.kinds import WORKFLOW as WORKFLOW_KIND
+    from mas_core.events import event_emit
     from agents_app.models import Run
 
     define_agents(team_a, "Lead")
@@ -360,8 +360,8 @@ loops:
 
 
 def test_a_looping_workflows_dag_shows_each_steps_round_as_it_goes(team_a, make_member, asgi_server, chromium):
-    from agents_app.definitions.kinds import WORKFLOW as WORKFLOW_KIND
-    from agents_app.events import event_emit
+    from workflows_app.kinds import WORKFLOW as WORKFLOW_KIND
+    from mas_core.events import event_emit
     from agents_app.models import Run
 
     define_agents(team_a, "Lead")

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from agents_app.definitions.kinds import AGENT
+from agents_app.kinds import AGENT
 from agents_app.models import Membership
 from tests.e2e.test_admin_browser import admin_sign_in, asgi_server, save, width  # noqa: F401 (a fixture)
 from tests.e2e.test_monitor_browser import ARTIFACTS, chromium  # noqa: F401 (a fixture)

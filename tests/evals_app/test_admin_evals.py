@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from evals_app.kinds import EVAL
 from evals_app.models import EvalDataset, EvalRun
 from tests.evals_app.test_eval_runs import DATASET, eval_done
@@ -72,7 +72,7 @@ def test_save_as_eval_case_from_the_runs_list(team_a, make_member, celery_worker
     assert (case["id"], case["task"], case["reference"], case.get("script")) == ("hi", "Say hi.", "Hi!", None)
     assert dataset.spec["agent"] == "writer"
     # An editor of another team cannot reach the run.
-    from agents_app.services import team_create
+    from mas_core.teams import team_create
 
     other = team_create(slug="other", name="Other")
     assert client_of(make_member(other, "admin")).get(page).status_code == 404

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from agents_app.definitions import storage
-from agents_app.definitions.kinds import KINDS, KINDS_BY_NAME, register_kind
-from agents_app.definitions.markdown import DefinitionError
-from agents_app.definitions.sync import markdown_sync
+from mas_core.definitions import storage
+from mas_core.definitions.kinds import KINDS, KINDS_BY_NAME, register_kind
+from mas_core.definitions.markdown import DefinitionError
+from mas_core.definitions.sync import markdown_sync
 from agents_app.models import DefinitionVersion
 from evals_app.kinds import EVAL
 from evals_app.models import EvalDataset
@@ -83,7 +83,7 @@ STATUS = "  checks:\n  - type: status\n    equals: succeeded\n"
      "evals/x.md:7: cases.0.script: script for agent w, turn 0: unknown key(s) txt"),
 ])
 def test_invalid_datasets_are_refused_naming_the_line_and_field(text, message):
-    from agents_app.definitions.markdown import parse_definition
+    from mas_core.definitions.markdown import parse_definition
 
     with pytest.raises(DefinitionError) as caught:
         parse_definition(EVAL, text, path="evals/x.md")
@@ -91,7 +91,7 @@ def test_invalid_datasets_are_refused_naming_the_line_and_field(text, message):
 
 
 def test_a_dataset_holds_at_most_100_cases_and_unique_ids():
-    from agents_app.definitions.markdown import validate_definition
+    from mas_core.definitions.markdown import validate_definition
 
     case = {"task": "t", "checks": [{"type": "status", "equals": "succeeded"}]}
     with pytest.raises(DefinitionError, match="cases: List should have at most 100 items"):
@@ -125,7 +125,7 @@ def test_the_api_creates_reads_edits_and_deletes_datasets(team_a, team_b, api_fo
 
 def test_bounds_keep_their_written_form_in_the_markdown():
     """An integer bound stays an integer (`max: 2`, not `max: 2.0`); a fraction stays a fraction."""
-    from agents_app.definitions.markdown import parse_definition, render_parsed
+    from mas_core.definitions.markdown import parse_definition, render_parsed
 
     text = DATASET.replace("  - type: tool_not_called\n    tool: web_fetch\n",
                            "  - type: max_tool_calls\n    max: 2\n  - type: max_cost_usd\n    max: 0.05\n")

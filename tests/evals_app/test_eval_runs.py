@@ -12,8 +12,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents_app.definitions.kinds import PROVIDER
-from agents_app.execution.services import run_start
+from agents_app.kinds import PROVIDER
+from agents_app.execution.runs import run_start
 from agents_app.models import Run, Session
 from evals_app.kinds import EVAL
 from evals_app.models import EvalDataset, EvalRun
@@ -297,7 +297,7 @@ def test_the_readmes_dataset_passes_with_the_readmes_command(team_a, celery_work
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
 def test_a_workflow_dataset_runs_its_cases_with_their_inputs(team_a, api_for, celery_worker_process):
-    from agents_app.definitions.kinds import WORKFLOW
+    from workflows_app.kinds import WORKFLOW
 
     agent(team_a, "Writer")
     define(team_a, WORKFLOW, "---\nname: Pipeline\ninputs: [topic]\nsteps:\n- id: write\n  agent: writer\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents_app.definitions.kinds import PROVIDER
+from agents_app.kinds import PROVIDER
 from agents_app.execution.modelchoice import model_choice
 from agents_app.models import Run
 from tests.runs import define

@@ -23,10 +23,10 @@ pytestmark = [pytest.mark.worker]
 
 ROOT = Path(settings.BASE_DIR)
 SEED = """
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start
-from agents_app.services import team_create
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
+from agents_app.execution.runs import run_start
+from mas_core.teams import team_create
 
 team = team_create(slug="pg", defs_dir="{defs}")
 definition_save(kind=AGENT, team=team, parsed=definition_parse(kind=AGENT, team=team,

@@ -6,9 +6,9 @@ the worker is real and waits at most 1 s for a model call (``MAS_MODEL_TIMEOUT_S
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT, PROVIDER
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start
+from agents_app.kinds import AGENT, PROVIDER
+from mas_core.definitions.services import definition_parse, definition_save
+from agents_app.execution.runs import run_start
 from agents_app.models import Session, WorkspaceFile
 from tests.agents_app.llm.fake_servers import (
     FakeServer,

@@ -13,13 +13,10 @@ from django.db import connection, connections
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from agents_app.execution import services
-from agents_app.execution.services import (
-    run_start,
-    runs_unstick,
-    session_begin,
-    sessions_reap,
-)
+from agents_app.execution import runs
+from agents_app.execution.lifecycle import session_begin
+from agents_app.execution.reaper import runs_unstick, sessions_reap
+from agents_app.execution.runs import run_start
 from agents_app.execution.recovery import SWEEP_LOCK, Sweep, recovery_sweep
 from agents_app.models import Activation, Event, Run, Session
 from agents_app.tasks import execute_activation
@@ -120,7 +117,7 @@ def test_a_refusing_broker_leaves_the_work_queued_for_the_sweep(team_a, fault_wo
 def test_a_session_whose_worker_keeps_dying_is_resumed_then_failed_with_the_reason(team_a, sweeps_held, monkeypatch):
     lead(team_a)
     monkeypatch.setattr(execute_activation, "delay", lambda *args: None)
-    monkeypatch.setattr(services, "run_dispatch_async", lambda **kwargs: None)
+    monkeypatch.setattr(runs, "run_dispatch_async", lambda **kwargs: None)
     run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
     [root] = Activation.objects.filter(run=run)
     for resume in (1, 2, 3):
@@ -155,13 +152,13 @@ def test_work_queued_again_waits_for_a_worker_however_many_sweeps_pass(team_a, s
     happen); if its dispatch is lost, it is sent again; a session is never claimed twice."""
     lead(team_a)
     monkeypatch.setattr(execute_activation, "delay", lambda *args: None)
-    monkeypatch.setattr(services, "run_dispatch_async", lambda **kwargs: None)
+    monkeypatch.setattr(runs, "run_dispatch_async", lambda **kwargs: None)
     run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
     [root] = Activation.objects.filter(run=run)
     start = session_begin(activation_id=root.id, worker="host:1")
     Session.objects.filter(pk=start.session.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=60))
     assert sessions_reap() == [str(root.id)]
-    assert services.run_dispatch(run_id=run.id) == [str(root.id)]  # sent again; no worker has taken it yet
+    assert runs.run_dispatch(run_id=run.id) == [str(root.id)]  # sent again; no worker has taken it yet
 
     for _ in range(3):  # sweep after sweep: still one resume
         assert sessions_reap() == []
@@ -180,7 +177,7 @@ def test_work_queued_again_waits_for_a_worker_however_many_sweeps_pass(team_a, s
 
     # A worker claims it and resumes the session; the same message delivered again is refused, even in the
     # same process (this would run the session twice at once).
-    services.run_dispatch(run_id=run.id)
+    runs.run_dispatch(run_id=run.id)
     resumed = session_begin(activation_id=root.id, worker="host:2")
     assert (resumed.session.pk, resumed.resumed) == (start.session.pk, True)
     assert session_begin(activation_id=root.id, worker="host:2") is None
@@ -203,7 +200,7 @@ def test_one_sweep_at_a_time_across_processes(team_a, monkeypatch):
 def one_sweep_at_a_time(team_a, monkeypatch):
     lead(team_a)
     monkeypatch.setattr(execute_activation, "delay", lambda *args: None)
-    monkeypatch.setattr(services, "run_dispatch_async", lambda **kwargs: None)
+    monkeypatch.setattr(runs, "run_dispatch_async", lambda **kwargs: None)
     run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
     [root] = Activation.objects.filter(run=run)
     start = session_begin(activation_id=root.id, worker="host:1")

@@ -14,9 +14,9 @@ from collections import Counter
 import pytest
 from django.utils import timezone
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
+from agents_app.execution.runs import run_start
 from agents_app.models import Event, Run, Session, WorkspaceFile
 from tests.runs import wait_until
 from tests.workers import start_worker, stop_worker

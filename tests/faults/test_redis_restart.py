@@ -22,8 +22,8 @@ import pytest
 import websockets
 from django.conf import settings
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
 from agents_app.models import Event, Run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]

@@ -18,8 +18,8 @@ import urllib.request
 import pytest
 from django.conf import settings
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
 from agents_app.models import ApprovalRequest, Event, Run, Session, WorkspaceFile
 from tests.faults.test_redis_restart import Redis, free_port, spawn, stop
 from tests.runs import wait_until

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from agents_app.approvals.services import approval_decide
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.models import ApprovalRequest, Event, Run, Session, WorkspaceFile
 from tests.runs import agent, call, wait_until
 from tests.workers import start_worker, stop_worker

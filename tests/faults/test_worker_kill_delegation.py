@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.models import Event, Session, WorkspaceFile
 from tests.agents_app.test_delegation import ORCHESTRATION
 from tests.runs import agent

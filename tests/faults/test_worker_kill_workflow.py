@@ -8,8 +8,10 @@ import os
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT, WORKFLOW
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import AGENT
+
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.services import definition_parse, definition_save
 from agents_app.models import Event, Session, WorkspaceFile
 from tests.workers import kill_mid_run_and_resume
 from workflows_app.services import workflow_run_start, workflow_steps

@@ -16,7 +16,7 @@ FUZZ_EXAMPLES = int(os.environ.get("MAS_FUZZ_EXAMPLES", 8))
 
 @pytest.fixture
 def fuzz_token(team_a, make_member, make_token, monkeypatch):
-    from agents_app.definitions.kinds import AGENT
+    from agents_app.kinds import AGENT
     from agents_app.tasks import dispatch_run, execute_activation
     from tests.runs import define
 

@@ -36,8 +36,9 @@ def git_status(path: Path) -> str:
 @pytest.fixture
 def demo_like_team(make_team, make_member, make_token, settings, tmp_path, monkeypatch):
     """A team on a copy of the shipped definitions, with runs that have events and files; an admin's token."""
-    from agents_app.definitions.sync import markdown_sync
-    from agents_app.execution.services import run_start, workspace_write
+    from mas_core.definitions.sync import markdown_sync
+    from agents_app.execution.runs import run_start
+    from agents_app.execution.tool_requests import workspace_write
     from agents_app.tasks import dispatch_run, execute_activation
 
     monkeypatch.setattr(execute_activation, "delay", lambda *args, **kwargs: None)

@@ -12,8 +12,8 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from agents_app.definitions.kinds import KINDS
-from agents_app.definitions.markdown import DefinitionError, parse_definition
+from mas_core.definitions.kinds import KINDS
+from mas_core.definitions.markdown import DefinitionError, parse_definition
 from workflows_app.engine.dag import validate_graph
 from workflows_app.orchestrate import PlanError, plan_parse
 from workflows_app.specs import WorkflowStep

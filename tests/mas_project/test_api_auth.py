@@ -48,7 +48,7 @@ def test_revoked_token_and_former_member_are_401(team_a, make_member, make_token
 
 
 def test_token_of_a_demoted_member_stops_working_above_the_new_role(team_a, make_member, make_token):
-    from agents_app.services import membership_set
+    from mas_core.teams import membership_set
 
     user = make_member(team_a, "editor")
     api = ApiClient(make_token(team_a, user))  # role editor, from the membership
@@ -72,7 +72,7 @@ def test_session_with_one_team(team_a, make_member):
 
 
 def test_session_with_several_teams_needs_the_header(team_a, team_b, make_member):
-    from agents_app.services import membership_set
+    from mas_core.teams import membership_set
 
     user = make_member(team_a, "viewer")
     membership_set(team=team_b, user=user, role="editor")
@@ -88,7 +88,7 @@ def test_session_with_several_teams_needs_the_header(team_a, team_b, make_member
 
 
 def test_session_without_a_team_is_403(db):
-    from agents_app.services import user_create
+    from mas_core.teams import user_create
 
     client = Client()
     client.force_login(user_create(username="loner", password="pw-for-tests-1"))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agents_app.models import Agent, DefinitionVersion
-from mas_project.api_errors import json_shape_problem
+from mas_core.api_errors import json_shape_problem
 from tests.agents_app.test_api_crud import CASE_IDS, CASES, create, prepare
 
 pytestmark = pytest.mark.django_db

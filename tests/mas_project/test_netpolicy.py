@@ -1,4 +1,4 @@
-"""mas_project.netpolicy: allow-list entries and the address check made on save (no DNS)."""
+"""mas_core.netpolicy: allow-list entries and the address check made on save (no DNS)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from mas_project.netpolicy import AllowEntry, BlockedAddress, parse_allow, resolve_checked, url_refusal
+from mas_core.netpolicy import AllowEntry, BlockedAddress, parse_allow, resolve_checked, url_refusal
 
 SETTING = "MAS_PRIVATE_URL_ALLOW"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from agents_app.services import membership_set
+from mas_core.teams import membership_set
 
 pytestmark = pytest.mark.django_db
 
@@ -24,8 +24,8 @@ def test_every_operation_a_session_may_call_names_the_team_header():
 
 
 def test_what_try_it_out_sends_picks_the_team(team_a, team_b, make_member):
-    from agents_app.definitions.kinds import AGENT
-    from agents_app.definitions.services import definition_parse, definition_save
+    from agents_app.kinds import AGENT
+    from mas_core.definitions.services import definition_parse, definition_save
 
     for team, name in ((team_a, "Alpha agent"), (team_b, "Beta agent")):
         definition_save(kind=AGENT, team=team, parsed=definition_parse(kind=AGENT, team=team,

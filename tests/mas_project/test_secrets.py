@@ -1,4 +1,4 @@
-"""mas_project.secrets: reading MAS_TEAM_SECRETS, deciding a team's names, keeping values out of log lines."""
+"""mas_core.secrets: reading MAS_TEAM_SECRETS, deciding a team's names, keeping values out of log lines."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mas_project.secrets import (
+from mas_core.secrets import (
     Declaration,
     DeclarationError,
     Redactor,
@@ -103,7 +103,7 @@ def test_the_filter_redacts_message_arguments_fields_and_a_cut_exception(setting
 
 
 def test_short_declared_values_are_not_redacted_everywhere(settings, monkeypatch):
-    from mas_project.secrets import declared_values
+    from mas_core.secrets import declared_values
 
     settings.MAS_TEAM_SECRETS = "GITHUB_*"
     monkeypatch.setenv("GITHUB_ACTIONS", "true")

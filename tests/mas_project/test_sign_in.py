@@ -11,8 +11,9 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from agents_app.services import user_create
-from mas_project import ratelimit, sign_in
+from mas_core.teams import user_create
+from mas_core import ratelimit
+from mas_project import sign_in
 
 pytestmark = pytest.mark.django_db
 

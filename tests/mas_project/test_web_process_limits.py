@@ -15,8 +15,8 @@ import json
 import pytest
 import websockets
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
 from agents_app.models import Agent, DefinitionVersion
 from tests.web import Answer, WebServer
 

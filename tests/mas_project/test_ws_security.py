@@ -27,7 +27,7 @@ from django.test import Client
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from agents_app.execution.eventlog import event_append
+from mas_core.eventlog import event_append
 from agents_app.models import Run
 from mas_project.asgi import application
 

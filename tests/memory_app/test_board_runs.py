@@ -3,9 +3,9 @@
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
+from agents_app.execution.runs import run_start
 from agents_app.models import Event
 from memory_app.models import BlackboardEntry, ChannelMessage, Subscription
 from tests.runs import finish
@@ -73,6 +73,6 @@ def test_two_concurrent_sessions_talk_over_a_channel_and_share_a_blackboard(team
 
 
 def make_other_team(team_a):
-    from agents_app.services import team_create
+    from mas_core.teams import team_create
 
     return team_create(slug="other-board", name="Other", defs_dir=team_a.defs_dir + "-other")

@@ -4,7 +4,7 @@
 from agents_app.execution.journal import session_messages
 import pytest
 
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.models import Event, Session
 from memory_app.models import Memory
 from tests.runs import agent, call, finish

@@ -44,7 +44,7 @@ def test_search_ranks_by_meaning_and_words_and_counts_access(team_a):
 
 def test_a_narrow_filter_still_returns_k_rows(team_a):
     # Many memories of other agents, few of this one: the index alone would starve the filter.
-    from memory_app.embeddings import embed
+    from mas_core.embeddings import embed
 
     others = [f"Note {i} about logistics, shipping and warehouses." for i in range(400)]
     vectors = embed(others)

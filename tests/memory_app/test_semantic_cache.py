@@ -5,11 +5,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.markdown import DefinitionError, parse_definition
-from agents_app.llm.types import Message, ModelRequest, ModelResponse, ToolCall, ToolSchema, Usage
+from agents_app.kinds import AGENT
+from mas_core.definitions.markdown import DefinitionError, parse_definition
+from mas_core.llm_types import Message, ModelRequest, ModelResponse, ToolCall, ToolSchema, Usage
 from memory_app.cache import cache_lookup, cache_store, replayed, request_key
-from memory_app.embeddings import embed
+from mas_core.embeddings import embed
 from memory_app.models import CachedResponse
 
 pytestmark = pytest.mark.django_db

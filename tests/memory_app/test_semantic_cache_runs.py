@@ -4,7 +4,7 @@ from decimal import Decimal
 
 import pytest
 
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.models import Event, Session, WorkspaceFile
 from memory_app.models import CachedResponse
 from tests.runs import agent, call, finish as finished

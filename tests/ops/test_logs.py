@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from mas_project.logs import ContextFilter, JsonFormatter, bind, log_context
+from mas_core.logs import ContextFilter, JsonFormatter, bind, log_context
 
 
 def test_a_json_line_carries_the_bound_ids_and_the_call_s_extra_fields():
@@ -36,7 +36,7 @@ def test_a_json_line_carries_the_bound_ids_and_the_call_s_extra_fields():
 @pytest.mark.worker
 def test_a_worker_logs_json_lines_with_its_sessions_ids_and_no_secrets(team_a, monkeypatch):
     from mas_project.celery import app
-    from agents_app.execution.services import run_start
+    from agents_app.execution.runs import run_start
     from agents_app.models import Session
     from tests.runs import agent, finish
     from tests.workers import start_worker, stop_worker

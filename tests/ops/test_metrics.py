@@ -5,7 +5,7 @@ import re
 import pytest
 from django.test import Client
 
-from agents_app.execution.eventlog import event_append
+from mas_core.eventlog import event_append
 from agents_app.models import Run, Session
 
 pytestmark = [pytest.mark.django_db]

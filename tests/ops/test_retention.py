@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from agents_app.execution.eventlog import event_append
+from mas_core.eventlog import event_append
 from agents_app.models import Activation, Event, Run, Session, SessionEntry, WorkspaceFile
 
 pytestmark = [pytest.mark.django_db]

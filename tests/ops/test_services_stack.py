@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from agents_app.definitions.kinds import AGENT, WORKFLOW
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import AGENT
+
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.services import definition_parse, definition_save
 from tests.web import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)

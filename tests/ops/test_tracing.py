@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from agents_app.models import Session
 from tests.runs import agent, call, finish
 from tests.workers import start_worker, stop_worker
@@ -102,7 +102,7 @@ def test_a_run_is_one_trace_of_run_session_model_and_tool_spans(team_a, monkeypa
 
 
 def test_without_an_endpoint_nothing_is_traced(monkeypatch):
-    from mas_project import telemetry
+    from mas_core import telemetry
 
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)

@@ -23,9 +23,9 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
-from agents_app.execution.services import run_start
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
+from agents_app.execution.runs import run_start
 from agents_app.models import Event, Run
 from tools_app.catalog import BUILTIN_TOOLS, SAFE_DEFAULT_TOOLS
 from tools_app.models import MCPServer
@@ -336,7 +336,9 @@ def test_an_injected_web_page_grants_no_tool_and_no_budget(team_a, page_server, 
 
 @pytest.mark.django_db
 def test_a_workspace_agent_is_capped_by_its_creators_tools_and_mcp_servers(team_a, api_for):
-    from agents_app.execution.services import agent_capped, agent_resolve, child_spawn, workspace_write
+    from agents_app.execution.agents import agent_capped, agent_resolve
+    from agents_app.execution.children import child_spawn
+    from agents_app.execution.tool_requests import workspace_write
     from agents_app.models import Activation
 
     api = api_for(team_a, "admin")

@@ -26,7 +26,7 @@ from django.contrib import admin
 from django.test import Client
 from django.urls import reverse
 
-from agents_app.definitions.kinds import MCP
+from tools_app.kinds import MCP
 from agents_app.models import DefinitionVersion, Event, Run
 from tests.agents_app.llm.fake_servers import FakeServer, closed_port_url, json_reply, openai_error, openai_stream, sse
 from tests.security.test_team_isolation import api_routes, fill

@@ -26,8 +26,8 @@ from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 from django.urls import URLPattern, URLResolver, reverse
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
 from mas_project import urls as project_urls
 from mas_project.api import api
 from memory_app.services import memory_store
@@ -501,7 +501,7 @@ def test_no_websocket_lets_team_a_follow_team_b(team_a, team_b, make_member, mak
     from channels.testing import WebsocketCommunicator
     from django.db import transaction
 
-    from agents_app.execution.eventlog import event_append
+    from mas_core.eventlog import event_append
     from agents_app.models import Run
     from mas_project.asgi import application, websocket_urlpatterns
 
@@ -570,9 +570,9 @@ def test_no_websocket_lets_team_a_follow_team_b(team_a, team_b, make_member, mak
 def test_an_agents_tools_reach_nothing_of_another_team(team_a, team_b, celery_worker_process):
     import time
 
-    from agents_app.definitions.kinds import AGENT
-    from agents_app.definitions.services import definition_parse, definition_save
-    from agents_app.execution.services import run_start
+    from agents_app.kinds import AGENT
+    from mas_core.definitions.services import definition_parse, definition_save
+    from agents_app.execution.runs import run_start
     from agents_app.models import Event, Run, WorkspaceFile
     from memory_app.models import BlackboardEntry, Channel, ChannelMessage
 
@@ -581,7 +581,8 @@ def test_an_agents_tools_reach_nothing_of_another_team(team_a, team_b, celery_wo
 
     # Team B's rows, written directly (no run of B's executes during the test).
     save(team_b, f"---\nname: Bravo Helper\n---\n\nYou help. {MARK}\n")
-    from agents_app.definitions.kinds import SKILL, TOOL
+    from agents_app.kinds import SKILL
+    from tools_app.kinds import TOOL
 
     for kind, text in ((SKILL, f"---\nname: Launch codes\ndescription: launch codes {MARK}\n---\n\n{MARK}\n"),
                        (TOOL, f"---\nname: launch_codes\ndescription: Find launch codes {MARK}\n"

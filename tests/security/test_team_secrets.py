@@ -16,11 +16,13 @@ import sys
 
 import pytest
 
-from agents_app.definitions.kinds import MCP, PROVIDER
-from agents_app.definitions.storage import team_defs_dir
-from agents_app.execution.services import run_start
+from agents_app.kinds import PROVIDER
+
+from tools_app.kinds import MCP
+from mas_core.definitions.storage import team_defs_dir
+from agents_app.execution.runs import run_start
 from agents_app.execution.session import model_resolve
-from agents_app.llm.types import ProviderError
+from mas_core.llm_types import ProviderError
 from agents_app.models import DefinitionVersion, ModelProvider
 from tests.agents_app.llm.fake_servers import openai_stream, sse
 from tests.agents_app.llm.helpers import request, run
@@ -156,7 +158,7 @@ def test_sync_markdown_names_the_file_and_the_variable_and_imports_the_rest(team
     assert set(ModelProvider.objects.filter(team=team_a).values_list("slug", flat=True)) == {"claude"}
     assert not MCPServer.objects.filter(team=team_a).exists()
     assert files(team_a) == before
-    from agents_app.definitions.sync import markdown_sync
+    from mas_core.definitions.sync import markdown_sync
 
     report = markdown_sync(team=team_a, mode="check")
     assert sorted(str(error) for error in report.errors) == [

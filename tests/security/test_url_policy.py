@@ -14,7 +14,7 @@ import socket
 import pytest
 
 from agents_app.llm.registry import provider_for
-from agents_app.llm.types import ProviderError
+from mas_core.llm_types import ProviderError
 from agents_app.models import ModelProvider
 from tests.agents_app.llm.fake_servers import (
     anthropic_stream,

@@ -14,9 +14,14 @@ from typing import Any
 
 from django.apps import apps
 
-from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, TOOL, WORKFLOW
-from agents_app.definitions.storage import team_defs_dir
-from agents_app.execution.services import run_start, workspace_write
+from agents_app.kinds import AGENT, PROVIDER, SKILL
+
+from tools_app.kinds import MCP, TOOL
+
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.storage import team_defs_dir
+from agents_app.execution.runs import run_start
+from agents_app.execution.tool_requests import workspace_write
 from agents_app.models import ApprovalRequest, Session, Team
 from evals_app.kinds import EVAL
 from memory_app.models import BlackboardEntry, CachedResponse, Channel, ChannelMessage, Subscription

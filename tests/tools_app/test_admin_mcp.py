@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from agents_app.definitions.kinds import MCP
-from agents_app.definitions.storage import team_defs_dir
+from tools_app.kinds import MCP
+from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import DefinitionVersion
 from tests.agents_app.test_admin_definitions import admin_url, client_for, files_under, save_definition
 from tools_app.models import MCPServer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Permission
 
-from agents_app.definitions.storage import team_defs_dir
+from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import DefinitionVersion
 from tools_app.models import MCPServer
 

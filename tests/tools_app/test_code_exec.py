@@ -148,7 +148,7 @@ def test_the_tool_is_off_unless_listed():
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
 def test_in_a_real_run_the_programs_file_lands_in_the_workspace(team_a, celery_worker_process):
-    from agents_app.execution.services import run_start
+    from agents_app.execution.runs import run_start
     from agents_app.models import WorkspaceFile
     from tests.runs import agent, call, events, finish
 

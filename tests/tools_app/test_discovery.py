@@ -48,7 +48,7 @@ def test_above_the_threshold_only_the_top_k_are_offered(settings):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
 def test_an_agent_with_many_tools_sees_the_relevant_ones_and_finds_others(team_a, celery_worker_process):
-    from agents_app.execution.services import run_start
+    from agents_app.execution.runs import run_start
     from tests.runs import agent, call, events, finish
 
     # 18 safe built-ins + the MCP-free custom tools below: over the default threshold of 24.

@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from agents_app.definitions.kinds import MCP
-from agents_app.execution.services import run_start
+from tools_app.kinds import MCP
+from agents_app.execution.runs import run_start
 from tests.runs import agent, call, define, events, finish
 from tests.tools_app.mcp_servers.launch import SERVER, free_port, serve
 from tools_app.mcp.services import mcp_server_approve, mcp_server_test
@@ -104,7 +104,7 @@ def test_testing_and_approving_over_the_api(team_a, team_b, http_mcp, api_for):
 def test_the_admin_actions_test_and_approve_servers(team_a, http_mcp, make_member):
     from django.contrib.messages import get_messages
 
-    from agents_app.definitions.kinds import MCP as MCP_KIND
+    from tools_app.kinds import MCP as MCP_KIND
     from tests.agents_app.test_admin_definitions import admin_url, client_for
 
     servers(team_a, http_mcp)

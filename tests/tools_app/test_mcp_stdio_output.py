@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from agents_app.definitions.kinds import MCP
-from agents_app.execution.services import run_start
+from tools_app.kinds import MCP
+from agents_app.execution.runs import run_start
 from agents_app.models import Event
 from tests.runs import agent, define, events, finish, wait_until
 
@@ -53,7 +53,7 @@ def record_text(record: logging.LogRecord) -> str:
 
 @pytest.mark.django_db
 def test_the_test_action_logs_and_reports_what_a_server_printed_redacted(team_a, api_for, caplog, monkeypatch):
-    from mas_project.secrets import RedactFilter
+    from mas_core.secrets import RedactFilter
 
     # Whatever handlers a deployment has (these have no redacting filter now), the SDK's loggers and ours hand
     # them records already redacted.
@@ -116,7 +116,7 @@ def test_a_run_on_a_worker_logs_and_records_what_a_server_printed_redacted(team_
 
 
 def test_stderr_is_logged_bounded_and_a_line_too_long_to_redact_whole_is_not_shown(caplog):
-    from mas_project.secrets import Redactor
+    from mas_core.secrets import Redactor
     from tools_app.mcp.stderr import StderrReader
 
     with caplog.at_level(logging.INFO):

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents_app.llm.types import ToolSchema
+from mas_core.llm_types import ToolSchema
 from tools_app.builtin import BUILTIN_TOOL_CLASSES
 from tools_app.catalog import SAFE_DEFAULT_TOOLS
 from tools_app.plugin import Params, Tool, ToolContext, ToolError

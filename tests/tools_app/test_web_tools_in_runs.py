@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agents_app.execution.services import run_start
+from agents_app.execution.runs import run_start
 from tests.runs import agent, call, events, finish
 from tests.workers import start_worker, stop_worker
 

@@ -13,12 +13,13 @@ from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents_app.admin_fields_editor import RowsField
-from agents_app.definitions.kinds import AGENT, WORKFLOW
-from agents_app.definitions.markdown import parse_definition, render_definition, validate_definition
-from agents_app.definitions.storage import team_defs_dir
+from mas_core.admin_fields_editor import RowsField
+from agents_app.kinds import AGENT
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.markdown import parse_definition, render_definition, validate_definition
+from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import DefinitionVersion
-from agents_app.services import membership_set
+from mas_core.teams import membership_set
 from tests.agents_app.test_admin_definitions import admin_url, client_for, files_under, sample, save_definition
 from tests.agents_app.test_roundtrip_property import TEXT, workflow_data
 from workflows_app.models import Workflow

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from agents_app.definitions.kinds import AGENT, WORKFLOW
+from agents_app.kinds import AGENT
+
+from workflows_app.kinds import WORKFLOW
 from agents_app.models import DefinitionVersion
 from tests.agents_app.test_admin_definitions import admin_url, client_for, files_under, sample, save_definition
 from workflows_app.models import Workflow

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT
-from agents_app.definitions.services import definition_parse, definition_save
+from agents_app.kinds import AGENT
+from mas_core.definitions.services import definition_parse, definition_save
 from agents_app.models import Run
 from workflows_app.models import WorkflowRun
 

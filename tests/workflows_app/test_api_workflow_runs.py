@@ -2,7 +2,7 @@
 
 import pytest
 
-from agents_app.definitions.kinds import WORKFLOW
+from workflows_app.kinds import WORKFLOW
 from agents_app.models import Run
 from tests.runs import agent, define, finish
 from workflows_app.models import WorkflowRun

@@ -7,7 +7,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents_app.definitions.kinds import WORKFLOW
+from workflows_app.kinds import WORKFLOW
 from agents_app.models import Event, Run, WorkspaceFile
 from tests.runs import agent, define
 

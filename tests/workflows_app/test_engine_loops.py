@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agents_app.definitions.kinds import WORKFLOW
-from agents_app.definitions.markdown import DefinitionError, parse_definition
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.markdown import DefinitionError, parse_definition
 from workflows_app.engine.loops import parse_condition
 from workflows_app.engine.scheduler import FIRST_ROUND_MARK, Engine, Failure, LoopEvent, MissingOutput, Stats
 from workflows_app.specs import WorkflowSpec

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agents_app.definitions.kinds import WORKFLOW
-from agents_app.definitions.markdown import parse_definition
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.markdown import parse_definition
 from tests.listing import markdown_files
 from workflows_app.engine.dag import PLACEHOLDER_RE
 from workflows_app.engine.scheduler import (

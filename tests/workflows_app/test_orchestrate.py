@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agents_app.execution.services import RunError
+from agents_app.execution.errors import RunError
 from agents_app.models import Activation, Run
 from tests.runs import agent, events, finish
 from workflows_app.models import WorkflowRun

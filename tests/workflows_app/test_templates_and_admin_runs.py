@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 
 import workflows_app
-from agents_app.definitions import storage
-from agents_app.definitions.kinds import WORKFLOW
+from mas_core.definitions import storage
+from workflows_app.kinds import WORKFLOW
 from agents_app.models import Run, Team
 from tests.agents_app.test_admin_definitions import admin_url, client_for
 from tests.listing import markdown_files
@@ -100,7 +100,7 @@ def test_the_admin_add_page_offers_the_templates_and_fills_one_in(team_a, make_m
     initial = page.context["adminform"].form.fields["markdown"].initial
     assert initial.startswith("---\nname: Fan-out\n") and "research_c" in initial
     # Other definition kinds are not touched by the workflow form.
-    from agents_app.definitions.kinds import AGENT
+    from agents_app.kinds import AGENT
 
     assert "Start from a template" not in client.get(admin_url(AGENT, "add")).content.decode()
 

@@ -4,9 +4,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agents_app.definitions.kinds import WORKFLOW
-from agents_app.definitions.markdown import DefinitionError
-from agents_app.execution.services import run_start
+from workflows_app.kinds import WORKFLOW
+from mas_core.definitions.markdown import DefinitionError
+from agents_app.execution.runs import run_start
 from agents_app.models import Run
 from agents_app.tasks import execute_activation
 from memory_app.board import channel_publish

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents_app.definitions.kinds import WORKFLOW
+from workflows_app.kinds import WORKFLOW
 from agents_app.models import Activation, Session
 from tests.runs import agent, define, events, finish
 from workflows_app.models import WorkflowRun

@@ -4,8 +4,11 @@ import time
 
 import pytest
 
-from agents_app.definitions.kinds import AGENT, PROVIDER, WORKFLOW
-from agents_app.execution.services import RunError, run_cancel
+from agents_app.kinds import AGENT, PROVIDER
+
+from workflows_app.kinds import WORKFLOW
+from agents_app.execution.errors import RunError
+from agents_app.execution.runs import run_cancel
 from agents_app.models import Activation, Agent, Event, Run, Session
 from agents_app.money import money_str
 from tests.runs import define, events, finish

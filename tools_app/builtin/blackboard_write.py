@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from mas_core.errors import Refused
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
 from tools_app.registry import require_service
 
@@ -17,11 +18,9 @@ class BlackboardWrite(Tool):
         value: str = Field(max_length=50_000)
 
     async def run(self, args: Parameters, ctx: ToolContext) -> str:
-        from memory_app.board import BoardError
-
         write = require_service(ctx, "blackboard_write", self.name)
         try:
             entry = await write(key=args.key, value=args.value)
-        except BoardError as error:
+        except Refused as error:
             raise ToolError(str(error)) from None
         return f"{entry.key} is now version {entry.version}."

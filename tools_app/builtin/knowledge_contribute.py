@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from tools_app.builtin.memory_store import MEMORY_TYPES
+from mas_core.errors import Refused
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
 from tools_app.registry import require_service
 
@@ -20,12 +21,10 @@ class KnowledgeContribute(Tool):
         tags: list[str] = Field(default_factory=list, max_length=20)
 
     async def run(self, args: Parameters, ctx: ToolContext) -> str:
-        from memory_app.services import MemoryError
-
         contribute = require_service(ctx, "knowledge_contribute", self.name)
         try:
             result = await contribute(content=args.content, type=args.type, tags=args.tags)
-        except MemoryError as error:
+        except Refused as error:
             raise ToolError(str(error)) from None
         if result.added:
             return f"Added to the team's knowledge as memory {result.memory.id}."

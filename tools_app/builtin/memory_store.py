@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from mas_core.errors import Refused
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
 from tools_app.registry import require_service
 
@@ -23,11 +24,9 @@ class MemoryStore(Tool):
         shared: bool = Field(default=False, description="Let the team's other agents find it too")
 
     async def run(self, args: Parameters, ctx: ToolContext) -> str:
-        from memory_app.services import MemoryError
-
         store = require_service(ctx, "memory_store", self.name)
         try:
             memory = await store(content=args.content, type=args.type, tags=args.tags, shared=args.shared)
-        except MemoryError as error:
+        except Refused as error:
             raise ToolError(str(error)) from None
         return f"Remembered as memory {memory.id}{' (shared with the team)' if memory.shared else ''}."

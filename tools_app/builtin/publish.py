@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from mas_core.errors import Refused
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
 from tools_app.registry import require_service
 
@@ -17,11 +18,9 @@ class Publish(Tool):
         message: str = Field(min_length=1, max_length=20_000)
 
     async def run(self, args: Parameters, ctx: ToolContext) -> str:
-        from memory_app.board import BoardError
-
         publish = require_service(ctx, "channel_publish", self.name)
         try:
             message = await publish(channel=args.channel, message=args.message)
-        except BoardError as error:
+        except Refused as error:
             raise ToolError(str(error)) from None
         return f"Published on {args.channel} as message {message.seq}."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from mas_core.errors import Refused
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
 from tools_app.registry import require_service
 
@@ -17,12 +18,10 @@ class Subscribe(Tool):
         channel: str = Field(min_length=1, max_length=100)
 
     async def run(self, args: Parameters, ctx: ToolContext) -> str:
-        from memory_app.board import BoardError
-
         check = require_service(ctx, "channel_check", self.name)
         try:
             messages = await check(channel=args.channel)
-        except BoardError as error:
+        except Refused as error:
             raise ToolError(str(error)) from None
         if not messages:
             return f"No new messages on {args.channel}."

@@ -23,9 +23,9 @@ from typing import Any, Awaitable, Callable
 
 from django.conf import settings
 
-from mas_project import netpolicy
-from mas_project.secrets import ENV_REFERENCE_RE, Redactor, declared_values, env_refusal, exception_text
-from mas_project.secrets import redact_loggers, redacting, references
+from mas_core import netpolicy
+from mas_core.secrets import ENV_REFERENCE_RE, Redactor, declared_values, env_refusal, exception_text
+from mas_core.secrets import redact_loggers, redacting, references
 from tools_app.mcp.stderr import StderrReader
 from tools_app.specs import MCPServerSpec
 
@@ -316,7 +316,7 @@ class Connection:
 
 def _guarded_client(headers: dict[str, str] | None = None, timeout=None, auth=None):
     """The SDK's HTTP client, every request of it through the address policy of MCP URLs
-    (mas_project.netpolicy, MAS_PRIVATE_URL_ALLOW), pinned to the address checked."""
+    (mas_core.netpolicy, MAS_PRIVATE_URL_ALLOW), pinned to the address checked."""
     import httpx2
 
     if timeout is None:  # the SDK's default: a response stream may stay open
@@ -330,7 +330,7 @@ _sdk_logs_redacted = False
 
 def _redact_sdk_logs() -> None:
     """The SDK logs what a server printed (a stray stdout line, quoted whole in a parse error): its loggers
-    redact the connection's secrets (mas_project.secrets.redacting) and every declared one."""
+    redact the connection's secrets (mas_core.secrets.redacting) and every declared one."""
     global _sdk_logs_redacted
     if not _sdk_logs_redacted:
         import mcp.client.session  # noqa: F401 - its loggers exist once imported

@@ -28,7 +28,7 @@ class StderrReader:
         self.writer = os.fdopen(write_fd, "w")  # the server's stderr; ours is closed once it is spawned
         self._lock = threading.Lock()
         self._tail: list[str] = []
-        # In the connection's context: its lines carry the run and session ids (mas_project.logs.bind).
+        # In the connection's context: its lines carry the run and session ids (mas_core.logs.bind).
         self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._read, read_fd),
                                         name=f"mcp-stderr:{server}", daemon=True)
         self._thread.start()

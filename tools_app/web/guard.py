@@ -1,4 +1,4 @@
-"""web_fetch's SSRF guard: the shared address policy (mas_project.netpolicy) with web_fetch's allow-list.
+"""web_fetch's SSRF guard: the shared address policy (mas_core.netpolicy) with web_fetch's allow-list.
 
 ``settings.MAS_WEB_FETCH_ALLOW`` lists hosts, addresses or CIDRs (optionally
 ``:port``) that web_fetch may reach although they are loopback/private/
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from mas_project import netpolicy
-from mas_project.netpolicy import BlockedAddress
+from mas_core import netpolicy
+from mas_core.netpolicy import BlockedAddress
 
 __all__ = ["BlockedAddress", "resolve_checked"]
 

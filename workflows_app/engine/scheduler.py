@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
-from agents_app.kernel.outputs import describe, value_errors
+from mas_core.outputs import describe, value_errors
 from workflows_app.engine.dag import PLACEHOLDER_RE, find_cycle
 from workflows_app.engine.loops import Condition, ConditionError, LoopLike, parse_condition, validate_loops
 

@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from agents_app.models import Membership, Role, Team
-from agents_app.services import api_token_create
+from mas_core.teams import api_token_create
 
 
 class Command(BaseCommand):

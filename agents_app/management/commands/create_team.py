@@ -13,7 +13,7 @@ from django.core.validators import validate_slug
 from django.db import transaction
 
 from agents_app.models import Team
-from agents_app.services import membership_set, password_link_create, team_create, user_create
+from mas_core.teams import membership_set, password_link_create, team_create, user_create
 
 
 class Command(BaseCommand):

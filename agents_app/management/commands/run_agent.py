@@ -1,6 +1,6 @@
 """``manage.py run_agent <slug> "<task>"``: start a run and follow it live from a terminal.
 
-The run starts through ``execution.services.run_start`` (the same path as
+The run starts through ``execution.runs.run_start`` (the same path as
 the API); its events are read back from the database every ~0.2 s and
 printed one line each, then a summary. Exit codes: 0 succeeded, 1 failed
 (or could not start), 2 cancelled, 3 still running when ``--timeout`` ran out.
@@ -18,8 +18,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from agents_app.events import event_to_dict
-from agents_app.execution.services import RunError, run_start
+from mas_core.events import event_to_dict
+from agents_app.execution.errors import RunError
+from agents_app.execution.runs import run_start
 from agents_app.llm.scripted import validate_script
 from agents_app.models import Agent, Event, Run, Session, Team, WorkspaceFile
 from agents_app.models.runs import FINISHED_RUN_STATUSES
@@ -211,7 +212,9 @@ class Command(BaseCommand):
 
     def _check_worker(self, wait: float) -> None:
         """A worker must consume the task queue, or the run would wait forever."""
-        from mas_project.celery import app
+        # The project's Celery app (mas_project/__init__.py loads it with the settings), not imported: the
+        # composition root sits above every app.
+        from celery import current_app as app
 
         queue = settings.CELERY_TASK_DEFAULT_QUEUE
         try:

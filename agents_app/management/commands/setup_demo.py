@@ -14,10 +14,10 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from agents_app.definitions import storage
-from agents_app.definitions.sync import markdown_sync
+from mas_core.definitions import storage
+from mas_core.definitions.sync import markdown_sync
 from agents_app.models import Team
-from agents_app.services import membership_set, team_create
+from mas_core.teams import membership_set, team_create
 
 
 class Command(BaseCommand):

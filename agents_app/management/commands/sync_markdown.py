@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from agents_app.definitions.sync import markdown_sync
+from mas_core.definitions.sync import markdown_sync
 from agents_app.models import Team
 
 

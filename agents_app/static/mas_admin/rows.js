@@ -1,4 +1,4 @@
-// Rows edited in a form (agents_app/admin_fields_editor.RowsWidget): "Add a …" copies the row template under
+// Rows edited in a form (mas_core/admin_fields_editor.RowsWidget): "Add a …" copies the row template under
 // the next free number, "Remove" takes a row out of the post. Either tells the page with an "input" event.
 (function () {
   "use strict";

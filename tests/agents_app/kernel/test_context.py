@@ -15,7 +15,7 @@ from agents_app.kernel.context import (
     trim_summary,
     window_for,
 )
-from agents_app.llm.types import Message, ToolCall, ToolSchema
+from mas_core.llm_types import Message, ToolCall, ToolSchema
 from agents_app.llm.windows import model_limits
 
 

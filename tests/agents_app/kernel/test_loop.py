@@ -7,7 +7,7 @@ import pytest
 
 from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
 from agents_app.kernel.results import Limits
-from agents_app.llm.types import Message, ModelResponse, ProviderError, ToolCall, ToolSchema, Usage
+from mas_core.llm_types import Message, ModelResponse, ProviderError, ToolCall, ToolSchema, Usage
 
 
 class Model:

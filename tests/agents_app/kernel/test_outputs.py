@@ -5,8 +5,8 @@ import asyncio
 import pytest
 
 from agents_app.kernel.loop import SessionConfig, SessionState, ToolResult, run_session
-from agents_app.kernel.outputs import INVALID_OUTPUT, answer_check, correction, schema_problem, value_errors
-from agents_app.llm.types import ToolSchema
+from mas_core.outputs import INVALID_OUTPUT, answer_check, correction, schema_problem, value_errors
+from mas_core.llm_types import ToolSchema
 from tests.agents_app.kernel.test_loop import Model, Store, Tools, calls, start, text
 
 SCORE = {"type": "object", "required": ["score"], "properties": {"score": {"type": "integer", "minimum": 0}},

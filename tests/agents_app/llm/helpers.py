@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agents_app.llm.types import (
+from mas_core.llm_types import (
     Message,
     ModelRequest,
     ModelResponse,

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from agents_app.llm.anthropic_provider import AnthropicProvider
 from agents_app.llm.pricing import Prices, usage_cost
-from agents_app.llm.types import Message, ToolCall, Usage
+from mas_core.llm_types import Message, ToolCall, Usage
 
 from .fake_servers import (
     _event,

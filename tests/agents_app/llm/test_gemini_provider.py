@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from agents_app.llm.gemini_provider import GeminiProvider
 from agents_app.llm.pricing import Prices, usage_cost
-from agents_app.llm.types import ToolCall, Usage
+from mas_core.llm_types import ToolCall, Usage
 
 from .fake_servers import (
     closed_port_url,

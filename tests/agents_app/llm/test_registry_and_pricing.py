@@ -17,7 +17,7 @@ from agents_app.llm.registry import (
     register_provider_type,
 )
 from agents_app.llm.scripted import MemoryCursor, ScriptedProvider
-from agents_app.llm.types import ProviderError, Usage
+from mas_core.llm_types import ProviderError, Usage
 from agents_app.specs import ProviderSpec
 
 from .fake_servers import openai_stream, sse

@@ -13,7 +13,7 @@ from agents_app.llm.scripted import (
     split_chunks,
     validate_script,
 )
-from agents_app.llm.types import Message, ModelRequest, ToolCall, Usage
+from mas_core.llm_types import Message, ModelRequest, ToolCall, Usage
 
 from .helpers import run, run_error
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from django.core.management.base import CommandError
 
-from agents_app.events import event_to_dict
-from agents_app.execution.services import RunError
+from mas_core.events import event_to_dict
+from agents_app.execution.errors import RunError
 from agents_app.management.commands.run_agent import (
     EXIT_CANCELLED,
     EXIT_FAILED,

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
-from agents_app.definitions.kinds import MCP, SKILL, Kind
+from mas_core.definitions.kinds import Kind
 
 SyncStatus = Literal["in_sync", "file_missing", "deleted_on_disk", "db_changed", "disk_changed", "conflict"]
 FileStatus = Literal["written", "unchanged", "conflict", "skipped"]
@@ -76,7 +76,7 @@ def _input_extras(kind: Kind, *, optional: bool) -> dict[str, Any]:
                 + ("; a key set to null is removed." if optional else "."),
             ),
         )
-    if kind is SKILL:
+    if kind.name == "skill":
         extras["references"] = (
             dict[str, str] | None,
             Field(default=None, description="Files beside SKILL.md (path → text); left out: unchanged."),
@@ -100,9 +100,9 @@ def _output_extras(kind: Kind) -> dict[str, Any]:
     }
     if kind.keeps_unknown_keys:
         extras["extra"] = (dict[str, Any], Field(default_factory=dict))
-    if kind is SKILL:
+    if kind.name == "skill":
         extras["references"] = (dict[str, str], Field(default_factory=dict))
-    if kind is MCP:
+    if kind.name == "mcp":
         extras["secret_env_keys"] = (
             list[str],
             Field(default_factory=list, description="env keys whose literal values are stored as secrets (never shown)."),
@@ -172,7 +172,7 @@ class ValidationErrorOut(BaseModel):
 
 
 def error_responses(*codes: int) -> dict[int, type[BaseModel]]:
-    """OpenAPI entries of the errors an operation can answer (bodies from ``mas_project.api_errors``)."""
+    """OpenAPI entries of the errors an operation can answer (bodies from ``mas_core.api_errors``)."""
     return {code: ValidationErrorOut if code == 422 else ErrorOut for code in codes}
 
 

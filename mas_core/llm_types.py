@@ -7,6 +7,8 @@ A provider turns a :class:`ModelRequest` into a :class:`ModelResponse`
 
 from __future__ import annotations
 
+import inspect
+
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal, Protocol
 
@@ -137,3 +139,12 @@ class Provider(Protocol):
     async def complete(self, request: ModelRequest, *, on_chunk: ChunkCallback | None = None) -> ModelResponse:
         """Call the model once; stream text to ``on_chunk`` as it arrives."""
         ...
+
+
+async def emit_chunk(on_chunk: ChunkCallback | None, text: str) -> None:
+    """Deliver one text chunk to a sync or async callback."""
+    if on_chunk is None or not text:
+        return
+    result = on_chunk(text)
+    if inspect.isawaitable(result):
+        await result

@@ -2,7 +2,7 @@
 
 An event is committed first and sent to the Channels group ``run.<id>``
 after: a websocket client never sees an event the database does not have.
-Writing them is :mod:`agents_app.execution.eventlog`'s job.
+Writing them is :mod:`mas_core.eventlog`'s job.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from agents_app.models import Event
+from mas_core.models import Event
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +103,8 @@ def event_emit(*, run_id, type: str, data: dict[str, Any] | None = None, agent: 
                session_id=None) -> dict[str, Any]:
     """Record an event of a run (inside the caller's transaction); pushed once it commits.
 
-    See :mod:`agents_app.execution.eventlog` for how it is numbered and written.
+    See :mod:`mas_core.eventlog` for how it is numbered and written.
     """
-    from agents_app.execution.eventlog import event_append
+    from mas_core.eventlog import event_append
 
     return event_append(run_id=run_id, type=type, agent=agent, session_id=session_id, data=data)

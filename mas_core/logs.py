@@ -55,6 +55,6 @@ class JsonFormatter(logging.Formatter):
                 data[key] = value
         if record.exc_info:
             data["exception"] = self.formatException(record.exc_info)
-        elif record.exc_text:  # already rendered (and redacted: mas_project.secrets.RedactFilter)
+        elif record.exc_text:  # already rendered (and redacted: mas_core.secrets.RedactFilter)
             data["exception"] = record.exc_text
         return json.dumps(data, default=str, ensure_ascii=False)

@@ -1,24 +1,26 @@
 """The kinds of definition a team owns, each with its schema, model and files.
 
-One table drives the markdown mirror, the versions, the REST API and the
-admin, so adding a kind is one entry here.
+One registry drives the markdown mirror, the versions, the REST API and the
+admin. The foundation defines no kind itself: each app registers its own in
+``AppConfig.ready`` (agents_app: providers, skills, agents; tools_app: custom
+tools and MCP servers; workflows_app: workflows; evals_app: datasets), so the
+framework imports none of them. Code here that treats one kind specially
+names it (``kind.name == "agent"``) and reaches its model through the
+registry (``kind_named("agent").model``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from pydantic import BaseModel
 
-from agents_app.specs import AgentSpec, CustomToolSpec, ProviderSpec, SkillSpec
-from tools_app.specs import MCPServerSpec
-from workflows_app.specs import WorkflowSpec
-
 if TYPE_CHECKING:
-    from agents_app.models import Definition
+    from mas_core.models import Definition
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,11 @@ class Kind:
     folder: str  # "agents" → defs/agents/<slug>.md
     keeps_unknown_keys: bool = False
     directory_per_item: bool = False  # skills/<slug>/SKILL.md
+    # Where the kind comes in the registry, and so in a sync: after the kinds it refers to
+    # (providers, tools, MCP servers, skills, agents, workflows, then what tests them).
+    order: int = 100
+    # Called with the saved row and its parsed definition (a provider's model rows follow its spec).
+    after_save: Callable[["Definition", Any], None] | None = field(default=None, compare=False)
 
     @property
     def model(self) -> type["Definition"]:
@@ -51,22 +58,13 @@ class Kind:
         return None
 
 
-AGENT = Kind("agent", "Agent", "agents_app.Agent", AgentSpec, "agents", keeps_unknown_keys=True)
-TOOL = Kind("tool", "Custom tool", "tools_app.CustomTool", CustomToolSpec, "tools")
-MCP = Kind("mcp", "MCP server", "tools_app.MCPServer", MCPServerSpec, "mcp")
-WORKFLOW = Kind("workflow", "Workflow", "workflows_app.Workflow", WorkflowSpec, "workflows")
-SKILL = Kind("skill", "Skill", "agents_app.Skill", SkillSpec, "skills", keeps_unknown_keys=True, directory_per_item=True)
-PROVIDER = Kind("provider", "Model provider", "agents_app.ModelProvider", ProviderSpec, "providers")
-
-# Import order matters: workflows refer to agents, agents to tools and MCP servers. Apps above the
-# foundation add their kinds at start-up (``register_kind`` in their ``AppConfig.ready``), after these:
-# a list and a dict filled in place, so every module that imported them sees the registered kinds.
-KINDS: list[Kind] = [PROVIDER, TOOL, MCP, SKILL, AGENT, WORKFLOW]
-KINDS_BY_NAME: dict[str, Kind] = {kind.name: kind for kind in KINDS}
+# A list and a dict filled in place at start-up, so every module that imported them sees the registered kinds.
+KINDS: list[Kind] = []
+KINDS_BY_NAME: dict[str, Kind] = {}
 
 
 def register_kind(kind: Kind) -> Kind:
-    """Add a definition kind of an app above the foundation (imported after the built-in kinds).
+    """Add an app's definition kind (from its ``AppConfig.ready``), in ``order`` among the others.
 
     Registering the same kind again (a second ``ready()``) is a no-op; another kind with the same name or
     folder is refused.
@@ -79,8 +77,17 @@ def register_kind(kind: Kind) -> Kind:
     if any(other.folder == kind.folder for other in KINDS):
         raise ValueError(f"the folder {kind.folder!r} already holds another kind of definition")
     KINDS.append(kind)
+    KINDS.sort(key=lambda known: known.order)  # stable: equal orders keep the order they came in
     KINDS_BY_NAME[kind.name] = kind
     return kind
+
+
+def kind_named(name: str) -> Kind:
+    """The registered kind ``name``; a LookupError names the kinds there are."""
+    try:
+        return KINDS_BY_NAME[name]
+    except KeyError:
+        raise LookupError(f"no definition kind {name!r} is registered (known: {', '.join(KINDS_BY_NAME)})") from None
 
 
 def kind_for_model(model: type) -> Kind:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from agents_app.definitions.kinds import Kind
-from agents_app.definitions.markdown import content_hash
+from mas_core.definitions.kinds import Kind
+from mas_core.definitions.markdown import content_hash
 
 
 class ReadOnlyFolderError(PermissionError):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from django.http import Http404
 
-from agents_app.definitions import storage
-from agents_app.definitions.kinds import Kind
-from agents_app.definitions.sync import sync_action
-from agents_app.models import Definition, Team
+from mas_core.definitions import storage
+from mas_core.definitions.kinds import Kind
+from mas_core.definitions.sync import sync_action
+from mas_core.models import Definition, Team
 
 # What sync_markdown would do, as a status of the row; labels for people.
 SYNC_STATUS_LABELS: dict[str, str] = {

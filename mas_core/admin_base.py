@@ -19,28 +19,27 @@ from django.http import Http404, HttpRequest, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
 
-from agents_app.definitions import storage
-from agents_app.definitions.dependents import (
-    KIND_LABELS,
+from mas_core.definitions import storage
+from mas_core.definitions.dependents import (
     Dependent,
     DefinitionInUse,
     definition_dependents,
     dependents_summary,
     workflow_missing_agents,
 )
-from agents_app.definitions.kinds import KINDS_BY_NAME, Kind, kind_for_model
-from agents_app.definitions.selectors import SYNC_STATUS_LABELS, definition_sync_status
-from agents_app.definitions.markdown import DefinitionError, ParsedDefinition
-from agents_app.definitions.services import (
+from mas_core.definitions.kinds import KINDS_BY_NAME, Kind, kind_for_model, kind_named
+from mas_core.definitions.selectors import SYNC_STATUS_LABELS, definition_sync_status
+from mas_core.definitions.markdown import DefinitionError, ParsedDefinition
+from mas_core.definitions.services import (
     definition_delete,
     definition_parse,
     definition_save,
     definition_slug,
     row_files,
 )
-from agents_app.admin_versions import VersionsAdminMixin
-from agents_app.models import Team
-from agents_app.permissions import actor_for, team_ids_with
+from mas_core.admin_versions import VersionsAdminMixin
+from mas_core.models import Team
+from mas_core.permissions import actor_for, team_ids_with
 
 # -- who may do what ---------------------------------------------------------
 
@@ -402,7 +401,7 @@ class DefinitionAdmin(VersionsAdminMixin, TeamScopedAdmin):
         if dependents:
             context["mas_dependents_message"] = dependents_summary(self.kind, obj.slug, dependents)
             context["mas_dependents"] = [
-                {**vars(dependent), "kind": KIND_LABELS[dependent.kind],
+                {**vars(dependent), "kind": kind_named(dependent.kind).label,
                  "url": reverse(f"admin:{kind_model_label(dependent.kind)}_changelist") + f"?q={dependent.slug}"}
                 for dependent in dependents
             ]
@@ -468,3 +467,29 @@ class ReadOnlyTeamAdmin(TeamScopedAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return request.user.is_superuser
+
+
+# Rows a run owns (its sessions and events here, its channels and blackboard in memory_app): read-only.
+
+def change_link(model: str, pk) -> str:
+    """A link to one row's admin page, labelled with the start of its id."""
+    return format_html("<a href='{}'>{}</a>", reverse(f"admin:agents_app_{model}_change", args=[pk]), str(pk)[:8])
+
+
+class ReadOnlyAdmin(ReadOnlyTeamAdmin):
+    """Rows the kernel writes: viewed by team members by role, never added or changed here."""
+
+    use_model_perms = False
+
+
+class RunChildAdmin(ReadOnlyAdmin):
+    """Sessions, events and files: their team is their run's."""
+
+    team_lookup = "run__team"
+
+    @admin.display(description="Run")
+    def run_link(self, obj):
+        return change_link("run", obj.run_id)
+
+    def team_id_of(self, obj) -> int:
+        return obj.run.team_id

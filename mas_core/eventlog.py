@@ -16,7 +16,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 
-from agents_app.events import RUN_CHANGES, _bounded, events_push_async
+from mas_core.events import RUN_CHANGES, _bounded, events_push_async
 
 # Inserts the events of ``%(events)s`` (a JSON array of {i, type, agent, session, data, at}) numbered
 # after ``r.base``; a statement using it defines ``r`` as the run's counter UPDATE ... RETURNING base.
@@ -48,7 +48,7 @@ def events_param(entries: list[Entry]) -> str:
 
 
 def payloads(run_id, base: int, entries: list[Entry]) -> list[dict[str, Any]]:
-    """The events as websockets and the REST API show them (see ``agents_app.events.event_to_dict``)."""
+    """The events as websockets and the REST API show them (see ``mas_core.events.event_to_dict``)."""
     return [
         {"run": str(run_id), "seq": base + i, "type": type_, "agent": agent,
          "session": str(session) if session else None, "data": data, "created_at": at.isoformat()}
@@ -76,11 +76,13 @@ def _team_of(run_id) -> int | None:
     # A run never changes team: remembered per process (bounded).
     key = str(run_id)
     if key not in _teams:
-        from agents_app.models import Run
-
         if len(_teams) > 10_000:
             _teams.clear()
-        team_id = Run.objects.filter(pk=run_id).values_list("team_id", flat=True).first()
+        # The run table by name, as APPEND_SQL uses it: runs are agents_app's, above the event log.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT team_id FROM agents_app_run WHERE id = %s::uuid", [str(run_id)])
+            row = cursor.fetchone()
+        team_id = row[0] if row else None
         if team_id is None:
             return None
         _teams[key] = team_id
@@ -95,7 +97,7 @@ def event_append(*, run_id, type: str, agent: str = "", session_id=None,
 
 def _push(pushed: list[dict[str, Any]], team_id: int | None) -> None:
     # In a worker the push goes to the session loop and is not waited for; elsewhere it is sent now.
-    from agents_app.runner import runner
+    from mas_core.runner import runner
 
     loop = runner.running_loop()
     if loop is not None:

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from agents_app.models import ROLE_CAPABILITIES, ApiToken, Membership, Role, Team
+from mas_core.models import ROLE_CAPABILITIES, ApiToken, Membership, Role, Team
 
 TOKEN_PREFIX = "mas_"
 

@@ -16,17 +16,17 @@ from django.db import transaction
 from django.http import Http404
 from django.utils.text import slugify
 
-from agents_app.definitions import storage
-from agents_app.definitions.dependents import DefinitionInUse, definition_dependents, dependents_summary
-from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, TOOL, WORKFLOW, Kind
-from agents_app.definitions.markdown import (
+from mas_core.definitions import storage
+from mas_core.definitions.dependents import DefinitionInUse, definition_dependents, dependents_summary
+from mas_core.definitions.kinds import Kind, kind_named
+from mas_core.definitions.markdown import (
     DefinitionError,
     ParsedDefinition,
     parse_definition,
     render_definition,
     validate_definition,
 )
-from agents_app.models import Definition, DefinitionVersion, ProviderModel, Team
+from mas_core.models import Definition, DefinitionVersion, Team
 
 logger = logging.getLogger(__name__)
 
@@ -52,14 +52,14 @@ def definition_slug(name: str) -> str:
 
 
 def validation_context(*, kind: Kind, team: Team, extra_agents: set[str] = frozenset()) -> dict[str, Any] | None:
-    if kind is WORKFLOW:
-        known = set(AGENT.model.objects.filter(team=team).values_list("slug", flat=True))
+    if kind.name == "workflow":
+        known = set(kind_named("agent").model.objects.filter(team=team).values_list("slug", flat=True))
         return {"known_agents": known | set(extra_agents)}
-    if kind is AGENT:
-        return {"known_tools": set(TOOL.model.objects.filter(team=team).values_list("name", flat=True))}
-    if kind is PROVIDER or kind is MCP:
+    if kind.name == "agent":
+        return {"known_tools": set(kind_named("tool").model.objects.filter(team=team).values_list("name", flat=True))}
+    if kind.name == "provider" or kind.name == "mcp":
         # The environment variables the team may name and the addresses its URLs may reach are checked on
-        # save for this team (mas_project.secrets, mas_project.netpolicy).
+        # save for this team (mas_core.secrets, mas_core.netpolicy).
         return {"team": team.slug}
     return None
 
@@ -86,16 +86,16 @@ def _apply_columns(kind: Kind, row: Definition, parsed: ParsedDefinition) -> lis
     """Copy kind-specific columns from the spec; returns warnings."""
     spec = parsed.spec
     warnings: list[str] = []
-    if kind is AGENT:
+    if kind.name == "agent":
         row.model = spec.model or ""
         row.tier = spec.tier or ""
-    elif kind is WORKFLOW:
+    elif kind.name == "workflow":
         row.trigger = spec.trigger
-    elif kind is PROVIDER:
+    elif kind.name == "provider":
         row.provider_type = spec.type
         row.base_url = spec.base_url or ""
         row.api_key_env = spec.api_key_env or ""
-    elif kind is MCP:
+    elif kind.name == "mcp":
         row.transport = spec.transport
         row.enabled = spec.enabled
         env_secrets, header_secrets = spec.secret_values()
@@ -116,22 +116,6 @@ def _apply_columns(kind: Kind, row: Definition, parsed: ParsedDefinition) -> lis
                 setattr(spec, column, {k: v for k, v in values.items() if k not in secrets})
                 warnings.append(f"{column}: literal values of {', '.join(sorted(secrets))} are stored as secrets")
     return warnings
-
-
-def _sync_provider_models(row: Definition, parsed: ParsedDefinition) -> None:
-    ProviderModel.objects.filter(provider=row).delete()
-    ProviderModel.objects.bulk_create(
-        ProviderModel(
-            provider=row,
-            name=model.name,
-            tier=model.tier or "",
-            input_price=model.input_price,
-            output_price=model.output_price,
-            context_window=model.context_window,
-            max_output_tokens=model.max_output_tokens,
-        )
-        for model in parsed.spec.models
-    )
 
 
 @transaction.atomic
@@ -155,7 +139,7 @@ def definition_save(
     is written in the same transaction (a write error rolls the row back).
     """
     slug = slug or definition_slug(parsed.spec.name)
-    if kind is MCP and parsed.spec.transport == "stdio" and not allow_stdio:
+    if kind.name == "mcp" and parsed.spec.transport == "stdio" and not allow_stdio:
         raise DefinitionPermissionError("stdio MCP servers run a command on the server: this needs the stdio permission")
     model = kind.model
     row = model.objects.select_for_update().filter(team=team, slug=slug).first()
@@ -166,12 +150,12 @@ def definition_save(
         row = model(team=team, slug=slug, version=last or 0)
     elif create_only:
         raise DefinitionError(f"a {kind.label.lower()} with slug {slug!r} already exists", field="name")
-    elif kind is MCP and row.transport == "stdio" and not allow_stdio:
+    elif kind.name == "mcp" and row.transport == "stdio" and not allow_stdio:
         raise DefinitionPermissionError("stdio MCP servers run a command on the server: this needs the stdio permission")
 
     warnings = list(parsed.warnings)
     warnings += _apply_columns(kind, row, parsed)
-    if kind is AGENT:
+    if kind.name == "agent":
         for tool in parsed.spec.custom_tools:
             warnings += [f"custom_tools.{tool.name}: {w}" for w in tool.template_warnings()]
     elif kind.name == "tool":
@@ -181,7 +165,7 @@ def definition_save(
     row.body = parsed.body
     row.spec = parsed.spec_data()
     row.extra = parsed.extra
-    if kind is SKILL and references is not None:
+    if kind.name == "skill" and references is not None:
         row.references = references
     row.content = render_definition(spec=row.spec, extra=row.extra, body=row.body)
     files = row_files(kind, row)
@@ -192,8 +176,8 @@ def definition_save(
         row.content_hash = new_hash
     row.full_clean(exclude=["team"], validate_unique=False, validate_constraints=False)
     row.save()
-    if kind is PROVIDER:
-        _sync_provider_models(row, parsed)
+    if kind.after_save is not None:
+        kind.after_save(row, parsed)
     if changed:
         DefinitionVersion.objects.create(
             team=team,
@@ -248,7 +232,7 @@ def definition_delete(
     them, unless ``force`` (then the list comes back as warnings).
     """
     row = kind.model.objects.select_for_update().get(team=team, slug=slug)
-    if kind is MCP and row.transport == "stdio" and not allow_stdio:
+    if kind.name == "mcp" and row.transport == "stdio" and not allow_stdio:
         raise DefinitionPermissionError("stdio MCP servers run a command on the server: this needs the stdio permission")
     warnings: list[str] = []
     dependents = definition_dependents(kind=kind, team=team, row=row)
@@ -322,5 +306,5 @@ def definition_restore(
     parsed = definition_parse(kind=kind, team=team, text=version.content, path=str(kind.relative_path(slug)))
     return definition_save(
         kind=kind, team=team, parsed=parsed, slug=slug, author=author, source=source, allow_stdio=allow_stdio,
-        references=version.references if kind is SKILL else None,
+        references=version.references if kind.name == "skill" else None,
     )

@@ -21,10 +21,10 @@ from ninja.errors import HttpError
 from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
-from agents_app.models import Role, Team
-from agents_app.permissions import Actor, memberships
-from agents_app.services import api_token_authenticate
-from mas_project import ratelimit
+from mas_core.models import Role, Team
+from mas_core.permissions import Actor, memberships
+from mas_core.teams import api_token_authenticate
+from mas_core import ratelimit
 
 TEAM_HEADER = "X-MAS-Team"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})

@@ -21,8 +21,8 @@ from django import forms
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from agents_app.admin_base import DefinitionForm, describe_error
-from agents_app.definitions.markdown import DefinitionError, load_frontmatter, render_definition, split_frontmatter
+from mas_core.admin_base import DefinitionForm, describe_error
+from mas_core.definitions.markdown import DefinitionError, load_frontmatter, render_definition, split_frontmatter
 
 # -- spec keys ------------------------------------------------------------------------------------------
 

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from agents_app.definitions.kinds import AGENT, Kind
-from agents_app.definitions.yaml_loader import YamlLimitError, YamlLimits, data_limit_problem, yaml_load
+from mas_core.definitions.kinds import Kind
+from mas_core.definitions.yaml_loader import YamlLimitError, YamlLimits, data_limit_problem, yaml_load
 
 FRONTMATTER_FENCE = "---"
 
@@ -275,7 +275,7 @@ def parse_definition(
         raise DefinitionError("contains a NUL character: this is not a text file MAS can store", path=path, line=line)
     yaml_text, body = split_frontmatter(text, path=path)
     data, node, warnings = load_frontmatter(yaml_text, path=path)
-    if kind is AGENT and is_foreign_agent(data):
+    if kind.name == "agent" and is_foreign_agent(data):
         data = _claude_agent(data, path=path, warnings=warnings)
     return validate_definition(kind, data, body=body, path=path, node=node, warnings=warnings, context=context)
 

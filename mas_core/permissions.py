@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agents_app.models import ROLE_CAPABILITIES, Membership, Team
+from mas_core.models import ROLE_CAPABILITIES, Membership, Team
 
 STDIO_PERMISSION = "tools_app.manage_stdio_mcpserver"
 

@@ -1,6 +1,6 @@
 """A definition's versions in the admin: the latest few on its page, all of them paged, any two compared, one restored.
 
-Mixed into :class:`agents_app.admin_base.DefinitionAdmin`, so every kind
+Mixed into :class:`mas_core.admin_base.DefinitionAdmin`, so every kind
 (agents, tools, MCP servers, skills, providers, workflows) gets the same
 pages. Restoring saves the old markdown through ``definition_restore`` — a
 new version; nothing is rewritten.
@@ -19,9 +19,9 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.timezone import localtime
 
-from agents_app.definitions import storage
-from agents_app.definitions.markdown import DefinitionError
-from agents_app.definitions.services import (
+from mas_core.definitions import storage
+from mas_core.definitions.markdown import DefinitionError
+from mas_core.definitions.services import (
     DefinitionPermissionError,
     definition_restore,
     definition_version_diff,

@@ -26,10 +26,10 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
-from agents_app.definitions.markdown import DefinitionError
-from agents_app.definitions.services import DefinitionPermissionError
-from agents_app.definitions.storage import ReadOnlyFolderError
-from mas_project import ratelimit
+from mas_core.definitions.markdown import DefinitionError
+from mas_core.definitions.services import DefinitionPermissionError
+from mas_core.definitions.storage import ReadOnlyFolderError
+from mas_core import ratelimit
 
 logger = logging.getLogger(__name__)
 

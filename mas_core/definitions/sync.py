@@ -48,20 +48,20 @@ from django.core.validators import validate_slug
 from django.db import transaction
 from django.utils.text import slugify
 
-from agents_app.definitions import storage
-from agents_app.definitions.kinds import AGENT, KINDS, SKILL, TOOL, Kind
-from agents_app.definitions.markdown import (
+from mas_core.definitions import storage
+from mas_core.definitions.kinds import KINDS, Kind
+from mas_core.definitions.markdown import (
     DefinitionError,
     ParsedDefinition,
     parse_definition,
 )
-from agents_app.definitions.services import (
+from mas_core.definitions.services import (
     definition_parse,
     definition_save,
     row_files,
     validation_context,
 )
-from agents_app.models import Definition, Team
+from mas_core.models import Definition, Team
 
 logger = logging.getLogger(__name__)
 
@@ -313,7 +313,7 @@ class _Run:
             slug=target,
             author=self.author,
             source="import",
-            references=files.references if kind is SKILL else None,
+            references=files.references if kind.name == "skill" else None,
             write_file=False,
         )
         row = result.row
@@ -361,7 +361,7 @@ class _Run:
         return slug
 
     def _parse(self, kind: Kind, text: str, path: str) -> ParsedDefinition:
-        if kind is AGENT and self.tools:
+        if kind.name == "agent" and self.tools:
             context = validation_context(kind=kind, team=self.team) or {}
             context["known_tools"] = set(context.get("known_tools", ())) | self.tools
             return parse_definition(kind, text, path=path, context=context)
@@ -396,9 +396,9 @@ class _Run:
         return "exported", SyncItem(kind.name, slug, path, detail)
 
     def _remember(self, kind: Kind, slug: str, name: str) -> None:
-        if kind is AGENT:
+        if kind.name == "agent":
             self.agents.add(slug)
-        elif kind is TOOL:
+        elif kind.name == "tool":
             self.tools.add(name)
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agents_app.definitions.kinds import AGENT, MCP, PROVIDER, SKILL, TOOL, WORKFLOW, Kind
-from agents_app.models import Definition, Team
+from mas_core.definitions.kinds import Kind, kind_named
+from mas_core.models import Definition, Team
 
 MAX_LISTED = 50  # dependents named in one message; the count says how many more
 
@@ -24,10 +24,7 @@ class Dependent:
     where: str  # the field that names the definition: "step draft", "tools", "mcp_servers", …
 
     def __str__(self) -> str:
-        return f"{KIND_LABELS[self.kind].lower()} {self.slug} ({self.where})"
-
-
-KIND_LABELS = {AGENT.name: AGENT.label, WORKFLOW.name: WORKFLOW.label}
+        return f"{kind_named(self.kind).label.lower()} {self.slug} ({self.where})"
 
 
 class DefinitionInUse(Exception):
@@ -46,7 +43,7 @@ def dependents_summary(kind: Kind, slug: str, dependents: list[Dependent]) -> st
 
 
 def _agent_rows(team: Team):
-    return AGENT.model.objects.filter(team=team).only("slug", "name", "spec").order_by("slug")
+    return kind_named("agent").model.objects.filter(team=team).only("slug", "name", "spec").order_by("slug")
 
 
 def _model_refs(spec: dict[str, Any]) -> list[str]:
@@ -57,35 +54,36 @@ def _model_refs(spec: dict[str, Any]) -> list[str]:
 def definition_dependents(*, kind: Kind, team: Team, row: Definition) -> list[Dependent]:
     """The definitions of ``team`` that name ``row``, in slug order."""
     found: list[Dependent] = []
-    if kind is AGENT:
-        for workflow in WORKFLOW.model.objects.filter(team=team).only("slug", "name", "spec").order_by("slug"):
+    if kind.name == "agent":
+        workflows = kind_named("workflow").model.objects.filter(team=team).only("slug", "name", "spec")
+        for workflow in workflows.order_by("slug"):
             steps = [step.get("id", "?") for step in (workflow.spec or {}).get("steps", [])
                      if isinstance(step, dict) and step.get("agent") == row.slug]
             if steps:
-                found.append(Dependent(WORKFLOW.name, workflow.slug, workflow.name,
+                found.append(Dependent("workflow", workflow.slug, workflow.name,
                                        f"step{'s' if len(steps) > 1 else ''} {', '.join(steps)}"))
         return found
     for agent in _agent_rows(team):
         spec = agent.spec or {}
         where = _uses(kind, row, spec)
         if where:
-            found.append(Dependent(AGENT.name, agent.slug, agent.name, where))
+            found.append(Dependent("agent", agent.slug, agent.name, where))
     return found
 
 
 def _uses(kind: Kind, row: Definition, spec: dict[str, Any]) -> str:
     """The field of an agent's ``spec`` that names ``row``, or ''."""
-    if kind is TOOL:
+    if kind.name == "tool":
         return "tools" if row.name in (spec.get("tools") or []) else ""
-    if kind is MCP:
+    if kind.name == "mcp":
         for entry in spec.get("mcp_servers") or []:
             name = entry if isinstance(entry, str) else entry.get("name") if isinstance(entry, dict) else None
             if name == row.slug:
                 return "mcp_servers"
         return ""
-    if kind is SKILL:
+    if kind.name == "skill":
         return "skills" if {row.slug, row.name} & set(spec.get("skills") or []) else ""
-    if kind is PROVIDER:
+    if kind.name == "provider":
         refs = [ref for ref in _model_refs(spec) if ref.split(":", 1)[0] == row.slug and ":" in ref]
         if refs:
             return "model" if refs[0] == spec.get("model") else "escalation"
@@ -97,5 +95,5 @@ def workflow_missing_agents(*, team: Team, spec: dict[str, Any]) -> list[str]:
     """The agents a workflow's steps name that the team does not have (deleted since it was saved)."""
     wanted = [step.get("agent") for step in spec.get("steps", []) if isinstance(step, dict)]
     wanted = sorted({name for name in wanted if isinstance(name, str)})
-    existing = set(AGENT.model.objects.filter(team=team, slug__in=wanted).values_list("slug", flat=True))
+    existing = set(kind_named("agent").model.objects.filter(team=team, slug__in=wanted).values_list("slug", flat=True))
     return [name for name in wanted if name not in existing]

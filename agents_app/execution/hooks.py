@@ -1,0 +1,44 @@
+"""What a run tells the layer above it, without importing it.
+
+agents_app runs agents; workflows_app, above it, runs workflows of them. A
+run's end, its cancellation and a workflow step's settling must reach the
+workflow engine, and the run pages show a workflow's steps. workflows_app
+fills these slots in its ``AppConfig.ready``; until then (or with no
+workflows at all) they do nothing, and every run is a plain agent run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+def _not_a_workflow(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@dataclass
+class RunHooks:
+    # Nothing is left to run (the run is locked): True when the hook settled the run's outcome itself.
+    run_finish: Callable[..., bool | None] = _not_a_workflow
+    # The run was cancelled (the run is locked).
+    run_cancelled: Callable[..., None] = _not_a_workflow
+    # A workflow's step or plan activation settled (the run is locked): keyword arguments as
+    # workflows_app.services.workflow_activation_settled takes them.
+    activation_settled: Callable[..., None] = _not_a_workflow
+    # Per step of a workflow run, for the API's run detail; None for agent runs.
+    run_steps: Callable[..., list[dict[str, Any]] | None] = _not_a_workflow
+    # The steps and dependencies a run executes, for the monitor's graph; None for agent runs.
+    run_graph: Callable[..., dict[str, Any] | None] = _not_a_workflow
+
+
+RUN_HOOKS = RunHooks()
+
+
+def run_hooks_set(**hooks: Callable[..., Any]) -> None:
+    """Fill the named slots (from an ``AppConfig.ready``); an unknown name is refused."""
+    for name, hook in hooks.items():
+        if not hasattr(RUN_HOOKS, name):
+            raise TypeError(f"no run hook named {name!r}")
+        setattr(RUN_HOOKS, name, hook)

@@ -1,0 +1,267 @@
+"""A session's life in the database: begin (which agent, which tier), budget, settle, suspend.
+
+Each takes the run's row lock (``runs._run_locked``); a settled session
+dispatches what became ready and tells its parent (``children``) and the
+layer above (``hooks.RUN_HOOKS``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Func
+from django.utils import timezone
+
+from agents_app.execution.agents import AgentDefinition, agent_capped, agent_resolve, worker_definition_resolve
+from agents_app.execution.children import CHILD_KINDS, SETTLED_ACTIVATION_STATUSES, _awaited, _child_settled
+from agents_app.execution.escalation import Escalation, escalation_next
+from agents_app.execution.hooks import RUN_HOOKS
+from agents_app.execution.runs import DEFAULT_LIMITS, _dispatch, _run_locked
+from agents_app.kernel.prompt import ExecutionContext, WorkspaceEntry
+from agents_app.models import Activation, Run, Session, WorkspaceFile
+from agents_app.models.runs import (
+    FINISHED_RUN_STATUSES,
+    OPEN_ACTIVATION_STATUSES,
+    ActivationStatus,
+    RunStatus,
+    SessionStatus,
+)
+from agents_app.money import money_display, money_str
+from agents_app.specs import AgentSpec
+from mas_core.eventlog import event_append as event_emit
+from mas_core.specs import TIERS
+
+
+@dataclass
+class SessionStart:
+    session: Session
+    activation: Activation
+    run: Run
+    agent: AgentDefinition
+    resumed: bool
+
+
+def session_begin(*, activation_id, worker: str) -> SessionStart | None:
+    """Claim an activation: resume its running session (a worker died) or start a new attempt.
+
+    Returns None when there is nothing to do (done, cancelled, or claimed by a live worker).
+    """
+    with transaction.atomic():
+        # The run's row first, then the activation's: the order every writer of a run locks in.
+        run = Run.objects.raw("SELECT r.* FROM agents_app_run r JOIN agents_app_activation a ON a.run_id = r.id "
+                              "WHERE a.id = %s FOR UPDATE OF r", [activation_id])[0]
+        activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
+                                            [activation_id])[0]
+        activation.run = run
+        if activation.status not in OPEN_ACTIVATION_STATUSES or run.status in FINISHED_RUN_STATUSES:
+            if run.status == RunStatus.CANCELLED and activation.status in OPEN_ACTIVATION_STATUSES:
+                activation.status = ActivationStatus.CANCELLED
+                activation.save(update_fields=["status"])
+            return None
+        session = next(iter(Session.objects.raw(
+            "SELECT * FROM agents_app_session WHERE activation_id = %s AND status = ANY(%s) "
+            "ORDER BY attempt DESC LIMIT 1", [activation_id, [SessionStatus.RUNNING, SessionStatus.WAITING]])), None)
+        if session is not None and session.status == SessionStatus.RUNNING and not _stale(session):
+            # A live worker has it — maybe this very process, when a message came twice (a dispatch
+            # sent again by the sweep while the first waited in the queue): never run one session twice.
+            # (A suspended session, waiting, holds no worker: it is resumed.)
+            return None
+        resumed = session is not None
+        worker_agent = activation.context.get("worker")
+        definition = (worker_definition_resolve(worker_agent) if worker_agent
+                      else agent_capped(agent_resolve(run=run, slug=activation.agent), activation=activation))
+        now = timezone.now()
+        if session is None:
+            activation.attempts += 1  # the row is locked
+            session = Session.objects.create(
+                run=run, activation=activation, agent=activation.agent, attempt=activation.attempts,
+                tier=nominal_tier(definition.spec, activation.context), worker=worker,
+                heartbeat_at=now,
+            )
+        else:
+            session.worker, session.heartbeat_at, session.status = worker, now, SessionStatus.RUNNING
+            session.save(update_fields=["worker", "heartbeat_at", "status"])
+        activation.status = ActivationStatus.RUNNING
+        activation.save(update_fields=["status", "attempts"])
+        changed: dict[str, Any] = {}
+        if run.status == RunStatus.QUEUED:
+            changed |= {"status": RunStatus.RUNNING, "started_at": now}
+        if changed:
+            Run.objects.filter(pk=run.pk).update(**changed)
+            for field, value in changed.items():
+                setattr(run, field, value)
+        event_emit(run_id=run.id, type="session_start", agent=activation.agent, session_id=session.id, data={
+            "activation": str(activation.id), "attempt": session.attempt, "tier": session.tier,
+            "resumed": resumed, "kind": activation.kind, "depth": activation.depth,
+            "parent": str(activation.parent_id) if activation.parent_id else None,
+        })
+    return SessionStart(session=session, activation=activation, run=run, agent=definition, resumed=resumed)
+
+
+def nominal_tier(spec: AgentSpec, context: dict[str, Any]) -> str:
+    """The tier a session starts from: its escalation rung's, the agent's ``tier``, a tier named as its
+    ``model``, else medium. The session's tier becomes its model's once the model is resolved."""
+    return (context.get("tier") or spec.tier or (spec.model if spec.model in TIERS else None)
+            or "medium")
+
+
+def execution_context(*, activation: Activation) -> ExecutionContext:
+    """The execution context of an activation's first session: its task, what its parent passed along,
+    the results of the workflow steps it depends on, and the run's files so far (path, size, author)."""
+    context = activation.context or {}
+    passed = context.get("parent_context")
+    if passed is not None and not isinstance(passed, str):
+        passed = json.dumps(passed, ensure_ascii=False, indent=2)
+    parent = (Activation.objects.filter(pk=activation.parent_id).values_list("agent", flat=True).first()
+              if activation.parent_id and activation.kind in CHILD_KINDS else "")
+    files = (WorkspaceFile.objects.filter(run_id=activation.run_id).order_by("path")
+             .annotate(size=Func(F("content"), function="octet_length")).values_list("path", "size", "author"))
+    return ExecutionContext(
+        task=activation.input, output_dir=f"out/{activation.agent}/", parent_context=passed or "",
+        parent=parent or "", dependency_results=dict(context.get("dependencies") or {}),
+        files=[WorkspaceEntry(path, size, author) for path, size, author in files],
+    )
+
+
+def session_stale_after_s() -> float:
+    return float(getattr(settings, "MAS_SESSION_STALE_S", 30))
+
+
+def _stale(session: Session) -> bool:
+    if session.heartbeat_at is None:
+        return True
+    return (timezone.now() - session.heartbeat_at).total_seconds() > session_stale_after_s()
+
+
+def budget_check(*, run_id, tier: str, agent: str, session_id) -> str | None:
+    """The reason another model call is refused by the run's budget, or None.
+
+    Emits ``budget_warning`` once when the warning threshold is crossed.
+    """
+    with transaction.atomic():
+        run = Run.objects.select_for_update().only("cost_usd", "budget", "budget_warned", "large_tier_uses").get(
+            pk=run_id)
+        budget = run.budget or {}
+        if (budget.get("warn_cost_usd") is not None and not run.budget_warned
+                and run.cost_usd >= Decimal(str(budget["warn_cost_usd"]))):
+            Run.objects.filter(pk=run_id).update(budget_warned=True)
+            event_emit(run_id=run_id, type="budget_warning", agent=agent, session_id=session_id,
+                       data={"cost_usd": money_str(run.cost_usd), "warn_cost_usd": money_str(budget["warn_cost_usd"])})
+        if budget.get("max_cost_usd") is not None and run.cost_usd >= Decimal(str(budget["max_cost_usd"])):
+            return f"the run's budget of {money_display(budget['max_cost_usd'])} is spent ({money_display(run.cost_usd)})"
+        if (tier == "large" and budget.get("max_large_tier_uses") is not None
+                and run.large_tier_uses >= int(budget["max_large_tier_uses"])):
+            return f"the run may use the large tier {budget['max_large_tier_uses']} time(s)"
+    return None
+
+
+@dataclass
+class SessionEnd:
+    retry_in_s: float | None = None  # the activation was re-queued after this delay
+    escalation: Escalation | None = None  # where a retry escalates to (the kernel's, or a workflow step's)
+    activation: Activation | None = None
+    tier: str = ""
+
+
+def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dict[str, Any],
+                    failure: dict[str, Any] | None, ladder: list[str]) -> SessionEnd:
+    """Record the outcome; retry with backoff, escalate up the ladder, or settle the activation.
+
+    ``run``'s row is locked by the caller's transaction.
+    """
+    session = Session.objects.raw("SELECT * FROM agents_app_session WHERE id = %s FOR UPDATE", [session_id])[0]
+    activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
+                                        [session.activation_id])[0]
+    end = SessionEnd(activation=activation, tier=session.tier)
+    session.status, session.result, session.meta = status, result, meta
+    session.failure, session.finished_at = failure, timezone.now()
+    session.save(update_fields=["status", "result", "meta", "failure", "finished_at"])
+    event_emit(run_id=run.id, type="session_end", agent=session.agent, session_id=session.id, data={
+        "status": status, "result": result[:2000], "meta": meta, "failure": failure,
+    })
+    max_retries = int(run.limits.get("max_retries", DEFAULT_LIMITS["max_retries"]))
+    if status == SessionStatus.OK:
+        activation.status, activation.result = ActivationStatus.DONE, result
+    elif status == SessionStatus.CANCELLED or run.status == RunStatus.CANCELLED:
+        activation.status = ActivationStatus.CANCELLED
+    elif (failure and failure.get("suggested_retry") and activation.attempts <= max_retries
+          and activation.kind not in {"tool", "step"}):  # a tool's caller (a step's workflow) decides
+        end.retry_in_s = settings.MAS_RETRY_BACKOFF_S * 2 ** (activation.attempts - 1)
+        end.escalation = escalation_next(run=run, session=session, activation=activation, ladder=ladder)
+        if end.escalation:
+            activation.context = {**activation.context, **end.escalation.context}
+            event_emit(run_id=run.id, type="escalation", agent=session.agent, session_id=session.id,
+                       data=end.escalation.data)
+        activation.status = ActivationStatus.QUEUED
+        activation.not_before = timezone.now() + timedelta(seconds=end.retry_in_s)
+        event_emit(run_id=run.id, type="retry", agent=session.agent, session_id=session.id, data={
+            "what": "session", "attempt": activation.attempts + 1, "delay_s": end.retry_in_s,
+            "reason": failure.get("kind"),
+        })
+    else:
+        activation.status, activation.result = ActivationStatus.FAILED, result
+        if activation.kind == "step":  # its workflow may retry it, escalated
+            end.escalation = escalation_next(run=run, session=session, activation=activation, ladder=ladder)
+        if activation.parent_id is None and activation.kind != "step" and not run.error:
+            run.error = f"{failure.get('kind') if failure else 'failed'}: {failure.get('message') if failure else ''}"
+            run.save(update_fields=["error"])
+    activation.save(update_fields=["status", "result", "context", "not_before"])
+    return end
+
+
+def session_settle(*, run_id, session_id, status: str, result: str, meta: dict[str, Any],
+                   failure: dict[str, Any] | None, ladder: list[str]) -> SessionEnd:
+    """Record a session's outcome and dispatch what comes next in its run, in one transaction."""
+    with transaction.atomic():
+        run = _run_locked(run_id)
+        end = _session_finish(run=run, session_id=session_id, status=status, result=result, meta=meta,
+                              failure=failure, ladder=ladder)
+        _settled_hooks(run, end.activation, tier=end.tier, meta=meta, failure=failure, ladder=ladder,
+                       escalation=end.escalation)
+        _dispatch(run)
+    return end
+
+
+def _settled_hooks(run: Run, activation: Activation, *, tier: str = "", meta: dict[str, Any] | None = None,
+                   failure: dict[str, Any] | None = None, ladder: list[str] | None = None,
+                   escalation: Escalation | None = None) -> None:
+    if activation.kind in CHILD_KINDS and activation.status in SETTLED_ACTIVATION_STATUSES:
+        _child_settled(run, activation)
+    if activation.kind in {"step", "plan"}:  # only workflows create these
+        RUN_HOOKS.activation_settled(run=run, activation=activation, tier=tier, meta=meta or {}, failure=failure,
+                                     ladder=ladder or [], escalation=escalation)
+
+
+def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) -> list[str]:
+    """The session checkpointed with calls whose results come later: it ends holding nothing.
+
+    Its activation waits until every child it waits for has settled (then it
+    is queued and the same session resumes from its checkpoint) — at once if
+    they all settled already. Returns the ids of the children it waits for.
+    """
+    with transaction.atomic():
+        run = _run_locked(run_id)
+        session = Session.objects.raw("SELECT * FROM agents_app_session WHERE id = %s FOR UPDATE", [session_id])[0]
+        activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
+                                            [session.activation_id])[0]
+        if run.status in FINISHED_RUN_STATUSES:  # cancelled meanwhile
+            session.status, session.finished_at = SessionStatus.CANCELLED, timezone.now()
+            session.save(update_fields=["status", "finished_at"])
+            Activation.objects.filter(pk=activation.pk).update(status=ActivationStatus.CANCELLED)
+            return []
+        session.status, session.result, session.meta = SessionStatus.WAITING, result, meta
+        session.save(update_fields=["status", "result", "meta"])
+        awaited = _awaited(activation)
+        activation.status = ActivationStatus.WAITING if awaited else ActivationStatus.QUEUED
+        activation.save(update_fields=["status"])
+        people = set(map(str, session.approval_requests.filter(status="pending").values_list("id", flat=True)))
+        event_emit(run_id=run.id, type="session_suspended", agent=session.agent, session_id=session.id,
+                   data={"waiting_for": awaited, "reason": "approval" if people & set(awaited) else "children"})
+        _dispatch(run)
+    return awaited

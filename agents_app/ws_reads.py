@@ -1,0 +1,100 @@
+"""What the monitor's sockets read from the database: who is asking, a run's events, the team's runs.
+
+Small sync functions, run in a thread (``database_sync_to_async``) by
+``agents_app.consumers`` and ``agents_app.ws_rooms``, which call them through
+this module so a test can stand in for one read.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+SINCE_LIMIT = 100  # runs sent on connect to /ws/runs/?since=
+
+
+def _bearer(scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+    return None
+
+
+def _team_ids(scope) -> tuple[list[int], tuple[int, str] | None]:
+    """The teams the connection may see — the bearer token's team, or the session user's — or the close
+    code and reason that refuse it.
+
+    A session counts only from one of our own pages (``ws_security.origin_allowed``). A wrong token is a
+    failed token authentication of the socket's address, counted with those over HTTP: past the limit
+    the socket is closed 4429 (the reason says how long to wait) instead of 4401. A right token is never
+    refused for its address's failures.
+    """
+    from agents_app.models import Team
+    from mas_core import ratelimit
+    from mas_core.permissions import memberships
+    from mas_core.teams import api_token_authenticate
+    from mas_core.ws_security import client_address, origin_allowed
+
+    token = _bearer(scope)
+    if token is not None:
+        row = api_token_authenticate(token)
+        if row is not None:
+            return [row.team_id], None
+        wait = ratelimit.token_failure(client_address(scope))
+        if wait is None:
+            return [], (4401, "")
+        return [], (4429, f"too many failed token authentications from your address; retry in {wait} s")
+    user = scope.get("user")
+    if user is None or not user.is_authenticated or not origin_allowed(scope):
+        return [], (4401, "")
+    if user.is_superuser:
+        return list(Team.objects.values_list("id", flat=True)), None
+    return [membership.team_id for membership in memberships(user)], None
+
+
+def _run_team(run_id: str, team_ids: list[int]) -> int | None:
+    from agents_app.models import Run
+
+    try:
+        return Run.objects.filter(pk=run_id, team_id__in=team_ids).values_list("team_id", flat=True).first()
+    except Exception:  # not a UUID
+        return None
+
+
+def _events_after(run_id: str, after: int, limit: int, before: int | None = None) -> list[dict[str, Any]]:
+    from mas_core.events import events_after
+
+    return events_after(run_id=run_id, after=after, limit=limit, before=before)
+
+
+def _run_summary(run_id: str, team_id: int) -> dict[str, Any] | None:
+    from agents_app.api_runs import run_out
+    from agents_app.models import Run
+    from agents_app.schemas_runs import RunOut
+
+    run = Run.objects.filter(pk=run_id, team_id=team_id).select_related("created_by").first()
+    return RunOut.model_validate(run_out(run)).model_dump(mode="json") if run is not None else None
+
+
+def _runs_since(team_id: int, since: datetime) -> list[dict[str, Any]]:
+    """The team's runs still going, or created or finished since ``since`` (oldest first, at most SINCE_LIMIT)."""
+    from django.db.models import Q
+
+    from agents_app.api_runs import run_out
+    from agents_app.models import Run
+    from agents_app.schemas_runs import RunOut
+
+    runs = (Run.objects.filter(team_id=team_id, is_eval=False)  # the cases of evals: on their eval's page
+            .filter(Q(status__in=["queued", "running", "waiting"]) | Q(created_at__gte=since) | Q(finished_at__gte=since))
+            .select_related("created_by").order_by("-created_at", "-pk")[:SINCE_LIMIT])
+    return [RunOut.model_validate(run_out(run)).model_dump(mode="json") for run in reversed(list(runs))]
+
+
+def _pick_team(team_ids: list[int], slug: str) -> int | None:
+    from agents_app.models import Team
+
+    if slug:
+        return Team.objects.filter(id__in=team_ids, slug=slug).values_list("id", flat=True).first()
+    return team_ids[0] if len(team_ids) == 1 else None
