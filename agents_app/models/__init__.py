@@ -11,5 +11,5 @@ from agents_app.models.definitions import (  # noqa: F401
     Skill,
     Team,
 )
-from agents_app.models.runs import Activation, Event, Run, Session, SessionEntry, WorkspaceFile  # noqa: F401
+from agents_app.models.runs import Activation, Event, Run, Session, SessionEntry, WorkspaceFile, WorkspaceFileVersion  # noqa: F401
 from agents_app.models.approvals import ApprovalRequest  # noqa: F401,E402
