@@ -4,6 +4,8 @@ then, optionally another agent version or another tool result — on a real work
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from django.db import transaction
@@ -21,6 +23,7 @@ from agents_app.models import (
     WorkspaceFile,
     WorkspaceFileVersion,
 )
+from memory_app.models import BlackboardEntry
 from tests.runs import agent, call, events, finish
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -52,26 +55,35 @@ def _loc_and_message(response):
 # -- on a worker ----------------------------------------------------------------------------
 
 
+def readme_fork_body() -> dict:
+    """The request body of the README's fork example."""
+    from django.conf import settings
+
+    text = Path(settings.BASE_DIR, "README.md").read_text(encoding="utf-8")
+    section = text[text.index("**Forks.**"):text.index("## Watching runs live\n")]
+    [block] = re.findall(r"```sh\n(.*?)```", section, re.S)
+    assert block.rstrip().endswith("/api/runs/$RUN/fork")
+    return json.loads(re.search(r"-d '(.*?)'", block).group(1))
+
+
 @pytest.mark.worker
-def test_a_fork_of_a_failed_run_with_an_edited_tool_result_succeeds_and_leaves_the_run_as_it_was(
+def test_the_readmes_fork_of_a_failed_run_with_an_edited_tool_result_succeeds_and_leaves_the_run_as_it_was(
         team_a, api_for, celery_worker_process, runs_settled):
     agent(team_a, "Lead")
     # The answer is not where the agent looks: its next turn expects 42 in the tool's result, and fails without.
-    script = {"lead": [call("vfs_write", path="notes.md", content="draft"),
-                       call("vfs_read", path="answer.txt"),
-                       {"text": "The answer is 42.", "expect": ["42"]}]}
+    script = {"lead": [call("vfs_read", path="answer.txt"), {"text": "The answer is 42.", "expect": ["42"]}]}
     run = finish(run_start(team=team_a, agent="lead", input="Find the answer.", script=script))
     assert run.status == "failed"
-    assert run.error.startswith("provider_error: expectation: script for agent lead, turn 2 expected '42'")
+    assert run.error.startswith("provider_error: expectation: script for agent lead, turn 1 expected '42'")
     before = recorded(run)
     point = tool_event(run, "tool_result", "vfs_read")
-    assert point.data["ok"] is False
+    assert (point.seq, point.data["ok"]) == (7, False)  # as the README tells it
 
     client = api_for(team_a, "operator")
-    response = client.post(f"/api/runs/{run.id}/fork", {"seq": point.seq, "tool_result": "answer.txt: 42"})
+    response = client.post(f"/api/runs/{run.id}/fork", readme_fork_body())
     assert response.status_code == 201, response.content
     body = response.json()
-    assert (body["forked_from"], body["fork_seq"], body["forks"]) == (str(run.id), point.seq, [])
+    assert (body["forked_from"], body["fork_seq"], body["forks"]) == (str(run.id), 7, [])
     fork = finish(Run.objects.get(pk=body["id"]))
     assert (fork.status, fork.result, fork.error) == ("succeeded", "The answer is 42.", "")
     assert (fork.agent, fork.input, fork.created_by) == ("lead", "Find the answer.", client.user)
@@ -83,23 +95,22 @@ def test_a_fork_of_a_failed_run_with_an_edited_tool_result_succeeds_and_leaves_t
     history = [(m.role, m.content, m.tool_call_id) for m in session_messages(session_id=session.id)]
     parent_history = [(m.role, m.content, m.tool_call_id) for m in session_messages(
         session_id=Session.objects.get(run=run).id)]
-    assert len(parent_history) == 6 and history[:5] == parent_history[:5]
-    assert history[5:] == [("tool", "answer.txt: 42", "call_lead_1_0"), ("assistant", "The answer is 42.", None)]
-    assert parent_history[5][0:3:2] == ("tool", "call_lead_1_0") and "answer.txt" in parent_history[5][1]
+    assert len(parent_history) == 4 and history[:3] == parent_history[:3]
+    assert history[3:] == [("tool", "answer.txt: 42", "call_lead_0_0"), ("assistant", "The answer is 42.", None)]
+    assert parent_history[3][0:3:2] == ("tool", "call_lead_0_0") and "answer.txt" in parent_history[3][1]
     assert [e.type for e in events(fork)] == [
         "run_start", "activation_queued", "session_start", "llm_request", "stream_chunk", "llm_response",
         "session_end", "run_complete"]
     start = events(fork, "run_start")[0].data
     assert (start["forked_from"], start["fork_seq"], start["tool_result"]) == (
-        str(run.id), point.seq, {"event": point.seq, "id": "call_lead_1_0", "chars": 14})
+        str(run.id), 7, {"event": 7, "id": "call_lead_0_0", "chars": 14})
     assert events(fork, "session_start")[0].data["resumed"] is True
-    assert dict(WorkspaceFile.objects.filter(run=fork).values_list("path", "content")) == {"notes.md": "draft"}
-    assert fork.script_cursor == {"lead": 3}
+    assert fork.script_cursor == {"lead": 2}
 
     # The parent: not one row changed; it lists its fork.
     assert recorded(run) == before
     detail = client.get(f"/api/runs/{run.id}").json()
-    assert [(f["id"], f["seq"], f["status"]) for f in detail["forks"]] == [(str(fork.id), point.seq, "succeeded")]
+    assert [(f["id"], f["seq"], f["status"]) for f in detail["forks"]] == [(str(fork.id), 7, "succeeded")]
     assert (detail["forked_from"], detail["fork_seq"]) == (None, None)
 
 
@@ -108,7 +119,8 @@ def test_a_fork_restores_the_files_as_they_were_at_its_event(team_a, celery_work
     agent(team_a, "Lead")
     # Turn 1 reads a.md and turn 2 expects what the fork point had in it: a fork that restored the later
     # content would fail there.
-    script = {"lead": [call("vfs_write", path="a.md", content="first"),
+    script = {"lead": [{"tool_calls": [{"name": "vfs_write", "arguments": {"path": "a.md", "content": "first"}},
+                                       {"name": "blackboard_write", "arguments": {"key": "k", "value": "v"}}]},
                        call("vfs_read", path="a.md"),
                        {"expect": ["first"], "tool_calls": [
                            {"name": "vfs_write", "arguments": {"path": "a.md", "content": "second"}},
@@ -119,7 +131,7 @@ def test_a_fork_restores_the_files_as_they_were_at_its_event(team_a, celery_work
     assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content")) == {
         "a.md": "second", "b.md": "later"}
     before = recorded(run)
-    point = tool_event(run, "tool_result", "vfs_write")  # a.md was written once, b.md not yet
+    point = tool_event(run, "tool_result", "blackboard_write")  # a.md was written once, b.md not yet
     assert files_at(run_id=run.id, seq=point.seq) == {"a.md": "first"}
     assert files_at(run_id=run.id, seq=run.next_seq) == {"a.md": "second", "b.md": "later"}
 
@@ -135,6 +147,9 @@ def test_a_fork_restores_the_files_as_they_were_at_its_event(team_a, celery_work
         "a.md": "second", "b.md": "later"}
     assert [(e.data["path"], e.data["action"]) for e in events(fork, "file_change")] == [
         ("a.md", "updated"), ("b.md", "created")]
+    # Shared state outside the sessions is not restored: the parent's blackboard entry stays its own.
+    assert list(BlackboardEntry.objects.filter(run=run).values_list("key", flat=True)) == ["k"]
+    assert not BlackboardEntry.objects.filter(run=fork).exists()
     assert recorded(run) == before
 
 
@@ -184,7 +199,11 @@ def test_a_fork_of_a_cancelled_delegating_run_resumes_the_parent_and_its_child(
     acts = list(Activation.objects.filter(run=fork).order_by("created_at").values_list("agent", "kind", "status"))
     assert acts == [("lead", "root", "done"), ("helper", "delegate", "done")]
     lead_session = Session.objects.get(run=fork, agent="lead")
-    assert lead_session.attempt == 1  # the restored session, resumed twice (suspended on its child)
+    assert lead_session.attempt == 1  # the restored session, resumed (and suspended on its child again)
+    # The lead had checkpointed by then and resumes; the helper had not, and starts afresh.
+    starts = events(fork, "session_start")
+    assert {agent_: [e.data["resumed"] for e in starts if e.agent == agent_][0] for agent_ in ("lead", "helper")} \
+        == {"lead": True, "helper": False}
     assert recorded(run) == before
 
 
@@ -254,6 +273,7 @@ def test_bad_fork_points_are_422_with_the_reason(team_a, api_for):
 def test_a_history_cut_short_by_its_limit_refuses_later_fork_points(team_a, settings):
     agent(team_a, "Lead")
     run = _finished_run(team_a)
+    assert settings.MAS_WORKSPACE_HISTORY_MAX_BYTES == 4 * settings.MAS_WORKSPACE_MAX_BYTES  # the default
     settings.MAS_WORKSPACE_HISTORY_MAX_BYTES = 10
     workspace_write(run_id=run.id, path="a.md", content="12345678", agent="lead", session_id=None)  # seq 3, kept
     workspace_write(run_id=run.id, path="a.md", content="abcdefgh", agent="lead", session_id=None)  # seq 4: past
