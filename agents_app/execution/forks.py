@@ -182,6 +182,8 @@ def _restore(parent: Run, fork: Run, *, seq: int, base: int, edit: tuple[Event, 
     for type_, session_id, data in marks.iterator(chunk_size=500):
         if type_ == "activation_queued":
             queued[data["activation"]] = None
+            if data.get("session"):  # restored by a fork with its session: forked again, that session counts
+                last_session[data["activation"]] = data["session"]
             if len(queued) > MAX_ACTIVATIONS:
                 raise ForkError(f"run {parent.id} had more than {MAX_ACTIVATIONS:,} agents at event {seq}: "
                                 "too many to fork")
@@ -288,7 +290,7 @@ def _restored_events(fork: Run, item: _Restored) -> None:
     event_append(run_id=fork.id, type="activation_queued", agent=activation.agent, data={
         "activation": str(activation.id), "kind": activation.kind, "priority": activation.priority,
         "parent": str(activation.parent_id) if activation.parent_id else None, "depth": activation.depth,
-        "restored": True, "checkpoints": len(item.entries)})
+        "restored": True, "checkpoints": len(item.entries), "session": str(session.id) if session else None})
     if session is not None and session.status == SessionStatus.OK:
         event_append(run_id=fork.id, type="session_start", agent=session.agent, session_id=session.id, data={
             "activation": str(activation.id), "attempt": session.attempt, "tier": session.tier, "resumed": False,

@@ -147,6 +147,15 @@ def test_a_fork_restores_the_files_as_they_were_at_its_event(team_a, celery_work
         "a.md": "second", "b.md": "later"}
     assert [(e.data["path"], e.data["action"]) for e in events(fork, "file_change")] == [
         ("a.md", "updated"), ("b.md", "created")]
+    # A fork is forked like any run: at its restored agent (event 2), with what it restored.
+    with transaction.atomic():
+        again = run_fork(run=fork, seq=2)
+        assert dict(WorkspaceFile.objects.filter(run=again).values_list("path", "content")) == {"a.md": "first"}
+        [restored] = Session.objects.filter(run=again)
+        assert SessionEntry.objects.filter(session=restored).count() == SessionEntry.objects.filter(
+            session__run=run, event_seq__lte=point.seq).count()
+        assert (again.forked_from_id, again.fork_seq, again.script_cursor) == (fork.id, 2, {"lead": 1})
+        transaction.set_rollback(True)
     # Shared state outside the sessions is not restored: the parent's blackboard entry stays its own.
     assert list(BlackboardEntry.objects.filter(run=run).values_list("key", flat=True)) == ["k"]
     assert not BlackboardEntry.objects.filter(run=fork).exists()

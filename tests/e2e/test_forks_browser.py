@@ -47,6 +47,10 @@ def test_fork_from_here_opens_the_fork_which_links_back_and_the_parent_lists_it(
         assert page.text_content("#fork-parent") == f"Forked from run {run_id[:8]} at event #{point.seq}"
         assert page.get_attribute("#fork-parent a", "href") == f"/runs/{run_id}/"
         page.wait_for_selector("#status.succeeded", timeout=30_000)
+        assert page.text_content("#events tr[data-type=run_start] summary") == (
+            f"run started with lead: “Do the job” — forked from event #{point.seq} of run {run_id[:8]}")
+        assert page.text_content("#events tr[data-type=activation_queued] summary") == (
+            "lead restored (root, 5 checkpoint entries)")  # 4 messages, 1 result digest
         assert page.text_content("#result").strip() == "The answer is 42."
         page.screenshot(path=str(ARTIFACTS / "fork-monitor.png"), full_page=True)
 
