@@ -18,7 +18,6 @@ from django.views.decorators.http import require_POST
 from agents_app.execution.forks import TOOL_RESULT_MAX_CHARS, run_fork
 from agents_app.execution.services import RunError
 from agents_app.models import Run
-from agents_app.models.runs import FINISHED_RUN_STATUSES
 from agents_app.permissions import Actor
 from mas_project import ratelimit
 
@@ -31,7 +30,8 @@ def fork_context(actor: Actor, run: Run) -> dict[str, Any]:
     if run.forked_from_id:
         parent = Run.objects.filter(team=actor.team, pk=run.forked_from_id).values("id", "agent").first()
     return {"fork_parent": parent, "fork_max_chars": TOOL_RESULT_MAX_CHARS,
-            "can_fork": actor.can("run") and run.status in FINISHED_RUN_STATUSES and not run.workflow}
+            # The page offers it once the run has ended (forks.js watches the status a live page shows).
+            "can_fork": actor.can("run") and not run.workflow}
 
 
 @login_required

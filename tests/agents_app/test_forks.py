@@ -309,3 +309,39 @@ def test_a_run_recorded_before_forks_is_refused(team_a):
         run_fork(run=run, seq=2)
     assert str(refused.value) == (f"run {run.id} was recorded before forks existed: its checkpoints are not "
                                   "numbered by event, so it cannot be forked")
+
+
+# -- the monitor's form -------------------------------------------------------------------------
+
+
+def test_the_monitor_offers_forks_to_operators_only_and_answers_a_refusal_on_the_runs_page(
+        team_a, team_b, make_member):
+    from django.test import Client
+
+    agent(team_a, "Lead")
+    run = _finished_run(team_a)
+    theirs = _finished_run(team_b)
+    busy = _finished_run(team_a, status="running")
+    viewer, operator = Client(), Client(enforce_csrf_checks=False)
+    viewer.force_login(make_member(team_a, role="viewer"))
+    operator.force_login(make_member(team_a, role="operator"))
+    assert 'id="fork-form"' not in viewer.get(f"/runs/{run.id}/").content.decode()
+    assert viewer.post(f"/runs/{run.id}/fork", {"seq": "1"}).status_code == 404
+    assert 'id="fork-form"' in operator.get(f"/runs/{run.id}/").content.decode()
+    assert operator.post(f"/runs/{theirs.id}/fork", {"seq": "1"}).status_code == 404
+    assert operator.get(f"/runs/{run.id}/fork").status_code == 405
+
+    def refused(target: Run, data: dict) -> str:
+        response = operator.post(f"/runs/{target.id}/fork", data, follow=True)
+        assert response.redirect_chain == [(f"/runs/{target.id}/", 302)]
+        return [str(m) for m in response.context["messages"]][0]
+
+    assert refused(run, {"seq": "x"}) == "Fork: choose an event to fork from."
+    assert refused(run, {"seq": "9"}) == f"Fork refused: run {run.id} has no event 9 (its events are numbered 1 to 2)"
+    assert refused(run, {"seq": "2", "edit": "1", "tool_result": "42"}) == (
+        "Fork refused: event 2 is a llm_response event: tool_result replaces a tool call's result, so fork from a "
+        "tool_call or tool_result event")
+    assert refused(busy, {"seq": "1"}) == (
+        f"Fork refused: run {busy.id} is running: only a succeeded, failed or cancelled run can be forked (cancel "
+        "it first, or wait for it to end)")
+    assert Run.objects.count() == 3

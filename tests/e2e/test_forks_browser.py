@@ -1,5 +1,6 @@
-"""Forks in a real browser: on a failed run's monitor, "Fork from here" on a tool's result with another
-result opens the fork's monitor, which links back to its parent; the parent's monitor lists the fork.
+"""Forks in a real browser: on a failed run's monitor (offered once the live page hears the run end),
+"Fork from here" on a tool's result with another result opens the fork's monitor, which links back to its
+parent; the parent's monitor lists the fork.
 
 The run is started through the API on daphne (scripted provider, a real Celery worker); the scripted
 model's ``expect`` proves the fork's model got the edited result. A screenshot goes to ``var/artifacts/``.
@@ -24,16 +25,23 @@ def test_fork_from_here_opens_the_fork_which_links_back_and_the_parent_lists_it(
     agent(team_a, "Lead")
     olga = make_member(team_a, role="operator", username="olga")
     run_id = start(asgi_server.url, make_token(team_a, olga), "lead", {"lead": [
-        call("vfs_read", path="answer.txt"), {"text": "The answer is 42.", "expect": ["42"]}]})
-    run = finish(Run.objects.get(pk=run_id))
-    assert run.status == "failed"
-    point = Event.objects.get(run_id=run_id, type="tool_result")
+        {**call("vfs_read", path="answer.txt"), "latency_ms": 4000},
+        {"text": "The answer is 42.", "expect": ["42"]}]})
 
     page = chromium.new_page(viewport={"width": 1300, "height": 1000})
     try:
         sign_in(page, asgi_server.url, "olga", f"/runs/{run_id}/")
+        # While the run works, no event offers a fork; once the page hears it failed, every event does.
+        page.wait_for_selector("#events tr[data-type=llm_request]", timeout=10_000)
+        assert page.text_content("#status") in {"queued", "running"}
+        assert page.query_selector("button.fork-here") is None
+        page.wait_for_selector("#status.failed", timeout=30_000)
+        run = finish(Run.objects.get(pk=run_id))
+        point = Event.objects.get(run_id=run_id, type="tool_result")
         row = f"#events tr[data-seq='{point.seq}']"
         page.wait_for_selector(f"{row} button.fork-here", timeout=15_000)
+        assert page.eval_on_selector_all("#events tr", "rows => rows.every(r => r.querySelector('.fork-here'))")
+        assert run.next_seq == len(page.query_selector_all("#events tr"))
         assert page.is_hidden("#fork-form")
         page.click(f"{row} button.fork-here")
         assert page.text_content("#fork-seq") == f"#{point.seq} (tool_result)"

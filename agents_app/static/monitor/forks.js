@@ -26,8 +26,19 @@
   }
 
   document.getElementById("fork-close").addEventListener("click", () => { form.hidden = true; });
-  for (const tr of rows.rows) offer(tr);
-  new MutationObserver((changes) => {
-    for (const change of changes) for (const node of change.addedNodes) if (node.tagName === "TR") offer(node);
-  }).observe(rows, { childList: true });
+
+  // Offered once the run has ended: at once for a finished run, else when the live page shows its end.
+  const status = document.getElementById("status");
+  const ENDED = ["succeeded", "failed", "cancelled"];
+  let offering = false;
+  function start() {
+    if (offering || !ENDED.includes(status.textContent)) return;
+    offering = true;
+    for (const tr of rows.rows) offer(tr);
+    new MutationObserver((changes) => {
+      for (const change of changes) for (const node of change.addedNodes) if (node.tagName === "TR") offer(node);
+    }).observe(rows, { childList: true });
+  }
+  start();
+  if (!offering) new MutationObserver(start).observe(status, { childList: true, characterData: true, subtree: true });
 })();
