@@ -127,7 +127,8 @@ _FILE_EVENT = """
   FROM r, f"""
 _VERSION = """, v AS (
   INSERT INTO agents_app_workspacefileversion (run_id, path, seq, content)
-  SELECT %(run)s::uuid, %(path)s, r.base + %(n)s + 1, %(content)s FROM r, f WHERE r.history <= %(history_max)s
+  SELECT %(run)s::uuid, %(path)s::text, r.base + %(n)s + 1, %(content)s::text
+  FROM r, f WHERE r.history <= %(history_max)s
 )"""
 _WRITE = _WRITE.replace("{insert}", INSERT_NUMBERED)
 WRITE_SQL = _WRITE.format(file="", file_count="", file_event="", file_columns="", file_from="", version="")

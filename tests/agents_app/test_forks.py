@@ -120,6 +120,8 @@ def test_a_fork_restores_the_files_as_they_were_at_its_event(team_a, celery_work
     # Turn 1 reads a.md and turn 2 expects what the fork point had in it: a fork that restored the later
     # content would fail there.
     script = {"lead": [{"tool_calls": [{"name": "vfs_write", "arguments": {"path": "a.md", "content": "first"}},
+                                       {"name": "vfs_write", "arguments": {"path": "c.md", "content": "brief"}},
+                                       {"name": "vfs_delete", "arguments": {"path": "c.md"}},
                                        {"name": "blackboard_write", "arguments": {"key": "k", "value": "v"}}]},
                        call("vfs_read", path="a.md"),
                        {"expect": ["first"], "tool_calls": [
@@ -131,7 +133,9 @@ def test_a_fork_restores_the_files_as_they_were_at_its_event(team_a, celery_work
     assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content")) == {
         "a.md": "second", "b.md": "later"}
     before = recorded(run)
-    point = tool_event(run, "tool_result", "blackboard_write")  # a.md was written once, b.md not yet
+    point = tool_event(run, "tool_result", "blackboard_write")  # a.md written once, c.md gone, b.md not yet
+    assert list(WorkspaceFileVersion.objects.filter(run=run).values_list("path", "content")) == [
+        ("a.md", "first"), ("c.md", "brief"), ("c.md", None), ("a.md", "second"), ("b.md", "later")]
     assert files_at(run_id=run.id, seq=point.seq) == {"a.md": "first"}
     assert files_at(run_id=run.id, seq=run.next_seq) == {"a.md": "second", "b.md": "later"}
 
