@@ -1,9 +1,9 @@
 """Retention: the bulky records of old finished runs go; the run, its outcome and its sessions stay.
 
 A run finished more than ``MAS_RETENTION_DAYS`` days ago loses its events,
-its sessions' checkpoints (``Session.state`` and their ``SessionEntry`` history) and its workspace files; its
-row (status, result, error, totals, versions) and its sessions' outcomes and
-usage remain, so lists, costs and audits still add up. Runs still going are
+its sessions' checkpoints (``Session.state`` and their ``SessionEntry`` history) and its workspace files
+(with their versions, which forks read); its row (status, result, error, totals, versions) and its
+sessions' outcomes and usage remain, so lists, costs and audits still add up. Runs still going are
 never touched. ``manage.py prune_runs`` and a daily beat task run it.
 """
 
