@@ -47,6 +47,7 @@ from agents_app.selectors_runs import (
     run_file_get,
     run_files,
     run_filter,
+    run_forks,
     run_get,
     run_tree,
 )
@@ -101,6 +102,9 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
             "uses_script": run.script is not None,
             "activations": [_activation_out(activation) for activation in run_tree(run=run)],
             "steps": RUN_HOOKS.run_steps(run),
+            "forked_from": str(run.forked_from_id) if run.forked_from_id else None,
+            "fork_seq": run.fork_seq,
+            "forks": run_forks(run=run),
         }
     return data
 

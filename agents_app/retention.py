@@ -1,9 +1,9 @@
 """Retention: the bulky records of old finished runs go; the run, its outcome and its sessions stay.
 
 A run finished more than ``MAS_RETENTION_DAYS`` days ago loses its events,
-its sessions' checkpoints (``Session.state`` and their ``SessionEntry`` history) and its workspace files; its
-row (status, result, error, totals, versions) and its sessions' outcomes and
-usage remain, so lists, costs and audits still add up. Runs still going are
+its sessions' checkpoints (``Session.state`` and their ``SessionEntry`` history) and its workspace files
+(with their versions, which forks read); its row (status, result, error, totals, versions) and its
+sessions' outcomes and usage remain, so lists, costs and audits still add up. Runs still going are
 never touched. ``manage.py prune_runs`` and a daily beat task run it.
 """
 
@@ -15,7 +15,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from agents_app.models import Event, Run, Session, SessionEntry, WorkspaceFile
+from agents_app.models import Event, Run, Session, SessionEntry, WorkspaceFile, WorkspaceFileVersion
 from agents_app.models.runs import FINISHED_RUN_STATUSES
 
 
@@ -39,5 +39,6 @@ def runs_prune(*, older_than_days: float, batch: int = 500) -> Pruned:
             checkpoints += Session.objects.filter(run_id__in=chunk).exclude(state={}).update(state={})
             SessionEntry.objects.filter(session__run_id__in=chunk).delete()
             files += WorkspaceFile.objects.filter(run_id__in=chunk).delete()[0]
+            WorkspaceFileVersion.objects.filter(run_id__in=chunk).delete()
         runs += len(chunk)
     return Pruned(runs=runs, events=events, checkpoints=checkpoints, files=files)

@@ -190,6 +190,13 @@ class StepOut(BaseModel):
     finished_at: datetime | None
 
 
+class ForkOut(BaseModel):
+    id: str
+    seq: int = Field(description="The event of this run the fork started from.")
+    status: RunStatusName
+    created_at: datetime
+
+
 class RunDetailOut(RunOut):
     """A run with everything it did: outcome, settings and the activation/session tree."""
 
@@ -207,6 +214,10 @@ class RunDetailOut(RunOut):
     activations: list[ActivationOut] = Field(description="Oldest first; follow ``parent`` for the tree.")
     steps: list[StepOut] | None = Field(description="A workflow run's steps in definition order; null for an "
                                                     "agent's run.")
+    forked_from: str | None = Field(description="The run this one was forked from (POST /api/runs/{id}/fork), "
+                                                "if it was.")
+    fork_seq: int | None = Field(description="The event of that run it was forked from (its seq).")
+    forks: list[ForkOut] = Field(description="Runs forked from this one, oldest first (the first 100).")
 
 
 class EventOut(BaseModel):

@@ -128,3 +128,14 @@ def run_file_get(*, run: Run, path: str) -> WorkspaceFile:
 def file_size(file: WorkspaceFile) -> int:
     size = getattr(file, "size", None)
     return size if size is not None else len(file.content.encode("utf-8"))
+
+
+FORKS_SHOWN = 100
+
+
+def run_forks(*, run: Run) -> list[dict[str, Any]]:
+    """The runs forked from ``run`` (its team's), oldest first: id, fork point, status, when."""
+    forks = (Run.objects.filter(team_id=run.team_id, forked_from=run).order_by("created_at")
+             .values("id", "fork_seq", "status", "created_at")[:FORKS_SHOWN])
+    return [{"id": str(fork["id"]), "seq": fork["fork_seq"], "status": fork["status"],
+             "created_at": fork["created_at"]} for fork in forks]

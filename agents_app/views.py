@@ -30,6 +30,7 @@ from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Agent, Run, Team
 from agents_app.models.runs import FINISHED_RUN_STATUSES, RunStatus
 from mas_core.permissions import Actor, memberships
+from agents_app.views_forks import fork_context
 from agents_app.selectors_runs import SEARCH_MAX_CHARS, TRIGGERS, file_size, run_file_get, run_files, run_filter, run_get
 
 RUNS_PER_PAGE = 25
@@ -163,6 +164,7 @@ def run_page(request: HttpRequest, run_id: str) -> HttpResponse:
         "clock": {"started_at": run.started_at.isoformat() if run.started_at else None,
                   "finished_at": run.finished_at.isoformat() if run.finished_at else None,
                   "duration_s": detail["totals"]["duration_s"]},
+        **fork_context(actor, run),
     })
 
 

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from agents_app.kinds import AGENT
 from agents_app.execution.errors import RunError
+from agents_app.execution.filehistory import file_version_keep
 from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Agent, DefinitionVersion, Run, Team, WorkspaceFile
 from agents_app.models.runs import FINISHED_RUN_STATUSES
@@ -118,6 +119,7 @@ def _case_start(*, team: Team, spec: EvalSpec, case: CaseSpec, versions: dict[st
                                  trigger="manual", limits=limits, script=case.script, is_eval=True)
     WorkspaceFile.objects.bulk_create(
         WorkspaceFile(run=run, path=path, content=content, author="eval") for path, content in case.files.items())
+    file_version_keep(run_id=run.id, seq=0, files=dict(case.files))  # there before any event: a fork finds them
     return run
 
 

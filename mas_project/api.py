@@ -12,6 +12,7 @@ from ninja.parser import Parser
 from agents_app.api import router as agents_router
 from agents_app.api_approvals import router as approvals_router
 from agents_app.api_runs import router as runs_router
+from agents_app.api_forks import router as forks_router
 from evals_app.api import router as evals_router
 from mas_core.api_auth import TEAM_HEADER, api_auth
 from mas_core.api_errors import UnsupportedMediaType, load_json, register_error_handlers
@@ -77,6 +78,7 @@ register_error_handlers(api)
 api.add_router("/", health_router)
 api.add_router("/", agents_router)
 api.add_router("/", runs_router)
+api.add_router("/", forks_router)
 api.add_router("/", approvals_router)
 api.add_router("/", tools_router)
 api.add_router("/", workflows_router)

@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from agents_app import views as monitor
+from agents_app.views_forks import run_fork_view
 from mas_project.api import api
 from mas_project.metrics import metrics_view
 from mas_project.sign_in import AdminSignInForm, SignInForm
@@ -26,5 +27,6 @@ urlpatterns = [
     path("runs/<str:run_id>/cancel", monitor.run_cancel_view, name="monitor-run-cancel"),
     path("runs/<str:run_id>/archive", monitor.run_archive_view, name="monitor-run-archive"),
     path("runs/<str:run_id>/delete", monitor.run_delete_view, name="monitor-run-delete"),
+    path("runs/<str:run_id>/fork", run_fork_view, name="monitor-run-fork"),
     path("runs/<str:run_id>/files/<path:path>", monitor.run_file_view, name="monitor-run-file"),
 ]

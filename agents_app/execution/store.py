@@ -89,15 +89,17 @@ def pool() -> ConnectionPool:
 # events from the run's counter (the row stays locked until commit, so numbers are gap-free
 # and in commit order) and adds the session's usage; ``e`` inserts the events; ``s`` adds the
 # usage to the session and stores its counters; ``j`` appends the checkpoint's new history entries
-# (idempotent: a write retried after a failure inserts nothing twice) and ``k`` marks the entries a
-# compaction replaced. A file change adds ``f`` and its event.
+# (idempotent: a write retried after a failure inserts nothing twice), each with the seq of the last
+# event emitted before it was staged (``r.base`` + its offset in this write's events: what a fork cuts
+# at), and ``k`` marks the entries a compaction replaced. A file change adds ``f``, its event and ``v``,
+# the file's version (kept while the run's history is under ``MAS_WORKSPACE_HISTORY_MAX_BYTES``).
 _WRITE = """
 WITH {file}r AS (
   UPDATE agents_app_run SET next_seq = next_seq + %(n)s{file_count}, prompt_tokens = prompt_tokens + %(pt)s,
     completion_tokens = completion_tokens + %(ct)s, cost_usd = cost_usd + %(cost)s::numeric,
-    large_tier_uses = large_tier_uses + %(large)s,
+    large_tier_uses = large_tier_uses + %(large)s, history_bytes = history_bytes + %(hb)s,
     script_cursor = CASE WHEN %(pos)s::jsonb IS NULL THEN script_cursor ELSE script_cursor || %(pos)s::jsonb END
-  WHERE id = %(run)s::uuid RETURNING next_seq - (%(n)s{file_count}) AS base
+  WHERE id = %(run)s::uuid RETURNING next_seq - (%(n)s{file_count}) AS base, history_bytes AS history
 ), e AS (
   {insert}{file_event}
 ), s AS (
@@ -106,24 +108,30 @@ WITH {file}r AS (
     state = COALESCE(%(state)s::jsonb, state), heartbeat_at = CASE WHEN %(beat)s THEN now() ELSE heartbeat_at END
   WHERE id = %(session)s::uuid AND %(touch)s
 ), j AS (
-  INSERT INTO agents_app_sessionentry (session_id, seq, kind, payload, replaced_by)
-  SELECT %(session)s::uuid, x.seq, x.kind, x.payload, x.rb
-  FROM unnest(%(j_seq)s::int[], %(j_kind)s::text[], %(j_payload)s::text[], %(j_rb)s::int[]) AS x(seq, kind, payload, rb)
+  INSERT INTO agents_app_sessionentry (session_id, seq, kind, payload, replaced_by, event_seq, counters)
+  SELECT %(session)s::uuid, x.seq, x.kind, x.payload, x.rb, r.base + x.off, x.counters
+  FROM r, unnest(%(j_seq)s::int[], %(j_kind)s::text[], %(j_payload)s::text[], %(j_rb)s::int[], %(j_off)s::int[],
+                 %(j_counters)s::text[]) AS x(seq, kind, payload, rb, off, counters)
   ON CONFLICT (session_id, seq) DO NOTHING
 ), k AS (
   UPDATE agents_app_sessionentry AS t SET replaced_by = x.rb
   FROM unnest(%(k_seq)s::int[], %(k_rb)s::int[]) AS x(seq, rb)
   WHERE cardinality(%(k_seq)s::int[]) > 0  -- a one-time filter: most writes mark nothing, and scan nothing
     AND t.session_id = %(session)s::uuid AND t.seq = x.seq AND t.replaced_by IS NULL
-)
+){version}
 SELECT r.base{file_columns} FROM r{file_from}
 """
 _FILE_EVENT = """
   UNION ALL
   SELECT %(run)s::uuid, r.base + %(n)s + 1, 'file_change', %(agent)s::text, %(session)s::uuid, {data}, %(at)s
   FROM r, f"""
+_VERSION = """, v AS (
+  INSERT INTO agents_app_workspacefileversion (run_id, path, seq, content)
+  SELECT %(run)s::uuid, %(path)s::text, r.base + %(n)s + 1, %(content)s::text
+  FROM r, f WHERE r.history <= %(history_max)s
+)"""
 _WRITE = _WRITE.replace("{insert}", INSERT_NUMBERED)
-WRITE_SQL = _WRITE.format(file="", file_count="", file_event="", file_columns="", file_from="")
+WRITE_SQL = _WRITE.format(file="", file_count="", file_event="", file_columns="", file_from="", version="")
 FILE_WRITE_SQL = _WRITE.format(
     file="""f AS (
   INSERT INTO agents_app_workspacefile (run_id, path, content, version, author, session_id, updated_at)
@@ -137,7 +145,7 @@ FILE_WRITE_SQL = _WRITE.format(
     file_event=_FILE_EVENT.format(data="jsonb_build_object('path', %(path)s::text, 'version', f.version, "
                                        "'action', CASE WHEN f.created THEN 'created' ELSE 'updated' END, "
                                        "'bytes', %(bytes)s::bigint)"),
-    file_columns=", f.version, f.created", file_from=", f",
+    file_columns=", f.version, f.created", file_from=", f", version=_VERSION,
 )
 FILE_DELETE_SQL = _WRITE.format(
     file="""f AS (
@@ -145,7 +153,7 @@ FILE_DELETE_SQL = _WRITE.format(
 ), """,
     file_count=" + (SELECT count(*) FROM f)",
     file_event=_FILE_EVENT.format(data="jsonb_build_object('path', %(path)s::text, 'action', 'deleted')"),
-    file_columns=", (SELECT count(*) FROM f)", file_from="",
+    file_columns=", (SELECT count(*) FROM f)", file_from="", version=_VERSION,
 )
 
 
@@ -194,6 +202,9 @@ class DatabaseStore:
         self.journal = journal or Journal()
         # The checkpoint not written yet: new history entries, marks, counters (JSON), script positions.
         self.pending_entries: list[tuple[int, str, str, int | None]] = []
+        # Per pending entry: how many of the pending events were emitted before it, and the counters of the
+        # checkpoint it ends (None for the others) — see SessionEntry.event_seq.
+        self.pending_extra: list[tuple[int, str | None]] = []
         self.pending_marks: list[tuple[int, int]] = []
         self.pending_counters: str | None = None
         self.pending_positions: dict[str, int] | None = None
@@ -210,10 +221,15 @@ class DatabaseStore:
         positions = ({key: self.cursor.get(key) for key in (self.agent, COMPACTOR_KEY)
                       if key == self.agent or key in self.cursor.positions} if self.cursor is not None else {})
         state.cursor = positions
+        staged = len(self.pending_entries)
         self._stage(self.journal.stage(state.messages))
         counters = state.counters()
         self.pending_entries.extend(self.journal.stage_seen(counters.pop("seen_results")))
         self.pending_counters = json.dumps(counters)
+        added = len(self.pending_entries) - staged
+        if added:
+            emitted = len(self.pending)
+            self.pending_extra.extend([(emitted, None)] * (added - 1) + [(emitted, self.pending_counters)])
         self.pending_positions = positions
         self.checkpoint_bytes = len(self.pending_counters) + sum(len(e[2]) for e in self.pending_entries)
         if before_tools:
@@ -313,8 +329,9 @@ class DatabaseStore:
                 self.live_timer.cancel()
                 self.live_timer = None
             counters, entries, marks = self.pending_counters, self.pending_entries, self.pending_marks
-            positions = self.pending_positions
+            positions, extra = self.pending_positions, self.pending_extra
             self.pending_counters, self.pending_entries, self.pending_marks = None, [], []
+            self.pending_extra = []
             self.pending_positions = None
             changed = {key: value for key, value in (positions or {}).items()
                        if self.saved_positions.get(key) != value}
@@ -328,7 +345,10 @@ class DatabaseStore:
                 "events": events_param(events),
                 "j_seq": [e[0] for e in entries], "j_kind": [e[1] for e in entries],
                 "j_payload": [e[2] for e in entries], "j_rb": [e[3] for e in entries],
+                "j_off": [x[0] for x in extra], "j_counters": [x[1] for x in extra],
                 "k_seq": [m[0] for m in marks], "k_rb": [m[1] for m in marks],
+                "hb": (file["bytes"] or 0) if file is not None else 0,
+                "history_max": settings.MAS_WORKSPACE_HISTORY_MAX_BYTES,
             }
             if file is not None:
                 params |= {**file, "at": datetime.now(UTC)}
@@ -344,6 +364,8 @@ class DatabaseStore:
                 self.usage = [a + b for a, b in zip(usage, self.usage)]
                 later = self.pending_marks
                 self.pending_entries, self.pending_marks = entries + self.pending_entries, marks
+                # The later entries' offsets count from the events written now, which go back in front.
+                self.pending_extra = extra + [(off + len(events), c) for off, c in self.pending_extra]
                 self._mark(later)
                 self.pending_counters = self.pending_counters or counters
                 if self.pending_positions is None:
@@ -384,6 +406,7 @@ class DatabaseStore:
         came with them; if those are refused too, drop them. Returns how many events were dropped."""
         self.usage = [0, 0, Decimal(0), 0]
         self.pending_counters, self.pending_entries, self.pending_marks = None, [], []
+        self.pending_extra = []
         try:
             await self.flush()
         except WriteRefused:

@@ -9,6 +9,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agents_app.execution.errors import InvalidOutput
+from agents_app.execution.filehistory import file_version_keep
 from agents_app.execution.runs import activation_create
 from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.models import Activation, Run, WorkspaceFile
@@ -61,10 +62,11 @@ def workspace_write(*, run_id, path: str, content: str, agent: str, session_id) 
             file.content, file.author, file.session_id = content, agent, session_id
             file.version += 1
             file.save(update_fields=["content", "author", "session", "version", "updated_at"])
-        event_emit(run_id=run_id, type="file_change", agent=agent, session_id=session_id, data={
+        changed = event_emit(run_id=run_id, type="file_change", agent=agent, session_id=session_id, data={
             "path": path, "version": file.version, "action": "created" if created else "updated",
             "bytes": len(content.encode("utf-8")),
         })
+        file_version_keep(run_id=run_id, seq=changed["seq"], files={path: content})
         with connection.cursor() as cursor:
             cursor.execute(USED_SQL, [run_id])
             workspace_check(path=path, used=cursor.fetchone()[0])
@@ -75,6 +77,7 @@ def workspace_delete(*, run_id, path: str, agent: str, session_id) -> bool:
     with transaction.atomic():
         deleted, _ = WorkspaceFile.objects.filter(run_id=run_id, path=path).delete()
         if deleted:
-            event_emit(run_id=run_id, type="file_change", agent=agent, session_id=session_id,
-                       data={"path": path, "action": "deleted"})
+            changed = event_emit(run_id=run_id, type="file_change", agent=agent, session_id=session_id,
+                                 data={"path": path, "action": "deleted"})
+            file_version_keep(run_id=run_id, seq=changed["seq"], files={path: None})
     return bool(deleted)

@@ -11,5 +11,7 @@ from mas_core.models import (  # noqa: F401
     Team,
 )
 from agents_app.models.definitions import Agent, ModelProvider, ProviderModel, Skill  # noqa: F401
-from agents_app.models.runs import Activation, Run, Session, SessionEntry, WorkspaceFile  # noqa: F401
+from agents_app.models.runs import (  # noqa: F401
+    Activation, Run, Session, SessionEntry, WorkspaceFile, WorkspaceFileVersion,
+)
 from agents_app.models.approvals import ApprovalRequest  # noqa: F401,E402

@@ -62,6 +62,11 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     # Archived runs leave the team's lists (shown again on request); nothing else changes.
     archived_at = models.DateTimeField(null=True, blank=True)
+    # A fork (agents_app.execution.forks) starts from an event of another run: its parent and that event's seq.
+    forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks")
+    fork_seq = models.PositiveBigIntegerField(null=True, blank=True)
+    # Bytes of workspace file versions kept so far (WorkspaceFileVersion), against MAS_WORKSPACE_HISTORY_MAX_BYTES.
+    history_bytes = models.BigIntegerField(default=0)
 
     class Meta:
         verbose_name = "run"
@@ -179,6 +184,10 @@ class SessionEntry(models.Model):
     # resumed session sends the very request the uninterrupted one would have.
     payload = models.TextField()
     replaced_by = models.PositiveIntegerField(null=True, blank=True)
+    # The seq of the run's last event emitted before this entry was staged: a fork at event N keeps the entries
+    # with event_seq <= N. ``counters``: the session's counters at that checkpoint (on its last new entry).
+    event_seq = models.PositiveBigIntegerField(null=True, blank=True)
+    counters = models.TextField(null=True, blank=True)
 
     class Meta:
         ordering = ["session_id", "seq"]
@@ -207,3 +216,25 @@ class WorkspaceFile(models.Model):
 
     def __str__(self) -> str:
         return self.path
+
+
+class WorkspaceFileVersion(models.Model):
+    """A file's content as one write left it (``content`` null: deleted), numbered by its ``file_change`` event.
+
+    Append-only, written with the file (agents_app.execution.store): what a fork reads to restore the workspace
+    as it was at an event. Kept up to ``MAS_WORKSPACE_HISTORY_MAX_BYTES`` per run (``Run.history_bytes``).
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="file_versions")
+    path = models.CharField(max_length=500)
+    seq = models.PositiveBigIntegerField()
+    content = models.TextField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "workspace file version"
+        verbose_name_plural = "workspace file versions"
+        ordering = ["run_id", "seq"]
+        indexes = [models.Index(fields=["run", "seq"], name="file_version_run_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.path} @{self.seq}"

@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from mas_core.eventlog import event_append
-from agents_app.models import Activation, Event, Run, Session, SessionEntry, WorkspaceFile
+from agents_app.models import Activation, Event, Run, Session, SessionEntry, WorkspaceFile, WorkspaceFileVersion
 
 pytestmark = [pytest.mark.django_db]
 
@@ -24,6 +24,7 @@ def run_with_records(team, *, status, finished_days_ago):
     for index in range(3):
         event_append(run_id=run.id, type="note", agent="a", data={"n": index})
     WorkspaceFile.objects.create(run=run, path="out.md", content="big")
+    WorkspaceFileVersion.objects.create(run=run, path="out.md", seq=3, content="big")  # what a fork reads
     return run
 
 
@@ -38,6 +39,7 @@ def test_old_finished_runs_lose_events_checkpoints_and_files_only(team_a, team_b
                                       "2 checkpoint(s), 2 file(s) deleted.")
     for run in (old, old_b):
         assert not Event.objects.filter(run=run).exists() and not WorkspaceFile.objects.filter(run=run).exists()
+        assert not WorkspaceFileVersion.objects.filter(run=run).exists()
         session = Session.objects.get(run=run)
         assert (session.state, session.status, session.prompt_tokens) == ({}, "ok", 5)
         assert not SessionEntry.objects.filter(session=session).exists()
@@ -45,6 +47,7 @@ def test_old_finished_runs_lose_events_checkpoints_and_files_only(team_a, team_b
         assert (kept.result, kept.prompt_tokens) == ("kept", 5)
     for run in (recent, going):
         assert Event.objects.filter(run=run).count() == 3 and WorkspaceFile.objects.filter(run=run).count() == 1
+        assert WorkspaceFileVersion.objects.filter(run=run).count() == 1
         assert Session.objects.get(run=run).state != {}
         assert SessionEntry.objects.filter(session__run=run).count() == 1
     call_command("prune_runs", "--older-than-days", "30", stdout=out)  # nothing left to prune

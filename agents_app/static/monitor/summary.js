@@ -37,12 +37,12 @@ const describeEvent = (function () {
   }
 
   const RULES = {
-    run_start: (e, d) => `run started${d.workflow ? ` (workflow ${d.workflow})` : d.agent ? ` with ${d.agent}` : ""}${d.input ? ": " + quote(d.input, 100) : ""}`,
+    run_start: (e, d) => `run started${d.workflow ? ` (workflow ${d.workflow})` : d.agent ? ` with ${d.agent}` : ""}${d.input ? ": " + quote(d.input, 100) : ""}${d.forked_from ? ` — forked from event #${d.fork_seq} of run ${d.forked_from.slice(0, 8)}` : ""}`,
     run_complete: (e, d) => `run ${d.status}${d.duration_s !== undefined ? ` in ${Number(d.duration_s).toFixed(1)} s` : ""}`
       + (d.prompt_tokens !== undefined ? `, ${num(d.prompt_tokens)} + ${num(d.completion_tokens)} tokens, ${money(d.cost_usd)}` : "")
       + (d.error ? ` — ${clip(d.error, 80)}` : ""),
     run_status: (e, d) => `run is ${d.status}`,
-    activation_queued: (e, d) => `${who(e)} queued (${d.kind}${d.depth ? `, depth ${d.depth}` : ""})`,
+    activation_queued: (e, d) => `${who(e)} ${d.restored ? "restored" : "queued"} (${d.kind}${d.depth ? `, depth ${d.depth}` : ""}${d.restored ? `, ${d.checkpoints} checkpoint entries` : ""})`,
     session_start: (e, d) => `${who(e)} ${d.resumed ? "resumed" : "started"} (${d.kind || "session"}, attempt ${d.attempt || 1}${d.tier ? ", " + d.tier + " tier" : ""})`,
     session_end: (e, d) => `${who(e)} ended: ${d.status}${d.result ? " — " + quote(d.result, 90) : ""}${d.failure && d.failure.message ? " — " + clip(d.failure.message, 90) : ""}`,
     session_suspended: (e) => `${who(e)} waits for its children`,

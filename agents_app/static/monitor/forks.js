@@ -1,0 +1,44 @@
+// "Fork from here" on each event of a finished run: the form above the table gets the event's seq
+// (and, for a tool event, an optional result for that tool call) and posts it; the server opens the fork.
+(function () {
+  const form = document.getElementById("fork-form");
+  const rows = document.getElementById("events");
+  if (!form || !rows) return;
+  const TOOL_EVENTS = ["tool_call", "tool_result"];
+
+  function offer(tr) {
+    if (tr.querySelector(".fork-here")) return;
+    const button = document.createElement("button");
+    button.type = "button"; button.className = "link small fork-here"; button.textContent = "Fork from here";
+    button.addEventListener("click", () => choose(tr));
+    tr.cells[0].appendChild(document.createElement("br"));
+    tr.cells[0].appendChild(button);
+  }
+
+  function choose(tr) {
+    form.elements.seq.value = tr.dataset.seq;
+    document.getElementById("fork-seq").textContent = `#${tr.dataset.seq} (${tr.dataset.type})`;
+    const tool = TOOL_EVENTS.includes(tr.dataset.type);
+    document.getElementById("fork-tool").hidden = !tool;
+    if (!tool) { form.elements.edit.checked = false; form.elements.tool_result.value = ""; }
+    form.hidden = false;
+    form.scrollIntoView({ block: "nearest" });
+  }
+
+  document.getElementById("fork-close").addEventListener("click", () => { form.hidden = true; });
+
+  // Offered once the run has ended: at once for a finished run, else when the live page shows its end.
+  const status = document.getElementById("status");
+  const ENDED = ["succeeded", "failed", "cancelled"];
+  let offering = false;
+  function start() {
+    if (offering || !ENDED.includes(status.textContent)) return;
+    offering = true;
+    for (const tr of rows.rows) offer(tr);
+    new MutationObserver((changes) => {
+      for (const change of changes) for (const node of change.addedNodes) if (node.tagName === "TR") offer(node);
+    }).observe(rows, { childList: true });
+  }
+  start();
+  if (!offering) new MutationObserver(start).observe(status, { childList: true, characterData: true, subtree: true });
+})();
