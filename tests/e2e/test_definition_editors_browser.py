@@ -123,7 +123,8 @@ def test_editing_a_workflows_steps_redraws_its_graph_before_the_save(flow, conso
         {"id": "announce", "agent": "reviewer", "depends_on": ["check"]}]
     version = DefinitionVersion.objects.get(team=flow.team, kind="workflow", slug=flow.slug, number=2)
     assert (version.content, version.source) == (flow.content, "admin")
-    # Drawn again from the saved workflow.
+    # Drawn again from the saved workflow (by the page's script, which may run after the message is in the DOM).
+    page.wait_for_function("document.querySelectorAll('#mas-step-graph g.node').length === 3")
     assert dict(page.eval_on_selector_all("#mas-step-graph g.node", NODES)) == {"draft": 0, "check": 1, "announce": 2}
     page.close()
 
