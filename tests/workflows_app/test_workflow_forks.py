@@ -7,8 +7,7 @@ import pytest
 
 from agents_app.execution.forks import ForkError, run_fork
 from agents_app.models import Activation, Event, Run, Session, SessionEntry, WorkspaceFile
-from tests.runs import agent, events, finish
-from tests.runs import define
+from tests.runs import agent, define, events, finish
 from workflows_app.kinds import WORKFLOW
 from workflows_app.models import WorkflowRun
 from workflows_app.services import workflow_run_start, workflow_steps
