@@ -31,7 +31,7 @@ def fork_context(actor: Actor, run: Run) -> dict[str, Any]:
         parent = Run.objects.filter(team=actor.team, pk=run.forked_from_id).values("id", "agent").first()
     return {"fork_parent": parent, "fork_max_chars": TOOL_RESULT_MAX_CHARS,
             # The page offers it once the run has ended (forks.js watches the status a live page shows).
-            "can_fork": actor.can("run") and not run.workflow}
+            "can_fork": actor.can("run")}
 
 
 @login_required

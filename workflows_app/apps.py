@@ -10,6 +10,7 @@ class WorkflowsAppConfig(AppConfig):
         from mas_core.definitions.kinds import register_kind
         from mas_core.hooks import channel_published_connect
         from workflows_app import services
+        from workflows_app.forks import workflow_fork
         from workflows_app.kinds import WORKFLOW
         from workflows_app.triggers import channel_message_published
 
@@ -18,5 +19,5 @@ class WorkflowsAppConfig(AppConfig):
         # through agents_app's run hooks, and a channel message through the foundation's listeners.
         run_hooks_set(run_finish=services.workflow_finish, run_cancelled=services.workflow_cancelled,
                       activation_settled=services.workflow_activation_settled, run_steps=services.workflow_steps,
-                      run_graph=services.workflow_graph)
+                      run_graph=services.workflow_graph, run_fork=workflow_fork)
         channel_published_connect(channel_message_published)

@@ -17,8 +17,11 @@ Options: ``versions`` pins other definition versions (as ``run_start``);
 call the fork point names (a ``tool_call`` or ``tool_result`` event). The
 parent run is only read. What is not restored: the run's blackboard,
 channels and memories (shared state outside the run's sessions), and the
-parent's events (the fork's log starts with its own ``run_start``). Workflow
-runs are refused: the engine's state is not recorded per event.
+parent's events (the fork's log starts with its own ``run_start``).
+
+A workflow run's fork is rebuilt by the workflow app (``RUN_HOOKS.run_fork``,
+workflows_app.forks): the steps settled by the fork point are kept with their
+outputs, and the steps in progress then start again from their input.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from mas_core.eventlog import event_append
 from agents_app.execution.filehistory import file_version_keep, files_at, history_gap
 from agents_app.execution.agents import agent_resolve
 from agents_app.execution.errors import RunError
+from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.runs import run_dispatch_async
 from agents_app.models import Activation, DefinitionVersion, Event, Run, Session, SessionEntry, WorkspaceFile
 from agents_app.models.runs import FINISHED_RUN_STATUSES, ActivationStatus, RunStatus, SessionStatus
@@ -83,7 +87,7 @@ def run_fork(*, run: Run, seq: int, user=None, versions: dict[str, int] | None =
     """Start a new run from event ``seq`` of ``run`` (succeeded, failed or cancelled); returns the fork.
 
     Raises :class:`ForkBusy` for a run still queued, running or waiting, :class:`ForkError` for a point
-    that cannot be forked from (no such event, a workflow run, a ``tool_result`` for an event that is not a
+    that cannot be forked from (no such event, a ``tool_result`` for an event that is not a
     tool call, unknown versions, a history not kept that far).
     """
     with transaction.atomic():
@@ -91,30 +95,41 @@ def run_fork(*, run: Run, seq: int, user=None, versions: dict[str, int] | None =
         event = _point_check(parent, seq=seq, tool_result=tool_result)
         pins = _pins_check(parent, versions or {})
         fork = Run(
-            team_id=parent.team_id, agent=parent.agent, input=parent.input, limits=parent.limits,
-            budget=parent.budget, provider=parent.provider, script=parent.script, approvals=parent.approvals,
-            versions={**parent.versions, **pins}, is_eval=parent.is_eval, forked_from=parent, fork_seq=seq,
-            created_by=user if getattr(user, "pk", None) else None, status=RunStatus.QUEUED,
+            team_id=parent.team_id, agent=parent.agent, workflow=parent.workflow, input=parent.input,
+            limits=parent.limits, budget=parent.budget, provider=parent.provider, script=parent.script,
+            approvals=parent.approvals, versions={**parent.versions, **pins}, is_eval=parent.is_eval,
+            forked_from=parent, fork_seq=seq, created_by=user if getattr(user, "pk", None) else None,
+            status=RunStatus.QUEUED,
         )
-        agent_resolve(run=fork, slug=parent.agent)  # still there, at the versions asked for
+        if not parent.workflow:
+            agent_resolve(run=fork, slug=parent.agent)  # still there, at the versions asked for
         fork.save(force_insert=True)
         start = event_append(run_id=fork.id, type="run_start", agent=fork.agent, data={
-            "agent": fork.agent, "input": fork.input, "limits": fork.limits, "budget": fork.budget,
+            **({"workflow": fork.workflow} if fork.workflow else {"agent": fork.agent}), "input": fork.input,
+            "limits": fork.limits, "budget": fork.budget,
             "forked_from": str(parent.id), "fork_seq": seq, **({"versions": pins} if pins else {}),
             **({"tool_result": {"event": seq, "id": event.data.get("id"), "chars": len(tool_result)}}
                if tool_result is not None else {}),
         })
         base = start["seq"]
-        restored = _restore(parent, fork, seq=seq, base=base, edit=(event, tool_result) if tool_result is not None
-                            else None)
+        restored: list[_Restored] = []
+        positions = RUN_HOOKS.run_fork(parent=parent, fork=fork, seq=seq)  # None: not a workflow's run
+        if positions is None:
+            if parent.workflow:
+                raise ForkError(f"run {parent.id} is a run of workflow {parent.workflow}, and no workflow app is "
+                                "installed to fork it")
+            restored = _restore(parent, fork, seq=seq, base=base,
+                                edit=(event, tool_result) if tool_result is not None else None)
+            positions = _positions(restored)
         files = files_at(run_id=parent.id, seq=seq)
         WorkspaceFile.objects.bulk_create(
             WorkspaceFile(run=fork, path=path, content=content, author="fork") for path, content in files.items())
         file_version_keep(run_id=fork.id, seq=base, files=dict(files))
-        fork.script_cursor = _positions(restored)
+        fork.script_cursor = positions
         fork.save(update_fields=["script_cursor"])
         logger.info("run forked", extra={"run": str(parent.id), "fork": str(fork.id), "seq": seq,
-                                         "activations": len(restored), "files": len(files)})
+                                         "workflow": parent.workflow, "activations": len(restored),
+                                         "files": len(files)})
         transaction.on_commit(lambda: run_dispatch_async(run_id=fork.id))
     return fork
 
@@ -126,9 +141,6 @@ def _point_check(parent: Run, *, seq: int, tool_result: str | None) -> Event:
     if parent.status not in FINISHED_RUN_STATUSES:
         raise ForkBusy(f"run {parent.id} is {parent.status}: only a succeeded, failed or cancelled run can be "
                        "forked (cancel it first, or wait for it to end)")
-    if parent.workflow:
-        raise ForkError(f"run {parent.id} is a run of workflow {parent.workflow}: workflow runs cannot be forked "
-                        "(the workflow engine's state is not recorded per event, so it cannot be rebuilt at one)")
     event = Event.objects.filter(run=parent, seq=seq).first()
     if event is None:
         raise ForkError(f"run {parent.id} has no event {seq} (its events are numbered 1 to {parent.next_seq})")
@@ -136,6 +148,10 @@ def _point_check(parent: Run, *, seq: int, tool_result: str | None) -> Event:
         if event.type not in TOOL_EVENTS or event.session_id is None or not event.data.get("id"):
             raise _bad_result(f"event {seq} is a {event.type} event: tool_result replaces a tool call's result, so "
                             "fork from a tool_call or tool_result event")
+        if parent.workflow:
+            raise _bad_result(f"run {parent.id} is a run of workflow {parent.workflow}: its fork starts the steps "
+                              "in progress at that event again from their input, so it cannot give a tool call "
+                              "another result (fork an agent run for that)")
         if len(tool_result) > TOOL_RESULT_MAX_CHARS:
             raise _bad_result(f"tool_result has {len(tool_result):,} characters; at most {TOOL_RESULT_MAX_CHARS:,}")
     if SessionEntry.objects.filter(session__run=parent, event_seq__isnull=True).exists():

@@ -31,6 +31,10 @@ class RunHooks:
     run_steps: Callable[..., list[dict[str, Any]] | None] = _not_a_workflow
     # The steps and dependencies a run executes, for the monitor's graph; None for agent runs.
     run_graph: Callable[..., dict[str, Any] | None] = _not_a_workflow
+    # A fork of a workflow run (both runs locked, the fork saved with its run_start): rebuild the workflow's
+    # state as of the fork point and queue its next steps; keyword arguments parent, fork, seq. Returns the
+    # scripted provider's positions for the fork; None for a run that is no workflow's (or no workflow app).
+    run_fork: Callable[..., dict[str, int] | None] = _not_a_workflow
 
 
 RUN_HOOKS = RunHooks()

@@ -279,8 +279,7 @@ def test_bad_fork_points_are_422_with_the_reason(team_a, api_for):
     assert loc == ["body", "surprise"]
     flow = _finished_run(team_a, workflow="pipeline")
     assert _loc_and_message(client.post(f"/api/runs/{flow.id}/fork", {"seq": 1})) == (
-        ["body", "seq"], f"run {flow.id} is a run of workflow pipeline: workflow runs cannot be forked (the "
-                         "workflow engine's state is not recorded per event, so it cannot be rebuilt at one)")
+        ["body", "seq"], f"run {flow.id} of workflow pipeline has no workflow state to fork from")
     assert Run.objects.count() == 2
 
 
@@ -349,4 +348,8 @@ def test_the_monitor_offers_forks_to_operators_only_and_answers_a_refusal_on_the
     assert refused(busy, {"seq": "1"}) == (
         f"Fork refused: run {busy.id} is running: only a succeeded, failed or cancelled run can be forked (cancel "
         "it first, or wait for it to end)")
-    assert Run.objects.count() == 3
+    # A workflow run offers forks too, without another tool result (its fork starts the steps in progress again).
+    flow = _finished_run(team_a, workflow="pipeline")
+    assert 'id="fork-form" class="card" data-workflow="1" hidden>' in operator.get(f"/runs/{flow.id}/").content.decode()
+    assert 'id="fork-form" class="card" hidden>' in operator.get(f"/runs/{run.id}/").content.decode()
+    assert Run.objects.count() == 4

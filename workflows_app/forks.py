@@ -1,0 +1,153 @@
+"""Forks of workflow runs: the workflow's state as of an event of the parent, rebuilt in the fork.
+
+agents_app.execution.forks starts every fork (checks, the fork's run and its
+``run_start``, the workspace files) and hands a workflow run to
+:func:`workflow_fork` through ``RUN_HOOKS.run_fork``. The scheduler's state is
+saved only as it is now, so the state at the fork point is rebuilt by playing
+the parent's step events up to it (``step_start``, ``step_complete``,
+``step_failed``, ``workflow_stopped``) on a fresh :class:`Engine` with the
+run's own copy of its steps, the way the engine took them:
+
+- a step settled by then keeps its status, attempts, usage and outputs (taken
+  again from its activation, as the engine took them, so not cut to the
+  2,000 characters an event keeps); it is not run again;
+- a step in progress then starts again from its input, as the same attempt;
+- a loop is in the round it was in.
+
+Then the steps ready are queued as a run start queues them. Runs of a
+planner's plan (orchestrate) are refused: their steps come from the planner's
+turns, which a fork would have to replay.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agents_app.execution.forks import ForkError
+from mas_core.eventlog import event_append
+from agents_app.models import Activation, Event, Run, Session
+from workflows_app.engine.scheduler import Engine, WorkflowError
+from workflows_app.models import WorkflowMode, WorkflowRun
+from workflows_app.services import STEP, _advance, _backoff, _steps
+from workflows_app.specs import WorkflowLoop
+
+STEP_EVENTS = ("step_start", "step_complete", "step_failed", "workflow_stopped")
+MAX_STEP_EVENTS = 10_000  # step events played to rebuild one fork
+
+
+def workflow_fork(*, parent: Run, fork: Run, seq: int) -> dict[str, int] | None:
+    """Rebuild ``parent``'s workflow at event ``seq`` in ``fork`` and queue its ready steps.
+
+    Returns the scripted provider's positions (per agent, the furthest its sessions ended by then had reached);
+    None for an agent run, which agents_app forks itself.
+    """
+    flow = WorkflowRun.objects.filter(run_id=parent.id).select_related("workflow").first()
+    if flow is None and not parent.workflow:
+        return None
+    if flow is None:
+        raise ForkError(f"run {parent.id} of workflow {parent.workflow} has no workflow state to fork from")
+    if flow.mode != WorkflowMode.WORKFLOW:
+        raise ForkError(f"run {parent.id} runs a planner's plan (orchestrate): only runs of a workflow "
+                        "definition can be forked")
+    engine, activations = _state_at(parent, flow, seq=seq)
+    for state in engine.states.values():  # in progress at the fork point: the same attempt again, from its input
+        if state.status == "running":
+            state.status, state.attempts = "pending", state.attempts - 1
+    kept = {sid: activations[sid] for sid, state in engine.states.items()
+            if state.status in ("succeeded", "failed") and sid in activations}
+    rows = {str(a.id): a for a in Activation.objects.filter(run=parent, pk__in=list(kept.values()))}
+    child = WorkflowRun.objects.create(run=fork, workflow=flow.workflow, mode=flow.mode, trigger=flow.trigger,
+                                       spec=flow.spec, state=engine.to_dict(), steps_meta={})
+    start = Event.objects.filter(run=parent, type="workflow_start").order_by("seq").first()
+    event_append(run_id=fork.id, type="workflow_start", agent="", data={
+        **(start.data if start else {}), "trigger": flow.trigger, "forked_from": str(parent.id), "fork_seq": seq,
+        "kept": sorted(kept, key=engine.order.index)})
+    steps_meta: dict[str, Any] = {}
+    for sid in engine.order:
+        old = rows.get(kept.get(sid, ""))
+        if old is None:
+            continue
+        copy = Activation.objects.create(
+            run=fork, agent=old.agent, input=old.input, kind=STEP, depth=old.depth, priority=old.priority,
+            context=old.context, status=old.status, result=old.result, attempts=old.attempts)
+        steps_meta[sid] = {**flow.steps_meta.get(sid, {}), "activation": str(copy.id)}
+        state = engine.states[sid]
+        event_append(run_id=fork.id, type="step_complete" if state.status == "succeeded" else "step_failed",
+                     agent=old.agent, data={
+                         "step": sid, "attempt": state.attempts, "round": state.round, "restored": True,
+                         **({"outputs": {k: v[:2000] for k, v in state.outputs.items()}}
+                            if state.status == "succeeded" else {"error": state.error, "retry": False})})
+    child.steps_meta = steps_meta
+    _advance(fork, child, engine)
+    return _positions(parent, seq=seq)
+
+
+def _engine(flow: WorkflowRun) -> Engine:
+    loops = [WorkflowLoop.model_validate(loop) for loop in flow.spec.get("loops", [])]
+    inputs = (flow.state or {}).get("inputs", {})
+    return Engine(_steps(flow), inputs=inputs, on_failure=flow.spec.get("on_failure", "stop"), backoff=_backoff(),
+                  started_at=time.time(), loops=loops)
+
+
+def _state_at(parent: Run, flow: WorkflowRun, *, seq: int) -> tuple[Engine, dict[str, str]]:
+    """The engine as the parent's step events up to ``seq`` left it, and each step's latest activation."""
+    engine = _engine(flow)
+    activations: dict[str, str] = {}
+    marks = (Event.objects.filter(run=parent, seq__lte=seq, type__in=STEP_EVENTS).order_by("seq")
+             .values_list("seq", "type", "data"))
+    count = 0
+    for event_seq, type_, data in marks.iterator(chunk_size=500):
+        count += 1
+        if count > MAX_STEP_EVENTS:
+            raise ForkError(f"run {parent.id} had more than {MAX_STEP_EVENTS:,} step events by event {seq}: "
+                            "too many to fork")
+        try:
+            _play(engine, activations, parent=parent, type_=type_, data=data)
+        except (WorkflowError, KeyError) as error:
+            raise ForkError(f"run {parent.id}: its workflow's state cannot be rebuilt at event {seq} (event "
+                            f"{event_seq}, {type_}: {error})") from None
+    return engine, activations
+
+
+def _play(engine: Engine, activations: dict[str, str], *, parent: Run, type_: str, data: dict) -> None:
+    if type_ == "workflow_stopped":
+        engine.stop(data.get("reason") or "stopped")
+        engine.advance_loops()
+        return
+    step_id = data["step"]
+    if type_ == "step_start":
+        engine.start(step_id)
+        activations[step_id] = data["activation"]
+        return
+    usage = {"tokens": int(data.get("prompt_tokens") or 0) + int(data.get("completion_tokens") or 0),
+             "cost": float(data.get("cost_usd") or 0)}
+    if type_ == "step_complete":
+        row = Activation.objects.filter(run=parent, pk=activations[step_id]).first()
+        if row is None:
+            raise WorkflowError(f"the activation of step {step_id!r} is gone")
+        refused = engine.succeed(step_id, set_outputs=dict(row.context.get("outputs") or {}),
+                                 final_answer=row.result)
+        if refused is not None:
+            raise WorkflowError(f"step {step_id!r}: {refused.error}")
+        engine.states[step_id].tokens, engine.states[step_id].cost = usage["tokens"], usage["cost"]
+    else:
+        decision = engine.fail(step_id, error=data.get("error", ""), retry=bool(data.get("retry")))
+        if decision.retry != bool(data.get("retry")):
+            raise WorkflowError(f"step {step_id!r}: the engine decides otherwise on a retry")
+    engine.advance_loops()
+
+
+def _positions(parent: Run, *, seq: int) -> dict[str, int]:
+    """The scripted provider's positions at the fork point: per agent, the furthest its sessions ended by then
+    had reached (a step restarted plays its agent's turns from there)."""
+    ended = Event.objects.filter(run=parent, seq__lte=seq, type="session_end").values_list("session_id", flat=True)
+    positions: dict[str, int] = {}
+    for agent, state in Session.objects.filter(run=parent, pk__in=ended).values_list("agent", "state"):
+        position = ((state or {}).get("cursor") or {}).get(agent)
+        if position is not None:
+            positions[agent] = max(positions.get(agent, 0), int(position))
+    return positions
+
+
+__all__ = ["workflow_fork"]
