@@ -113,6 +113,7 @@ API_ROUTES: dict[str, str] = {
     "eval_run_list": "item",
     "eval_run_get": "item",
     "run_save_as_eval_case": "item",
+    "run_fork": "item",
 }
 PLURAL_OF_KIND = {kind.name: plural for plural, kind in KINDS.items()}
 TEMPLATE = "chain"
@@ -171,6 +172,8 @@ def item_body(route: Route):
         return {"decision": "answer", "answer": "hijacked"}, "application/json"
     if route.operation_id == "run_save_as_eval_case":
         return {"dataset": "alpha-evals"}, "application/json"
+    if route.operation_id == "run_fork":
+        return {"seq": 1}, "application/json"
     if route.method in {"POST", "PUT", "PATCH"}:
         return {}, "application/json"
     return None, None
@@ -421,7 +424,8 @@ def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(wor
 # metrics: operators' aggregate counts, no team's rows (token or local only: tests/ops/test_metrics.py).
 PAGE_ROUTES = {"home": "public", "login": "public", "logout": "public", "monitor-runs": "list",
                "monitor-run": "item", "monitor-run-cancel": "item-post", "monitor-run-archive": "item-post",
-               "monitor-run-delete": "item-post", "monitor-run-file": "item-file", "metrics": "public",
+               "monitor-run-delete": "item-post", "monitor-run-fork": "item-post", "monitor-run-file": "item-file",
+               "metrics": "public",
                # A new account's one-time set-password link: the token is the key, whoever calls it.
                "password_reset_confirm": "token", "password_reset_complete": "public"}
 
