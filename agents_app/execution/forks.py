@@ -172,7 +172,7 @@ def _pins_check(parent: Run, versions: dict[str, Any]) -> dict[str, int]:
     for key, number in versions.items():
         if not isinstance(key, str) or not PIN_KEY.match(key):
             raise _bad_versions(f"versions: {key!r} is not a definition key like agent:writer "
-                            "(kinds: agent, tool, mcp, skill)")
+                                "(kinds: agent, tool, mcp, skill)")
         if isinstance(number, bool) or not isinstance(number, int) or number < 1:
             raise _bad_versions(f"versions: {key} must name a version number (1 or more), not {number!r}")
         kind, slug = key.split(":", 1)
@@ -181,7 +181,7 @@ def _pins_check(parent: Run, versions: dict[str, Any]) -> dict[str, int]:
             kept = sorted(DefinitionVersion.objects.filter(team_id=parent.team_id, kind=kind, slug=slug)
                           .values_list("number", flat=True)[:100])
             raise _bad_versions(f"versions: {kind} {slug!r} has no version {number} (kept versions: "
-                            f"{', '.join(map(str, kept)) or 'none'})")
+                                f"{', '.join(map(str, kept)) or 'none'})")
         pins[key] = number
     return pins
 
