@@ -11,7 +11,13 @@ run's own copy of its steps, the way the engine took them:
 - a step settled by then keeps its status, attempts, usage and outputs (taken
   again from its activation, as the engine took them, so not cut to the
   2,000 characters an event keeps); it is not run again;
-- a step in progress then starts again from its input, as the same attempt;
+- a step in progress then is restored as an agent run's agents are
+  (agents_app.execution.forks.sessions_restore): its activation, with the
+  agents under it, and its session from its checkpoints up to the fork point,
+  which a worker resumes as the same attempt (afresh from its input when it
+  had no checkpoint yet); the engine waits for it as for any step it started,
+  so its settling goes on as a step's does. A ``tool_result`` edit is given
+  to a tool call of one of these sessions;
 - a loop is in the round it was in.
 
 Then the steps ready are queued as a run start queues them. Runs of a
@@ -24,9 +30,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agents_app.execution.forks import ForkError
+from agents_app.execution.forks import ForkError, positions_of, sessions_restore
 from mas_core.eventlog import event_append
 from agents_app.models import Activation, Event, Run, Session
+from agents_app.models.runs import ActivationStatus
 from workflows_app.engine.scheduler import Engine, WorkflowError
 from workflows_app.models import WorkflowMode, WorkflowRun
 from workflows_app.services import STEP, _advance, _backoff, _steps
@@ -36,10 +43,12 @@ STEP_EVENTS = ("step_start", "step_complete", "step_failed", "workflow_stopped")
 MAX_STEP_EVENTS = 10_000  # step events played to rebuild one fork
 
 
-def workflow_fork(*, parent: Run, fork: Run, seq: int) -> dict[str, int] | None:
-    """Rebuild ``parent``'s workflow at event ``seq`` in ``fork`` and queue its ready steps.
+def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Event, str] | None = None,
+                  ) -> dict[str, int] | None:
+    """Rebuild ``parent``'s workflow at event ``seq`` in ``fork``, resume its steps in progress then and queue
+    its ready steps (``base`` and ``edit`` as :func:`sessions_restore` takes them).
 
-    Returns the scripted provider's positions (per agent, the furthest its sessions ended by then had reached);
+    Returns the scripted provider's positions (per agent, the furthest its sessions had reached by then);
     None for an agent run, which agents_app forks itself.
     """
     flow = WorkflowRun.objects.filter(run_id=parent.id).select_related("workflow").first()
@@ -51,9 +60,8 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int) -> dict[str, int] | None:
         raise ForkError(f"run {parent.id} runs a planner's plan (orchestrate): only runs of a workflow "
                         "definition can be forked")
     engine, activations = _state_at(parent, flow, seq=seq)
-    for state in engine.states.values():  # in progress at the fork point: the same attempt again, from its input
-        if state.status == "running":
-            state.status, state.attempts = "pending", state.attempts - 1
+    running = {activations[sid]: sid for sid, state in engine.states.items()
+               if state.status == "running" and sid in activations}
     kept = {sid: activations[sid] for sid, state in engine.states.items()
             if state.status in ("succeeded", "failed") and sid in activations}
     rows = {str(a.id): a for a in Activation.objects.filter(run=parent, pk__in=list(kept.values()))}
@@ -78,9 +86,34 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int) -> dict[str, int] | None:
                          "step": sid, "attempt": state.attempts, "round": state.round, "restored": True,
                          **({"outputs": {k: v[:2000] for k, v in state.outputs.items()}}
                             if state.status == "succeeded" else {"error": state.error, "retry": False})})
+    restored = sessions_restore(parent=parent, fork=fork, seq=seq, base=base, edit=edit, roots=set(running))
+    resumed = {item.activation.context.get("step"): item for item in restored if item.activation.parent_id is None}
+    for sid in engine.order:
+        item, state = resumed.get(sid), engine.states[sid]
+        if state.status != "running":
+            continue
+        if item is None:  # no activation to restore: the same attempt again, from its input
+            state.status, state.attempts = "pending", state.attempts - 1
+            continue
+        steps_meta[sid] = {**flow.steps_meta.get(sid, {}), "activation": str(item.activation.id), "finished_at": None}
+        event_append(run_id=fork.id, type="step_start", agent=item.activation.agent, data={
+            "step": sid, "attempt": state.attempts, "round": state.round, "activation": str(item.activation.id),
+            "partial": state.partial, "prompt": item.activation.input[:2000], "delay_s": 0, "restored": True,
+            "checkpoints": len(item.entries)})
+        if item.activation.status == ActivationStatus.DONE:  # its session had ended ok, the step not settled yet
+            refused = engine.succeed(sid, set_outputs=dict(item.activation.context.get("outputs") or {}),
+                                     final_answer=item.activation.result)
+            event_append(run_id=fork.id, type="step_complete" if refused is None else "step_failed",
+                         agent=item.activation.agent, data={
+                             "step": sid, "attempt": state.attempts, "round": state.round, "restored": True,
+                             **({"outputs": {k: v[:2000] for k, v in state.outputs.items()}} if refused is None
+                                else {"error": refused.error, "retry": refused.retry})})
     child.steps_meta = steps_meta
     _advance(fork, child, engine)
-    return _positions(parent, seq=seq)
+    positions = _positions(parent, seq=seq)
+    for agent, position in positions_of(restored).items():
+        positions[agent] = max(positions.get(agent, 0), position)
+    return positions
 
 
 def _engine(flow: WorkflowRun) -> Engine:
