@@ -20,9 +20,12 @@ run's own copy of its steps, the way the engine took them:
   to a tool call of one of these sessions;
 - a loop is in the round it was in.
 
-Then the steps ready are queued as a run start queues them. Runs of a
-planner's plan (orchestrate) are refused: their steps come from the planner's
-turns, which a fork would have to replay.
+Then the steps ready are queued as a run start queues them. A run of a
+planner's plan (orchestrate) is rebuilt the same way from the plan recorded
+as its steps; forked before the plan was written, it has no steps yet and
+its planner's session is restored (the plan it writes then becomes the
+fork's). A planner's run whose plan was adapted is refused: only its last
+plan is recorded.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from agents_app.models import Activation, Event, Run, Session
 from agents_app.models.runs import ActivationStatus
 from workflows_app.engine.scheduler import Engine, WorkflowError
 from workflows_app.models import WorkflowMode, WorkflowRun
+from workflows_app.orchestrate import PLAN
 from workflows_app.services import STEP, _advance, _backoff, _steps
 from workflows_app.specs import WorkflowLoop
 
@@ -56,9 +60,9 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
         return None
     if flow is None:
         raise ForkError(f"run {parent.id} of workflow {parent.workflow} has no workflow state to fork from")
-    if flow.mode != WorkflowMode.WORKFLOW:
-        raise ForkError(f"run {parent.id} runs a planner's plan (orchestrate): only runs of a workflow "
-                        "definition can be forked")
+    planning: set[str] = set()  # a planner's session in progress at the fork point: restored as a step's is
+    if flow.mode == WorkflowMode.ORCHESTRATE:
+        flow, planning = _plan_at(parent, flow, seq=seq)
     engine, activations = _state_at(parent, flow, seq=seq)
     running = {activations[sid]: sid for sid, state in engine.states.items()
                if state.status == "running" and sid in activations}
@@ -66,7 +70,7 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
             if state.status in ("succeeded", "failed") and sid in activations}
     rows = {str(a.id): a for a in Activation.objects.filter(run=parent, pk__in=list(kept.values()))}
     child = WorkflowRun.objects.create(run=fork, workflow=flow.workflow, mode=flow.mode, trigger=flow.trigger,
-                                       spec=flow.spec, state=engine.to_dict(), steps_meta={})
+                                       planner=flow.planner, spec=flow.spec, state=engine.to_dict(), steps_meta={})
     start = Event.objects.filter(run=parent, type="workflow_start").order_by("seq").first()
     event_append(run_id=fork.id, type="workflow_start", agent="", data={
         **(start.data if start else {}), "trigger": flow.trigger, "forked_from": str(parent.id), "fork_seq": seq,
@@ -86,7 +90,8 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
                          "step": sid, "attempt": state.attempts, "round": state.round, "restored": True,
                          **({"outputs": {k: v[:2000] for k, v in state.outputs.items()}}
                             if state.status == "succeeded" else {"error": state.error, "retry": False})})
-    restored = sessions_restore(parent=parent, fork=fork, seq=seq, base=base, edit=edit, roots=set(running))
+    restored = sessions_restore(parent=parent, fork=fork, seq=seq, base=base, edit=edit,
+                                roots=set(running) | planning)
     resumed = {item.activation.context.get("step"): item for item in restored if item.activation.parent_id is None}
     for sid in engine.order:
         item, state = resumed.get(sid), engine.states[sid]
@@ -114,6 +119,25 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
     for agent, position in positions_of(restored).items():
         positions[agent] = max(positions.get(agent, 0), position)
     return positions
+
+
+def _plan_at(parent: Run, flow: WorkflowRun, *, seq: int) -> tuple[WorkflowRun, set[str]]:
+    """A planner's run as of event ``seq``: its recorded plan once the planner had written it (the run's steps),
+    else no steps yet and the planner's activation to restore. A plan adapted later is refused: the run's
+    steps are the adapted plan's, and the plan as it stood before is not kept."""
+    if Event.objects.filter(run=parent, type__in=["plan_adapting", "plan_adapted"]).exists():
+        raise ForkError(f"run {parent.id} runs a planner's plan that was adapted after a subtask failed: only the "
+                        "plan as it was last is recorded, so the run cannot be forked")
+    spec = {key: value for key, value in flow.spec.items() if key != "error"}  # a refusal after the fork point
+    planning: set[str] = set()
+    if not Event.objects.filter(run=parent, seq__lte=seq, type="plan_created").exists():
+        spec["steps"] = []
+        queued = Event.objects.filter(run=parent, seq__lte=seq, type="activation_queued").values_list(
+            "data__activation", flat=True)
+        planning = {str(pk) for pk in Activation.objects.filter(run=parent, kind=PLAN, pk__in=list(queued))
+                    .values_list("pk", flat=True)}
+    return WorkflowRun(run=parent, workflow=flow.workflow, mode=flow.mode, trigger=flow.trigger,
+                       planner=flow.planner, spec=spec, state=flow.state, steps_meta=flow.steps_meta), planning
 
 
 def _engine(flow: WorkflowRun) -> Engine:

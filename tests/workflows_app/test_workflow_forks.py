@@ -4,6 +4,8 @@ when they had none), and the engine goes on."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.db import transaction
 
@@ -13,6 +15,7 @@ from agents_app.execution.journal import session_messages
 from tests.runs import agent, call, define, events, finish
 from workflows_app.kinds import WORKFLOW
 from workflows_app.models import WorkflowRun
+from workflows_app.orchestrate import orchestrate_run_start
 from workflows_app.services import workflow_run_start, workflow_steps
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -245,14 +248,55 @@ def test_a_workflow_run_without_its_state_is_refused(team_a):
     assert Run.objects.count() == 1
 
 
-def test_a_planners_run_is_refused(team_a):
+@pytest.mark.worker
+def test_a_planners_run_forks_from_its_recorded_plan(team_a, api_for, celery_worker_process, runs_settled):
+    for name in ("Planner", "Scout"):
+        agent(team_a, name)
+    plan = {"subtasks": [{"id": "north", "agent": "scout", "task": "Survey the north", "depends_on": []}]}
+    script = {"planner": [{"text": json.dumps(plan)}, {"text": "Final: the north is 42."}],
+              "scout": [call("vfs_read", path="answer.txt"), {"text": "north: 42", "expect": ["answer.txt: 42"]}]}
+    run = finish(orchestrate_run_start(team=team_a, planner="planner", task="Survey", script=script,
+                                       max_adaptations=0, subtask_retries=0))
+    assert (run.status, run.result, [step["status"] for step in workflow_steps(run)]) == (
+        "succeeded", "Final: the north is 42.", ["failed", "succeeded"])  # went on without it: a partial run
+    assert run.error == "step(s) north failed; the workflow went on without them (on_failure: continue)"
+    before = recorded(run)
+    point = [e for e in events(run, "tool_result") if e.data["name"] == "vfs_read"][0]
+    response = api_for(team_a, "operator").post(
+        f"/api/runs/{run.id}/fork", {"seq": point.seq, "tool_result": "answer.txt: 42"})
+    assert response.status_code == 201, response.content
+    fork = finish(Run.objects.get(pk=response.json()["id"]))
+    assert (fork.status, fork.result, fork.error) == ("succeeded", "Final: the north is 42.", "")
+    # The plan is the parent's (the planner not asked again); the subtask resumed; then the synthesis.
+    assert [e.agent for e in events(fork, "llm_request")] == ["scout", "planner"]
+    assert not events(fork, "plan_created")
+    assert sorted(Session.objects.filter(run=fork).values_list("agent", "attempt", "status")) == [
+        ("planner", 1, "ok"), ("scout", 1, "ok")]
+    assert [(step["id"], step["status"], step["outputs"]) for step in workflow_steps(fork)] == [
+        ("north", "succeeded", {"result": "north: 42"}), ("synthesis", "succeeded",
+                                                          {"result": "Final: the north is 42."})]
+    assert fork.script_cursor == {"planner": 2, "scout": 2}
+    assert WorkflowRun.objects.get(run=fork).planner == "planner"
+    assert recorded(run) == before
+
+    # Forked before the plan was written: the planner plans again (its script's first turn), then all runs.
+    point = events(run, "llm_request")[0]
+    fork = finish(run_fork(run=run, seq=point.seq))
+    assert [e.agent for e in events(fork, "llm_request")] == ["planner", "scout", "scout", "planner"]
+    assert [e.data["subtasks"] for e in events(fork, "plan_created")] == [plan["subtasks"]]
+    assert (fork.status, fork.result, fork.error) == (run.status, run.result, run.error)
+    assert recorded(run) == before
+
+
+def test_a_planners_run_whose_plan_was_adapted_is_refused(team_a):
     run = Run.objects.create(team=team_a, agent="planner", input="x", status="failed")
     WorkflowRun.objects.create(run=run, mode="orchestrate", planner="planner", spec={"steps": []}, state={})
     from mas_core.eventlog import event_append
     event_append(run_id=run.id, type="run_start", agent="planner", data={})
+    event_append(run_id=run.id, type="plan_adapting", agent="planner", data={})
     agent(team_a, "Planner")
     with pytest.raises(ForkError) as refused:
         run_fork(run=run, seq=1)
-    assert str(refused.value) == (f"run {run.id} runs a planner's plan (orchestrate): only runs of a workflow "
-                                  "definition can be forked")
+    assert str(refused.value) == (f"run {run.id} runs a planner's plan that was adapted after a subtask failed: "
+                                  "only the plan as it was last is recorded, so the run cannot be forked")
     assert Run.objects.count() == 1
