@@ -34,12 +34,13 @@ import time
 from typing import Any
 
 from agents_app.execution.forks import ForkError, positions_of, sessions_restore
+from agents_app.execution.runs import activation_create
 from mas_core.eventlog import event_append
 from agents_app.models import Activation, Event, Run, Session
 from agents_app.models.runs import ActivationStatus
 from workflows_app.engine.scheduler import Engine, WorkflowError
 from workflows_app.models import WorkflowMode, WorkflowRun
-from workflows_app.orchestrate import PLAN
+from workflows_app.orchestrate import PLAN, plan_settled
 from workflows_app.services import STEP, _advance, _backoff, _steps
 from workflows_app.specs import WorkflowLoop
 
@@ -61,8 +62,9 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
     if flow is None:
         raise ForkError(f"run {parent.id} of workflow {parent.workflow} has no workflow state to fork from")
     planning: set[str] = set()  # a planner's session in progress at the fork point: restored as a step's is
+    ask: Activation | None = None  # forked before the planner was asked: the fork asks it, as the run's start did
     if flow.mode == WorkflowMode.ORCHESTRATE:
-        flow, planning = _plan_at(parent, flow, seq=seq)
+        flow, planning, ask = _plan_at(parent, flow, seq=seq)
     engine, activations = _state_at(parent, flow, seq=seq)
     running = {activations[sid]: sid for sid, state in engine.states.items()
                if state.status == "running" and sid in activations}
@@ -92,6 +94,8 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
                             if state.status == "succeeded" else {"error": state.error, "retry": False})})
     restored = sessions_restore(parent=parent, fork=fork, seq=seq, base=base, edit=edit,
                                 roots=set(running) | planning)
+    if ask is not None:
+        activation_create(run=fork, agent=ask.agent, input=ask.input, kind=PLAN, parent=None, context={"plan": 1})
     resumed = {item.activation.context.get("step"): item for item in restored if item.activation.parent_id is None}
     for sid in engine.order:
         item, state = resumed.get(sid), engine.states[sid]
@@ -115,29 +119,37 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
                                 else {"error": refused.error, "retry": refused.retry})})
     child.steps_meta = steps_meta
     _advance(fork, child, engine)
+    for item in restored:  # a planner that had answered by the fork point, its plan not taken yet: taken now
+        if item.activation.kind == PLAN and item.activation.status == ActivationStatus.DONE:
+            plan_settled(run=fork, activation=item.activation, failure=None)
     positions = _positions(parent, seq=seq)
     for agent, position in positions_of(restored).items():
         positions[agent] = max(positions.get(agent, 0), position)
     return positions
 
 
-def _plan_at(parent: Run, flow: WorkflowRun, *, seq: int) -> tuple[WorkflowRun, set[str]]:
+def _plan_at(parent: Run, flow: WorkflowRun, *, seq: int) -> tuple[WorkflowRun, set[str], Activation | None]:
     """A planner's run as of event ``seq``: its recorded plan once the planner had written it (the run's steps),
-    else no steps yet and the planner's activation to restore. A plan adapted later is refused: the run's
-    steps are the adapted plan's, and the plan as it stood before is not kept."""
+    else no steps yet and the planner's activation to restore (or, not queued by then, the one to ask again).
+    A plan adapted later is refused: the run's steps are the adapted plan's; the plan before is not kept."""
     if Event.objects.filter(run=parent, type__in=["plan_adapting", "plan_adapted"]).exists():
         raise ForkError(f"run {parent.id} runs a planner's plan that was adapted after a subtask failed: only the "
                         "plan as it was last is recorded, so the run cannot be forked")
     spec = {key: value for key, value in flow.spec.items() if key != "error"}  # a refusal after the fork point
     planning: set[str] = set()
+    ask = None
     if not Event.objects.filter(run=parent, seq__lte=seq, type="plan_created").exists():
         spec["steps"] = []
         queued = Event.objects.filter(run=parent, seq__lte=seq, type="activation_queued").values_list(
             "data__activation", flat=True)
         planning = {str(pk) for pk in Activation.objects.filter(run=parent, kind=PLAN, pk__in=list(queued))
                     .values_list("pk", flat=True)}
+        if not planning:
+            ask = Activation.objects.filter(run=parent, kind=PLAN).order_by("created_at").first()
+            if ask is None:
+                raise ForkError(f"run {parent.id} runs a planner's plan but has no planner's activation to fork")
     return WorkflowRun(run=parent, workflow=flow.workflow, mode=flow.mode, trigger=flow.trigger,
-                       planner=flow.planner, spec=spec, state=flow.state, steps_meta=flow.steps_meta), planning
+                       planner=flow.planner, spec=spec, state=flow.state, steps_meta=flow.steps_meta), planning, ask
 
 
 def _engine(flow: WorkflowRun) -> Engine:

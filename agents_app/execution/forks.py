@@ -262,7 +262,7 @@ def sessions_restore(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple
             )
             session_ids[str(source.id)] = session.id
         restored.append(Restored(activation=activation, session=session, entries=entries))
-    if not restored and roots is None:  # forked before its root agent was queued: the fork starts it, as a run start does
+    if not restored and roots is None:  # forked before its root agent was queued: the fork starts it
         root = Activation.objects.create(run=fork, agent=fork.agent, input=fork.input, kind="root")
         restored.append(Restored(activation=root, session=None, entries=[]))
     if edit is not None:

@@ -285,6 +285,19 @@ def test_a_planners_run_forks_from_its_recorded_plan(team_a, api_for, celery_wor
     assert [e.agent for e in events(fork, "llm_request")] == ["planner", "scout", "scout", "planner"]
     assert [e.data["subtasks"] for e in events(fork, "plan_created")] == [plan["subtasks"]]
     assert (fork.status, fork.result, fork.error) == (run.status, run.result, run.error)
+    # Before the planner was asked (at run_start): the fork asks it with the parent's prompt.
+    fork = finish(run_fork(run=run, seq=1))
+    assert [e.agent for e in events(fork, "llm_request")] == ["planner", "scout", "scout", "planner"]
+    assert (list(Activation.objects.filter(run=fork, kind="plan").values_list("input", flat=True))
+            == list(Activation.objects.filter(run=run, kind="plan").values_list("input", flat=True)))
+    assert (fork.status, fork.result, fork.error) == (run.status, run.result, run.error)
+    # The planner had answered (its session ended), its plan not taken yet: the fork takes it, no new turn.
+    point = [e for e in events(run, "session_end") if e.agent == "planner"][0]
+    assert events(run, "plan_created")[0].seq > point.seq
+    fork = finish(run_fork(run=run, seq=point.seq))
+    assert [e.agent for e in events(fork, "llm_request")] == ["scout", "scout", "planner"]
+    assert [e.data["subtasks"] for e in events(fork, "plan_created")] == [plan["subtasks"]]
+    assert (fork.status, fork.result, fork.error) == (run.status, run.result, run.error)
     assert recorded(run) == before
 
 
