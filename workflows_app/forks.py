@@ -11,12 +11,21 @@ run's own copy of its steps, the way the engine took them:
 - a step settled by then keeps its status, attempts, usage and outputs (taken
   again from its activation, as the engine took them, so not cut to the
   2,000 characters an event keeps); it is not run again;
-- a step in progress then starts again from its input, as the same attempt;
+- a step in progress then is restored as an agent run's agents are
+  (agents_app.execution.forks.sessions_restore): its activation, with the
+  agents under it, and its session from its checkpoints up to the fork point,
+  which a worker resumes as the same attempt (afresh from its input when it
+  had no checkpoint yet); the engine waits for it as for any step it started,
+  so its settling goes on as a step's does. A ``tool_result`` edit is given
+  to a tool call of one of these sessions;
 - a loop is in the round it was in.
 
-Then the steps ready are queued as a run start queues them. Runs of a
-planner's plan (orchestrate) are refused: their steps come from the planner's
-turns, which a fork would have to replay.
+Then the steps ready are queued as a run start queues them. A run of a
+planner's plan (orchestrate) is rebuilt the same way from the plan recorded
+as its steps; forked before the plan was written, it has no steps yet and
+its planner's session is restored (the plan it writes then becomes the
+fork's). A planner's run whose plan was adapted is refused: only its last
+plan is recorded.
 """
 
 from __future__ import annotations
@@ -24,11 +33,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agents_app.execution.forks import ForkError
+from agents_app.execution.forks import ForkError, positions_of, sessions_restore
+from agents_app.execution.runs import activation_create
 from mas_core.eventlog import event_append
 from agents_app.models import Activation, Event, Run, Session
+from agents_app.models.runs import ActivationStatus
 from workflows_app.engine.scheduler import Engine, WorkflowError
 from workflows_app.models import WorkflowMode, WorkflowRun
+from workflows_app.orchestrate import PLAN, plan_settled
 from workflows_app.services import STEP, _advance, _backoff, _steps
 from workflows_app.specs import WorkflowLoop
 
@@ -36,10 +48,12 @@ STEP_EVENTS = ("step_start", "step_complete", "step_failed", "workflow_stopped")
 MAX_STEP_EVENTS = 10_000  # step events played to rebuild one fork
 
 
-def workflow_fork(*, parent: Run, fork: Run, seq: int) -> dict[str, int] | None:
-    """Rebuild ``parent``'s workflow at event ``seq`` in ``fork`` and queue its ready steps.
+def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Event, str] | None = None,
+                  ) -> dict[str, int] | None:
+    """Rebuild ``parent``'s workflow at event ``seq`` in ``fork``, resume its steps in progress then and queue
+    its ready steps (``base`` and ``edit`` as :func:`sessions_restore` takes them).
 
-    Returns the scripted provider's positions (per agent, the furthest its sessions ended by then had reached);
+    Returns the scripted provider's positions (per agent, the furthest its sessions had reached by then);
     None for an agent run, which agents_app forks itself.
     """
     flow = WorkflowRun.objects.filter(run_id=parent.id).select_related("workflow").first()
@@ -47,18 +61,18 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int) -> dict[str, int] | None:
         return None
     if flow is None:
         raise ForkError(f"run {parent.id} of workflow {parent.workflow} has no workflow state to fork from")
-    if flow.mode != WorkflowMode.WORKFLOW:
-        raise ForkError(f"run {parent.id} runs a planner's plan (orchestrate): only runs of a workflow "
-                        "definition can be forked")
+    planning: set[str] = set()  # a planner's session in progress at the fork point: restored as a step's is
+    ask: Activation | None = None  # forked before the planner was asked: the fork asks it, as the run's start did
+    if flow.mode == WorkflowMode.ORCHESTRATE:
+        flow, planning, ask = _plan_at(parent, flow, seq=seq)
     engine, activations = _state_at(parent, flow, seq=seq)
-    for state in engine.states.values():  # in progress at the fork point: the same attempt again, from its input
-        if state.status == "running":
-            state.status, state.attempts = "pending", state.attempts - 1
+    running = {activations[sid]: sid for sid, state in engine.states.items()
+               if state.status == "running" and sid in activations}
     kept = {sid: activations[sid] for sid, state in engine.states.items()
             if state.status in ("succeeded", "failed") and sid in activations}
     rows = {str(a.id): a for a in Activation.objects.filter(run=parent, pk__in=list(kept.values()))}
     child = WorkflowRun.objects.create(run=fork, workflow=flow.workflow, mode=flow.mode, trigger=flow.trigger,
-                                       spec=flow.spec, state=engine.to_dict(), steps_meta={})
+                                       planner=flow.planner, spec=flow.spec, state=engine.to_dict(), steps_meta={})
     start = Event.objects.filter(run=parent, type="workflow_start").order_by("seq").first()
     event_append(run_id=fork.id, type="workflow_start", agent="", data={
         **(start.data if start else {}), "trigger": flow.trigger, "forked_from": str(parent.id), "fork_seq": seq,
@@ -78,9 +92,64 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int) -> dict[str, int] | None:
                          "step": sid, "attempt": state.attempts, "round": state.round, "restored": True,
                          **({"outputs": {k: v[:2000] for k, v in state.outputs.items()}}
                             if state.status == "succeeded" else {"error": state.error, "retry": False})})
+    restored = sessions_restore(parent=parent, fork=fork, seq=seq, base=base, edit=edit,
+                                roots=set(running) | planning)
+    if ask is not None:
+        activation_create(run=fork, agent=ask.agent, input=ask.input, kind=PLAN, parent=None, context={"plan": 1})
+    resumed = {item.activation.context.get("step"): item for item in restored if item.activation.parent_id is None}
+    for sid in engine.order:
+        item, state = resumed.get(sid), engine.states[sid]
+        if state.status != "running":
+            continue
+        if item is None:  # no activation to restore: the same attempt again, from its input
+            state.status, state.attempts = "pending", state.attempts - 1
+            continue
+        steps_meta[sid] = {**flow.steps_meta.get(sid, {}), "activation": str(item.activation.id), "finished_at": None}
+        event_append(run_id=fork.id, type="step_start", agent=item.activation.agent, data={
+            "step": sid, "attempt": state.attempts, "round": state.round, "activation": str(item.activation.id),
+            "partial": state.partial, "prompt": item.activation.input[:2000], "delay_s": 0, "restored": True,
+            "checkpoints": len(item.entries)})
+        if item.activation.status == ActivationStatus.DONE:  # its session had ended ok, the step not settled yet
+            refused = engine.succeed(sid, set_outputs=dict(item.activation.context.get("outputs") or {}),
+                                     final_answer=item.activation.result)
+            event_append(run_id=fork.id, type="step_complete" if refused is None else "step_failed",
+                         agent=item.activation.agent, data={
+                             "step": sid, "attempt": state.attempts, "round": state.round, "restored": True,
+                             **({"outputs": {k: v[:2000] for k, v in state.outputs.items()}} if refused is None
+                                else {"error": refused.error, "retry": refused.retry})})
     child.steps_meta = steps_meta
     _advance(fork, child, engine)
-    return _positions(parent, seq=seq)
+    for item in restored:  # a planner that had answered by the fork point, its plan not taken yet: taken now
+        if item.activation.kind == PLAN and item.activation.status == ActivationStatus.DONE:
+            plan_settled(run=fork, activation=item.activation, failure=None)
+    positions = _positions(parent, seq=seq)
+    for agent, position in positions_of(restored).items():
+        positions[agent] = max(positions.get(agent, 0), position)
+    return positions
+
+
+def _plan_at(parent: Run, flow: WorkflowRun, *, seq: int) -> tuple[WorkflowRun, set[str], Activation | None]:
+    """A planner's run as of event ``seq``: its recorded plan once the planner had written it (the run's steps),
+    else no steps yet and the planner's activation to restore (or, not queued by then, the one to ask again).
+    A plan adapted later is refused: the run's steps are the adapted plan's; the plan before is not kept."""
+    if Event.objects.filter(run=parent, type__in=["plan_adapting", "plan_adapted"]).exists():
+        raise ForkError(f"run {parent.id} runs a planner's plan that was adapted after a subtask failed: only the "
+                        "plan as it was last is recorded, so the run cannot be forked")
+    spec = {key: value for key, value in flow.spec.items() if key != "error"}  # a refusal after the fork point
+    planning: set[str] = set()
+    ask = None
+    if not Event.objects.filter(run=parent, seq__lte=seq, type="plan_created").exists():
+        spec["steps"] = []
+        queued = Event.objects.filter(run=parent, seq__lte=seq, type="activation_queued").values_list(
+            "data__activation", flat=True)
+        planning = {str(pk) for pk in Activation.objects.filter(run=parent, kind=PLAN, pk__in=list(queued))
+                    .values_list("pk", flat=True)}
+        if not planning:
+            ask = Activation.objects.filter(run=parent, kind=PLAN).order_by("created_at").first()
+            if ask is None:
+                raise ForkError(f"run {parent.id} runs a planner's plan but has no planner's activation to fork")
+    return WorkflowRun(run=parent, workflow=flow.workflow, mode=flow.mode, trigger=flow.trigger,
+                       planner=flow.planner, spec=spec, state=flow.state, steps_meta=flow.steps_meta), planning, ask
 
 
 def _engine(flow: WorkflowRun) -> Engine:

@@ -21,7 +21,8 @@ parent's events (the fork's log starts with its own ``run_start``).
 
 A workflow run's fork is rebuilt by the workflow app (``RUN_HOOKS.run_fork``,
 workflows_app.forks): the steps settled by the fork point are kept with their
-outputs, and the steps in progress then start again from their input.
+outputs, and the steps in progress then are restored by :func:`sessions_restore`
+(the one restoring code of both) and resume from their checkpoints.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class ForkBusy(ForkError):
 
 
 @dataclass
-class _Restored:
+class Restored:
     activation: Activation
     session: Session | None
     entries: list[SessionEntry]
@@ -112,15 +113,15 @@ def run_fork(*, run: Run, seq: int, user=None, versions: dict[str, int] | None =
                if tool_result is not None else {}),
         })
         base = start["seq"]
-        restored: list[_Restored] = []
-        positions = RUN_HOOKS.run_fork(parent=parent, fork=fork, seq=seq)  # None: not a workflow's run
+        restored: list[Restored] = []
+        edit = (event, tool_result) if tool_result is not None else None
+        positions = RUN_HOOKS.run_fork(parent=parent, fork=fork, seq=seq, base=base, edit=edit)  # None: no workflow
         if positions is None:
             if parent.workflow:
                 raise ForkError(f"run {parent.id} is a run of workflow {parent.workflow}, and no workflow app is "
                                 "installed to fork it")
-            restored = _restore(parent, fork, seq=seq, base=base,
-                                edit=(event, tool_result) if tool_result is not None else None)
-            positions = _positions(restored)
+            restored = sessions_restore(parent=parent, fork=fork, seq=seq, base=base, edit=edit)
+            positions = positions_of(restored)
         files = files_at(run_id=parent.id, seq=seq)
         WorkspaceFile.objects.bulk_create(
             WorkspaceFile(run=fork, path=path, content=content, author="fork") for path, content in files.items())
@@ -148,10 +149,6 @@ def _point_check(parent: Run, *, seq: int, tool_result: str | None) -> Event:
         if event.type not in TOOL_EVENTS or event.session_id is None or not event.data.get("id"):
             raise _bad_result(f"event {seq} is a {event.type} event: tool_result replaces a tool call's result, so "
                             "fork from a tool_call or tool_result event")
-        if parent.workflow:
-            raise _bad_result(f"run {parent.id} is a run of workflow {parent.workflow}: its fork starts the steps "
-                              "in progress at that event again from their input, so it cannot give a tool call "
-                              "another result (fork an agent run for that)")
         if len(tool_result) > TOOL_RESULT_MAX_CHARS:
             raise _bad_result(f"tool_result has {len(tool_result):,} characters; at most {TOOL_RESULT_MAX_CHARS:,}")
     if SessionEntry.objects.filter(session__run=parent, event_seq__isnull=True).exists():
@@ -189,8 +186,15 @@ def _pins_check(parent: Run, versions: dict[str, Any]) -> dict[str, int]:
 # -- what the parent was at the fork point -----------------------------------------------------
 
 
-def _restore(parent: Run, fork: Run, *, seq: int, base: int, edit: tuple[Event, str] | None) -> list[_Restored]:
-    """Copy the parent's activations and sessions as they were at event ``seq`` into ``fork``."""
+def sessions_restore(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Event, str] | None = None,
+                     roots: set[str] | None = None) -> list[Restored]:
+    """Copy the parent's activations and sessions as they were at event ``seq`` into ``fork``.
+
+    ``roots`` (the ids of activations with no parent) keeps only those and the agents under them — a workflow
+    fork's steps in progress —; None restores every agent, and starts the run's root agent when none was queued
+    yet. ``base`` is the fork's ``run_start``, the event its restored checkpoints are numbered with. ``edit``
+    gives a tool call of a restored session another result (:class:`ForkError` when none of them made it).
+    """
     queued: dict[str, None] = {}
     last_session: dict[str, str] = {}  # activation → its last session started by then
     ended: dict[str, str] = {}  # session → status, for those that had ended by then
@@ -215,7 +219,7 @@ def _restore(parent: Run, fork: Run, *, seq: int, base: int, edit: tuple[Event, 
 
     new_ids: dict[str, uuid.UUID] = {}
     session_ids: dict[str, uuid.UUID] = {}  # parent's session → fork's, for the children's call keys
-    restored: list[_Restored] = []
+    restored: list[Restored] = []
     now = timezone.now()
     for old_id in queued:
         old = activations.get(old_id)
@@ -223,6 +227,8 @@ def _restore(parent: Run, fork: Run, *, seq: int, base: int, edit: tuple[Event, 
             continue  # a custom tool's worker runs inside its caller's call, which asks for it again
         if old.parent_id is not None and str(old.parent_id) not in new_ids:
             continue  # under a worker left out
+        if old.parent_id is None and roots is not None and old_id not in roots:
+            continue  # a workflow's step the workflow fork keeps (or had not started) itself
         if edited_key and old.context.get("tool_call") == edited_key:
             continue  # the call whose result the fork gives
         source = sessions.get(last_session.get(old_id, ""))
@@ -230,6 +236,8 @@ def _restore(parent: Run, fork: Run, *, seq: int, base: int, edit: tuple[Event, 
                    if source is not None else [])
         done = source is not None and ended.get(str(source.id)) == SessionStatus.OK
         context = {key: value for key, value in old.context.items() if key != "outcome" or done}
+        if not done and "outputs" in context:  # a step's outputs as set by the fork point, not by its end
+            context["outputs"] = _outputs_at(parent, source, entries, seq=seq)
         call_key = context.get("tool_call", "")
         if call_key and call_key.split(":", 1)[0] in session_ids:
             old_session, call = call_key.split(":", 1)
@@ -253,10 +261,10 @@ def _restore(parent: Run, fork: Run, *, seq: int, base: int, edit: tuple[Event, 
                 finished_at=now if done else None,
             )
             session_ids[str(source.id)] = session.id
-        restored.append(_Restored(activation=activation, session=session, entries=entries))
-    if not restored:  # forked before its root agent was queued: the fork starts it, as a run start does
+        restored.append(Restored(activation=activation, session=session, entries=entries))
+    if not restored and roots is None:  # forked before its root agent was queued: the fork starts it
         root = Activation.objects.create(run=fork, agent=fork.agent, input=fork.input, kind="root")
-        restored.append(_Restored(activation=root, session=None, entries=[]))
+        restored.append(Restored(activation=root, session=None, entries=[]))
     if edit is not None:
         _edit_result(restored, session_ids, event=edit[0], text=edit[1], seq=seq)
     for item in restored:
@@ -271,7 +279,7 @@ def _restore(parent: Run, fork: Run, *, seq: int, base: int, edit: tuple[Event, 
     return restored
 
 
-def _edit_result(restored: list[_Restored], session_ids: dict[str, uuid.UUID], *, event: Event, text: str,
+def _edit_result(restored: list[Restored], session_ids: dict[str, uuid.UUID], *, event: Event, text: str,
                  seq: int) -> None:
     """Give the tool call of ``event`` the result ``text`` in its restored session's history."""
     call_id = event.data["id"]
@@ -302,7 +310,7 @@ def _edit_result(restored: list[_Restored], session_ids: dict[str, uuid.UUID], *
         item.session.save(update_fields=["state"])
 
 
-def _restored_events(fork: Run, item: _Restored) -> None:
+def _restored_events(fork: Run, item: Restored) -> None:
     """The fork's log says what it starts with: each agent restored, and those done by the fork point."""
     activation, session = item.activation, item.session
     event_append(run_id=fork.id, type="activation_queued", agent=activation.agent, data={
@@ -319,7 +327,25 @@ def _restored_events(fork: Run, item: _Restored) -> None:
             "restored": True})
 
 
-def _positions(restored: list[_Restored]) -> dict[str, int]:
+def _outputs_at(parent: Run, source: Session | None, entries: list[SessionEntry], *, seq: int) -> dict[str, Any]:
+    """The outputs a step had set by event ``seq``: each set_output call of its session whose result (an event
+    by then) says it was set, with the value its checkpointed call gave (an edited result does not unset it)."""
+    if source is None:
+        return {}
+    set_ids = set(Event.objects.filter(run=parent, seq__lte=seq, session_id=source.id, type="tool_result",
+                                       data__name="set_output", data__ok=True).values_list("data__id", flat=True))
+    outputs: dict[str, Any] = {}
+    for entry in entries:
+        if entry.kind != "message":
+            continue
+        for call in json.loads(entry.payload).get("tool_calls") or []:
+            arguments = call.get("arguments")
+            if call.get("name") == "set_output" and call.get("id") in set_ids and isinstance(arguments, dict):
+                outputs[str(arguments.get("name"))] = arguments.get("value")
+    return outputs
+
+
+def positions_of(restored: list[Restored]) -> dict[str, int]:
     """The scripted provider's positions at the fork point: the furthest any restored checkpoint had reached."""
     positions: dict[str, int] = {}
     for item in restored:

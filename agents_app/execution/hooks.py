@@ -32,8 +32,10 @@ class RunHooks:
     # The steps and dependencies a run executes, for the monitor's graph; None for agent runs.
     run_graph: Callable[..., dict[str, Any] | None] = _not_a_workflow
     # A fork of a workflow run (both runs locked, the fork saved with its run_start): rebuild the workflow's
-    # state as of the fork point and queue its next steps; keyword arguments parent, fork, seq. Returns the
-    # scripted provider's positions for the fork; None for a run that is no workflow's (or no workflow app).
+    # state as of the fork point, resume its steps in progress and queue its next steps; keyword arguments
+    # parent, fork, seq, base (the fork's run_start seq) and edit (None, or the tool event and its new result),
+    # as agents_app.execution.forks.sessions_restore takes them. Returns the scripted provider's positions for
+    # the fork; None for a run that is no workflow's (or no workflow app).
     run_fork: Callable[..., dict[str, int] | None] = _not_a_workflow
 
 

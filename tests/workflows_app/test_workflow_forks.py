@@ -1,15 +1,21 @@
 """Forks of workflow runs on a real worker: the steps settled by the fork point are kept with their outputs
-(not run again), the steps in progress then start again from their input, and the engine goes on."""
+(not run again), the steps in progress then resume from their checkpoints (or start again from their input
+when they had none), and the engine goes on."""
 
 from __future__ import annotations
 
-import pytest
+import json
 
-from agents_app.execution.forks import ForkError, run_fork
+import pytest
+from django.db import transaction
+
+from agents_app.execution.forks import ForkError, run_fork, sessions_restore
 from agents_app.models import Activation, Event, Run, Session, SessionEntry, WorkspaceFile
-from tests.runs import agent, define, events, finish
+from agents_app.execution.journal import session_messages
+from tests.runs import agent, call, define, events, finish
 from workflows_app.kinds import WORKFLOW
 from workflows_app.models import WorkflowRun
+from workflows_app.orchestrate import orchestrate_run_start
 from workflows_app.services import workflow_run_start, workflow_steps
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -141,17 +147,95 @@ def test_a_fork_after_the_workflow_stopped_ends_as_it_did(team_a, celery_worker_
         ("succeeded", 1), ("succeeded", 1)]
 
 
+def tool_failed_run(team) -> Run:
+    """The second step's agent reads a missing answer.txt, and fails on its next turn, which expects 42."""
+    agent(team, "Researcher")
+    agent(team, "Writer")
+    define(team, WORKFLOW, TWO_STEPS)
+    script = {**SCRIPT, "writer": [call("vfs_read", path="answer.txt"),
+                                   {"text": "Report: the answer is 42.", "expect": ["answer.txt: 42"]}]}
+    run = finish(workflow_run_start(team=team, workflow="two-steps", inputs={"topic": "bees"}, script=script))
+    assert run.status == "failed"
+    assert run.error.startswith("step 'write' failed: provider_error: expectation: script for agent writer, turn 1")
+    return run
+
+
 @pytest.mark.worker
-def test_a_workflow_forks_tool_result_is_refused(team_a, api_for, celery_worker_process, runs_settled):
-    run = failed_run(team_a)
-    point = events(run, "tool_call")[0]
-    response = api_for(team_a, "operator").post(f"/api/runs/{run.id}/fork", {"seq": point.seq, "tool_result": "x"})
-    assert response.status_code == 422
-    assert response.json()["detail"][0]["loc"] == ["body", "tool_result"]
-    assert response.json()["detail"][0]["msg"] == (
-        f"run {run.id} is a run of workflow two-steps: its fork starts the steps in progress at that event again "
-        "from their input, so it cannot give a tool call another result (fork an agent run for that)")
-    assert Run.objects.count() == 1
+def test_a_fork_at_a_tool_event_of_a_step_in_progress_resumes_it_with_the_edited_result(
+        team_a, api_for, celery_worker_process, runs_settled):
+    run = tool_failed_run(team_a)
+    before = recorded(run)
+    point = [e for e in events(run, "tool_result") if e.data["name"] == "vfs_read"][0]
+    assert point.data["ok"] is False
+    response = api_for(team_a, "operator").post(
+        f"/api/runs/{run.id}/fork", {"seq": point.seq, "tool_result": "answer.txt: 42"})
+    assert response.status_code == 201, response.content
+    fork = finish(Run.objects.get(pk=response.json()["id"]))
+    assert (fork.status, fork.result, fork.error) == ("succeeded", "Report: the answer is 42.", "")
+
+    # The first step is kept (not run again); the second resumes its session from its checkpoint: the same
+    # attempt, its first turn (the tool call) not played again — one model turn, the script's second.
+    [session] = Session.objects.filter(run=fork)
+    assert (session.agent, session.attempt, session.status) == ("writer", 1, "ok")
+    assert [e.agent for e in events(fork, "llm_request")] == ["writer"]
+    assert events(fork, "session_start")[0].data["resumed"] is True
+    assert fork.script_cursor == {"researcher": 2, "writer": 2}
+    history = [(m.role, m.content, m.tool_call_id) for m in session_messages(session_id=session.id)]
+    parent_writer = Session.objects.get(run=run, agent="writer")
+    parent_history = [(m.role, m.content, m.tool_call_id)
+                      for m in session_messages(session_id=parent_writer.id)]
+    assert history[:3] == parent_history[:3] and len(parent_history) == 4
+    assert history[3:] == [("tool", "answer.txt: 42", "call_writer_0_0"),
+                           ("assistant", "Report: the answer is 42.", None)]
+    assert [(step["id"], step["status"], step["attempts"], step["outputs"]) for step in workflow_steps(fork)] == [
+        ("research", "succeeded", 1, {"findings": FINDINGS}),
+        ("write", "succeeded", 1, {"report": "Report: the answer is 42."})]
+    [writer] = Activation.objects.filter(run=fork, context__step="write")
+    assert writer.input == f"Write up: {FINDINGS}"
+    assert [e.type for e in events(fork)] == [
+        "run_start", "workflow_start", "step_complete", "activation_queued", "step_start", "session_start",
+        "llm_request", "stream_chunk", "llm_response", "session_end", "step_complete", "workflow_complete",
+        "run_complete"]
+    resumed = events(fork, "step_start")[0].data
+    assert (resumed["step"], resumed["attempt"], resumed["restored"], resumed["activation"]) == (
+        "write", 1, True, str(writer.id))
+    assert resumed["checkpoints"] == SessionEntry.objects.filter(
+        session=parent_writer, event_seq__lte=point.seq).count() > 0
+
+    assert recorded(run) == before  # the parent: not one row changed
+
+
+@pytest.mark.worker
+def test_a_step_resumed_keeps_the_outputs_it_had_set_by_the_fork_point(team_a, celery_worker_process,
+                                                                       runs_settled):
+    run = tool_failed_run(team_a)
+    before = recorded(run)
+    point = [e for e in events(run, "tool_result") if e.data["name"] == "set_output"][0]  # findings set
+    fork = finish(run_fork(run=run, seq=point.seq))
+    # The researcher resumes after its set_output (one turn: "done"), its output as it had set it; the writer
+    # then runs its step from its input and fails as in the parent.
+    assert [e.agent for e in events(fork, "llm_request")] == ["researcher", "writer", "writer"]
+    assert sorted(Session.objects.filter(run=fork).values_list("agent", "attempt", "status")) == [
+        ("researcher", 1, "ok"), ("writer", 1, "failed")]
+    assert events(fork, "session_start")[0].data["resumed"] is True
+    assert [(step["id"], step["status"], step["outputs"]) for step in workflow_steps(fork)] == [
+        ("research", "succeeded", {"findings": FINDINGS}), ("write", "failed", {})]
+    assert (fork.status, fork.error) == ("failed", run.error)
+    assert events(fork, "workflow_start")[0].data["kept"] == []
+    assert recorded(run) == before
+
+    # Restored at the set_output call, before its result: the output was not set yet (the parent's step ended
+    # with it set); at its result, it was.
+    call_event = [e for e in events(run, "tool_call") if e.data["name"] == "set_output"][0]
+    for at, outputs in ((call_event.seq, {}), (point.seq, {"findings": FINDINGS})):
+        with transaction.atomic():
+            copy = Run.objects.create(team=team_a, workflow=run.workflow, input=run.input, status="failed")
+            [item] = sessions_restore(parent=run, fork=copy, seq=at, base=1, roots={
+                events(run, "step_start")[0].data["activation"]})
+            assert (item.activation.context["step"], item.activation.context["outputs"]) == ("research", outputs)
+            assert item.session.status == "waiting" and item.entries
+            transaction.set_rollback(True)
+    assert recorded(run) == before
 
 
 def test_a_workflow_run_without_its_state_is_refused(team_a):
@@ -164,14 +248,68 @@ def test_a_workflow_run_without_its_state_is_refused(team_a):
     assert Run.objects.count() == 1
 
 
-def test_a_planners_run_is_refused(team_a):
+@pytest.mark.worker
+def test_a_planners_run_forks_from_its_recorded_plan(team_a, api_for, celery_worker_process, runs_settled):
+    for name in ("Planner", "Scout"):
+        agent(team_a, name)
+    plan = {"subtasks": [{"id": "north", "agent": "scout", "task": "Survey the north", "depends_on": []}]}
+    script = {"planner": [{"text": json.dumps(plan)}, {"text": "Final: the north is 42."}],
+              "scout": [call("vfs_read", path="answer.txt"), {"text": "north: 42", "expect": ["answer.txt: 42"]}]}
+    run = finish(orchestrate_run_start(team=team_a, planner="planner", task="Survey", script=script,
+                                       max_adaptations=0, subtask_retries=0))
+    assert (run.status, run.result, [step["status"] for step in workflow_steps(run)]) == (
+        "succeeded", "Final: the north is 42.", ["failed", "succeeded"])  # went on without it: a partial run
+    assert run.error == "step(s) north failed; the workflow went on without them (on_failure: continue)"
+    before = recorded(run)
+    point = [e for e in events(run, "tool_result") if e.data["name"] == "vfs_read"][0]
+    response = api_for(team_a, "operator").post(
+        f"/api/runs/{run.id}/fork", {"seq": point.seq, "tool_result": "answer.txt: 42"})
+    assert response.status_code == 201, response.content
+    fork = finish(Run.objects.get(pk=response.json()["id"]))
+    assert (fork.status, fork.result, fork.error) == ("succeeded", "Final: the north is 42.", "")
+    # The plan is the parent's (the planner not asked again); the subtask resumed; then the synthesis.
+    assert [e.agent for e in events(fork, "llm_request")] == ["scout", "planner"]
+    assert not events(fork, "plan_created")
+    assert sorted(Session.objects.filter(run=fork).values_list("agent", "attempt", "status")) == [
+        ("planner", 1, "ok"), ("scout", 1, "ok")]
+    assert [(step["id"], step["status"], step["outputs"]) for step in workflow_steps(fork)] == [
+        ("north", "succeeded", {"result": "north: 42"}), ("synthesis", "succeeded",
+                                                          {"result": "Final: the north is 42."})]
+    assert fork.script_cursor == {"planner": 2, "scout": 2}
+    assert WorkflowRun.objects.get(run=fork).planner == "planner"
+    assert recorded(run) == before
+
+    # Forked before the plan was written: the planner plans again (its script's first turn), then all runs.
+    point = events(run, "llm_request")[0]
+    fork = finish(run_fork(run=run, seq=point.seq))
+    assert [e.agent for e in events(fork, "llm_request")] == ["planner", "scout", "scout", "planner"]
+    assert [e.data["subtasks"] for e in events(fork, "plan_created")] == [plan["subtasks"]]
+    assert (fork.status, fork.result, fork.error) == (run.status, run.result, run.error)
+    # Before the planner was asked (at run_start): the fork asks it with the parent's prompt.
+    fork = finish(run_fork(run=run, seq=1))
+    assert [e.agent for e in events(fork, "llm_request")] == ["planner", "scout", "scout", "planner"]
+    assert (list(Activation.objects.filter(run=fork, kind="plan").values_list("input", flat=True))
+            == list(Activation.objects.filter(run=run, kind="plan").values_list("input", flat=True)))
+    assert (fork.status, fork.result, fork.error) == (run.status, run.result, run.error)
+    # The planner had answered (its session ended), its plan not taken yet: the fork takes it, no new turn.
+    point = [e for e in events(run, "session_end") if e.agent == "planner"][0]
+    assert events(run, "plan_created")[0].seq > point.seq
+    fork = finish(run_fork(run=run, seq=point.seq))
+    assert [e.agent for e in events(fork, "llm_request")] == ["scout", "scout", "planner"]
+    assert [e.data["subtasks"] for e in events(fork, "plan_created")] == [plan["subtasks"]]
+    assert (fork.status, fork.result, fork.error) == (run.status, run.result, run.error)
+    assert recorded(run) == before
+
+
+def test_a_planners_run_whose_plan_was_adapted_is_refused(team_a):
     run = Run.objects.create(team=team_a, agent="planner", input="x", status="failed")
     WorkflowRun.objects.create(run=run, mode="orchestrate", planner="planner", spec={"steps": []}, state={})
     from mas_core.eventlog import event_append
     event_append(run_id=run.id, type="run_start", agent="planner", data={})
+    event_append(run_id=run.id, type="plan_adapting", agent="planner", data={})
     agent(team_a, "Planner")
     with pytest.raises(ForkError) as refused:
         run_fork(run=run, seq=1)
-    assert str(refused.value) == (f"run {run.id} runs a planner's plan (orchestrate): only runs of a workflow "
-                                  "definition can be forked")
+    assert str(refused.value) == (f"run {run.id} runs a planner's plan that was adapted after a subtask failed: "
+                                  "only the plan as it was last is recorded, so the run cannot be forked")
     assert Run.objects.count() == 1

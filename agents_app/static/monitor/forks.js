@@ -18,8 +18,7 @@
   function choose(tr) {
     form.elements.seq.value = tr.dataset.seq;
     document.getElementById("fork-seq").textContent = `#${tr.dataset.seq} (${tr.dataset.type})`;
-    // A workflow's fork starts its steps in progress again from their input: no tool result to give there.
-    const tool = TOOL_EVENTS.includes(tr.dataset.type) && !form.dataset.workflow;
+    const tool = TOOL_EVENTS.includes(tr.dataset.type);
     document.getElementById("fork-tool").hidden = !tool;
     if (!tool) { form.elements.edit.checked = false; form.elements.tool_result.value = ""; }
     form.hidden = false;
