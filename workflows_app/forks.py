@@ -87,6 +87,10 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
             context=old.context, status=old.status, result=old.result, attempts=old.attempts)
         steps_meta[sid] = {**flow.steps_meta.get(sid, {}), "activation": str(copy.id)}
         state = engine.states[sid]
+        # Its start too, naming the copy: a fork of this fork rebuilds the step from these two events.
+        event_append(run_id=fork.id, type="step_start", agent=old.agent, data={
+            "step": sid, "attempt": state.attempts, "round": state.round, "activation": str(copy.id),
+            "restored": True})
         event_append(run_id=fork.id, type="step_complete" if state.status == "succeeded" else "step_failed",
                      agent=old.agent, data={
                          "step": sid, "attempt": state.attempts, "round": state.round, "restored": True,
@@ -187,6 +191,8 @@ def _play(engine: Engine, activations: dict[str, str], *, parent: Run, type_: st
     step_id = data["step"]
     if type_ == "step_start":
         engine.start(step_id)
+        if data.get("restored"):  # a fork's kept or resumed step: the attempt it had reached, not a new one
+            engine.states[step_id].attempts = int(data.get("attempt") or 1)
         activations[step_id] = data["activation"]
         return
     usage = {"tokens": int(data.get("prompt_tokens") or 0) + int(data.get("completion_tokens") or 0),

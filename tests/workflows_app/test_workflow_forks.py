@@ -99,8 +99,8 @@ def test_a_fork_after_the_first_step_keeps_it_and_runs_the_second_at_another_ver
     prompts = dict(Activation.objects.filter(run=fork).values_list("context__step", "input"))
     assert prompts == {"research": "Research bees", "write": f"Write up: {FINDINGS}"}
     assert [e.type for e in events(fork)] == [
-        "run_start", "workflow_start", "step_complete", "activation_queued", "step_start", "session_start",
-        "llm_request", "stream_chunk", "llm_response", "session_end", "step_complete", "workflow_complete",
+        "run_start", "workflow_start", "step_start", "step_complete", "activation_queued", "step_start",
+        "session_start", "llm_request", "stream_chunk", "llm_response", "session_end", "step_complete", "workflow_complete",
         "run_complete"]
     start = events(fork, "workflow_start")[0].data
     assert (start["forked_from"], start["fork_seq"], start["kept"]) == (str(run.id), point.seq, ["research"])
@@ -111,6 +111,18 @@ def test_a_fork_after_the_first_step_keeps_it_and_runs_the_second_at_another_ver
     assert recorded(run) == before  # the parent: not one row changed
     assert [(f["id"], f["seq"]) for f in client.get(f"/api/runs/{run.id}").json()["forks"]] == [
         (str(fork.id), point.seq)]
+
+    # The fork forks again, from its own restored research step: kept again, not run; the writer runs once more.
+    fork_before = recorded(fork)
+    again_point = events(fork, "step_complete")[0]
+    again = finish(run_fork(run=fork, seq=again_point.seq))
+    assert (again.status, again.result, again.forked_from_id) == ("succeeded", "Report: bees dance.", fork.id)
+    assert [e.agent for e in events(again, "llm_request")] == ["writer"]
+    assert events(again, "workflow_start")[0].data["kept"] == ["research"]
+    assert {step["id"]: (step["status"], step["attempts"], step["outputs"]) for step in workflow_steps(again)} == {
+        "research": ("succeeded", 1, {"findings": FINDINGS}),
+        "write": ("succeeded", 1, {"report": "Report: bees dance."})}
+    assert recorded(fork) == fork_before
 
 
 @pytest.mark.worker
@@ -193,10 +205,11 @@ def test_a_fork_at_a_tool_event_of_a_step_in_progress_resumes_it_with_the_edited
     [writer] = Activation.objects.filter(run=fork, context__step="write")
     assert writer.input == f"Write up: {FINDINGS}"
     assert [e.type for e in events(fork)] == [
-        "run_start", "workflow_start", "step_complete", "activation_queued", "step_start", "session_start",
-        "llm_request", "stream_chunk", "llm_response", "session_end", "step_complete", "workflow_complete",
+        "run_start", "workflow_start", "step_start", "step_complete", "activation_queued", "step_start",
+        "session_start", "llm_request", "stream_chunk", "llm_response", "session_end", "step_complete", "workflow_complete",
         "run_complete"]
-    resumed = events(fork, "step_start")[0].data
+    kept, resumed = (e.data for e in events(fork, "step_start"))
+    assert (kept["step"], kept["attempt"], kept["restored"]) == ("research", 1, True)
     assert (resumed["step"], resumed["attempt"], resumed["restored"], resumed["activation"]) == (
         "write", 1, True, str(writer.id))
     assert resumed["checkpoints"] == SessionEntry.objects.filter(
