@@ -108,7 +108,10 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
         if item is None:  # no activation to restore: the same attempt again, from its input
             state.status, state.attempts = "pending", state.attempts - 1
             continue
-        steps_meta[sid] = {**flow.steps_meta.get(sid, {}), "activation": str(item.activation.id), "finished_at": None}
+        # Its usage starts at zero: the resumed session's counters already hold what it had spent by the fork
+        # point, and its settling adds them (the parent's totals for the step include spend after the point).
+        steps_meta[sid] = {**flow.steps_meta.get(sid, {}), "activation": str(item.activation.id), "finished_at": None,
+                           "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": "0"}
         event_append(run_id=fork.id, type="step_start", agent=item.activation.agent, data={
             "step": sid, "attempt": state.attempts, "round": state.round, "activation": str(item.activation.id),
             "partial": state.partial, "prompt": item.activation.input[:2000], "delay_s": 0, "restored": True,

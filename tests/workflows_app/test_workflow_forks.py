@@ -100,7 +100,8 @@ def test_a_fork_after_the_first_step_keeps_it_and_runs_the_second_at_another_ver
     assert prompts == {"research": "Research bees", "write": f"Write up: {FINDINGS}"}
     assert [e.type for e in events(fork)] == [
         "run_start", "workflow_start", "step_start", "step_complete", "activation_queued", "step_start",
-        "session_start", "llm_request", "stream_chunk", "llm_response", "session_end", "step_complete", "workflow_complete",
+        "session_start", "llm_request", "stream_chunk", "llm_response", "session_end", "step_complete",
+        "workflow_complete",
         "run_complete"]
     start = events(fork, "workflow_start")[0].data
     assert (start["forked_from"], start["fork_seq"], start["kept"]) == (str(run.id), point.seq, ["research"])
@@ -164,8 +165,10 @@ def tool_failed_run(team) -> Run:
     agent(team, "Researcher")
     agent(team, "Writer")
     define(team, WORKFLOW, TWO_STEPS)
-    script = {**SCRIPT, "writer": [call("vfs_read", path="answer.txt"),
-                                   {"text": "Report: the answer is 42.", "expect": ["answer.txt: 42"]}]}
+    script = {**SCRIPT, "writer": [{**call("vfs_read", path="answer.txt"),
+                                    "usage": {"prompt_tokens": 100, "completion_tokens": 5}},
+                                   {"text": "Report: the answer is 42.", "expect": ["answer.txt: 42"],
+                                    "usage": {"prompt_tokens": 200, "completion_tokens": 7}}]}
     run = finish(workflow_run_start(team=team, workflow="two-steps", inputs={"topic": "bees"}, script=script))
     assert run.status == "failed"
     assert run.error.startswith("step 'write' failed: provider_error: expectation: script for agent writer, turn 1")
@@ -202,11 +205,17 @@ def test_a_fork_at_a_tool_event_of_a_step_in_progress_resumes_it_with_the_edited
     assert [(step["id"], step["status"], step["attempts"], step["outputs"]) for step in workflow_steps(fork)] == [
         ("research", "succeeded", 1, {"findings": FINDINGS}),
         ("write", "succeeded", 1, {"report": "Report: the answer is 42."})]
+    # Usage: the run's is the fork's own spend (the one turn); the resumed step's is its session's, the turn
+    # before the fork point (restored with its checkpoint) and the turn after, counted once each.
+    assert (fork.prompt_tokens, fork.completion_tokens) == (200, 7)
+    assert {s["id"]: (s["prompt_tokens"], s["completion_tokens"]) for s in workflow_steps(fork)} == {
+        "research": (39, 851), "write": (300, 12)}
     [writer] = Activation.objects.filter(run=fork, context__step="write")
     assert writer.input == f"Write up: {FINDINGS}"
     assert [e.type for e in events(fork)] == [
         "run_start", "workflow_start", "step_start", "step_complete", "activation_queued", "step_start",
-        "session_start", "llm_request", "stream_chunk", "llm_response", "session_end", "step_complete", "workflow_complete",
+        "session_start", "llm_request", "stream_chunk", "llm_response", "session_end", "step_complete",
+        "workflow_complete",
         "run_complete"]
     kept, resumed = (e.data for e in events(fork, "step_start"))
     assert (kept["step"], kept["attempt"], kept["restored"]) == ("research", 1, True)
