@@ -341,29 +341,14 @@ cases:
     assert refused.json() == {"detail": "--agent-version applies to a dataset of an agent; this one tests a workflow"}
 
 
+# The same cases, judged by a model of a team provider served over HTTP.
 JUDGED_OVER_HTTP = """---
 name: Judged over HTTP
 agent: writer
 judge:
   model: judges:judge-m
   max_cost_usd: 5
-cases:
-- id: tides
-  task: Explain tides.
-  reference: The moon pulls the oceans.
-  script:
-    writer:
-    - text: The moon pulls the sea.
-  checks:
-  - type: judge
-    rubric: Mentions the moon.
-  - type: judge
-    rubric: Gives the height in metres.
-    min_score: 0.6
-  - type: judge
-    rubric: Is polite.
----
-"""
+""" + "cases:" + JUDGED.split("cases:")[1]
 
 
 @pytest.mark.django_db(transaction=True)
