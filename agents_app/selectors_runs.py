@@ -5,7 +5,6 @@ Shared by the runs API, the ``run_agent`` command and the admin.
 
 from __future__ import annotations
 
-import uuid
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
@@ -14,26 +13,15 @@ from django.http import Http404
 from django.utils import timezone
 
 from agents_app.models import Activation, Event, Run, Session, Team, WorkspaceFile
+from mas_core import runs
 
 EVENTS_DEFAULT_LIMIT = 500
 EVENTS_MAX_LIMIT = 5000
 
 
-def _run_uuid(run_id: Any) -> uuid.UUID:
-    if isinstance(run_id, uuid.UUID):
-        return run_id
-    try:
-        return uuid.UUID(str(run_id))
-    except ValueError:
-        raise Http404("no such run") from None
-
-
 def run_get(*, team: Team, run_id: Any) -> Run:
-    """The run ``run_id`` of ``team``; 404 for a malformed id, a missing run or another team's."""
-    run = Run.objects.filter(team=team, pk=_run_uuid(run_id)).select_related("created_by").first()
-    if run is None:
-        raise Http404("no such run")
-    return run
+    """The run ``run_id`` of ``team`` with its creator; 404 for a malformed id, a missing run or another team's."""
+    return runs.run_get(team=team, run_id=run_id, related=("created_by",))
 
 
 ARCHIVED_CHOICES = ("exclude", "only", "include")

@@ -120,7 +120,8 @@ class FieldsEditorForm(DefinitionForm):
         return text
 
     def compose_spec(self, cleaned: dict) -> dict[str, Any]:
-        raise NotImplementedError
+        """The spec the fields say (the agent's and the workflow's forms each compose their own)."""
+        raise NotImplementedError(f"{type(self).__name__} must say how its fields compose a spec")
 
     def compose_body(self, cleaned: dict) -> str:
         """The body saved: the one the definition had, unless a subclass edits it."""

@@ -16,13 +16,20 @@ from django.http import Http404
 from mas_core.models import Team
 
 
-def run_get(*, team: Team, run_id: Any):
-    """The run ``run_id`` of ``team``; 404 for a malformed id, a missing run or another team's."""
+def run_uuid(run_id: Any) -> uuid.UUID:
+    """``run_id`` as a UUID; 404 when it is not one (no probing with malformed ids)."""
+    if isinstance(run_id, uuid.UUID):
+        return run_id
     try:
-        pk = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+        return uuid.UUID(str(run_id))
     except ValueError:
         raise Http404("no such run") from None
-    run = apps.get_model("agents_app", "Run").objects.filter(team=team, pk=pk).first()
+
+
+def run_get(*, team: Team, run_id: Any, related: tuple[str, ...] = ()):
+    """The run ``run_id`` of ``team``; 404 for a malformed id, a missing run or another team's."""
+    run = (apps.get_model("agents_app", "Run").objects.filter(team=team, pk=run_uuid(run_id))
+           .select_related(*related).first())
     if run is None:
         raise Http404("no such run")
     return run
