@@ -1,8 +1,8 @@
 """Eval datasets (a definition kind), the eval runs of one, and one result per case.
 
 An eval run starts every case of its dataset as an ordinary run (``Run.is_eval``), on the workers, in
-parallel; ``evals_app.tasks.eval_collect`` scores each case once its run has ended and closes the eval
-run when all have. Two eval runs of the same dataset (the agent at two versions) compare case by case.
+parallel; ``evals_app.collection.eval_collect`` scores each case once its run has ended and closes the
+eval run when all have. Two eval runs of the same dataset (the agent at two versions) compare case by case.
 """
 
 from django.conf import settings
@@ -40,6 +40,12 @@ class EvalRun(models.Model):
     judge_cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
     judge_tokens = models.BigIntegerField(default=0)
     totals = models.JSONField(default=dict, blank=True)
+    # The collection (evals_app.collection): the chain of collect tasks carries collect_token, and only the
+    # task holding the current one goes on; a pass holds collecting_until while it scores (renewed per case),
+    # and stamps collected_at when it ends. The recovery sweep restarts a chain that stopped stamping.
+    collect_token = models.CharField(max_length=32, blank=True)
+    collecting_until = models.DateTimeField(null=True, blank=True)
+    collected_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)

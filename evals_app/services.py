@@ -1,14 +1,13 @@
 """Eval runs: start every case of a dataset as a run, score the runs that ended, total and compare.
 
 One code path for the ``eval`` command, the API and the admin. The cases run as ordinary runs
-(``Run.is_eval``) on the workers, all at once; :func:`eval_collect` — called by the ``eval_collect``
-task until it reports the eval run finished — scores each case once its run has ended
+(``Run.is_eval``) on the workers, all at once; ``evals_app.collection`` — a chain of collect tasks,
+restarted by the recovery sweep if it stops — scores each case once its run has ended
 (``evals_app.scorers``) and closes the eval run with its totals when none is left.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from datetime import timedelta
@@ -16,18 +15,16 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from agents_app.kinds import AGENT
 from agents_app.execution.errors import RunError
 from agents_app.execution.filehistory import file_version_keep
-from agents_app.execution.runs import run_cancel, run_start
+from agents_app.execution.runs import run_start
 from agents_app.models import Agent, DefinitionVersion, Run, Team, WorkspaceFile
-from agents_app.models.runs import FINISHED_RUN_STATUSES
 from agents_app.selectors_runs import run_duration_s
 from evals_app.models import CaseStatus, EvalCaseResult, EvalDataset, EvalRun, EvalRunStatus
-from evals_app.scorers import Judge, JudgeUnavailable, JudgeVerdict, Observation, ToolCallSeen, judge_reply, score_case
+from evals_app.scorers import Observation, ToolCallSeen
 from evals_app.specs import CaseSpec, EvalSpec
 
 logger = logging.getLogger(__name__)
@@ -123,10 +120,11 @@ def _case_start(*, team: Team, spec: EvalSpec, case: CaseSpec, versions: dict[st
     return run
 
 
-def eval_collect_async(*, eval_run_id: int, countdown: float = 0.5) -> None:
+def eval_collect_async(*, eval_run_id: int, countdown: float = 0.5, token: str = "") -> None:
+    """Send a pass of the eval run's collection (``token``: the chain's; empty: a pass that takes it over)."""
     from evals_app.tasks import eval_collect_task
 
-    eval_collect_task.apply_async((eval_run_id,), countdown=countdown)
+    eval_collect_task.apply_async((eval_run_id, token), countdown=countdown or None)
 
 
 # -- scoring -----------------------------------------------------------------------------------
@@ -155,128 +153,6 @@ def observation_of(*, run: Run, case: CaseSpec) -> Observation:
         files=files, cost_usd=run.cost_usd, tokens=run.prompt_tokens + run.completion_tokens,
         duration_s=run_duration_s(run), reference=case.reference,
     )
-
-
-def eval_collect(*, eval_run_id: int) -> bool:
-    """Score the cases whose runs have ended; close the eval run when none is left. True once it is closed.
-
-    Past the eval run's deadline, the runs still going are cancelled (and scored as such next time).
-    """
-    eval_run = EvalRun.objects.select_related("team", "dataset").get(pk=eval_run_id)
-    if eval_run.status != EvalRunStatus.RUNNING:
-        return True
-    spec = _spec_at(eval_run)
-    judge = judge_for(eval_run=eval_run, spec=spec)
-    pending = list(eval_run.cases.filter(status=CaseStatus.PENDING).select_related("run"))
-    for result in pending:
-        run = result.run
-        if run is None:  # its run was deleted meanwhile
-            EvalCaseResult.objects.filter(pk=result.pk).update(
-                status=CaseStatus.FAILED, checks=[{"type": "run", "passed": False, "score": 0.0,
-                                                   "reason": "the case's run was deleted"}])
-            continue
-        if run.status not in FINISHED_RUN_STATUSES:
-            if timezone.now() > eval_run.deadline:
-                run_cancel(run=run)
-            continue
-        case = spec.case(result.case_id)
-        _score(result=result, run=run, case=case, judge=judge)
-    with transaction.atomic():
-        eval_run = EvalRun.objects.select_for_update().get(pk=eval_run_id)
-        if eval_run.status != EvalRunStatus.RUNNING or eval_run.cases.filter(status=CaseStatus.PENDING).exists():
-            return eval_run.status != EvalRunStatus.RUNNING
-        eval_run.totals = eval_totals(eval_run=eval_run)
-        eval_run.status, eval_run.finished_at = EvalRunStatus.FINISHED, timezone.now()
-        eval_run.save(update_fields=["totals", "status", "finished_at"])
-    logger.info("eval run finished", extra={"eval_run": eval_run.id, "pass_rate": eval_run.totals["pass_rate"]})
-    return True
-
-
-def _spec_at(eval_run: EvalRun) -> EvalSpec:
-    """The dataset as it was when the eval run started (its kept version), whatever was saved since."""
-    from agents_app.execution.versions import _parse
-    from evals_app.kinds import EVAL
-
-    text = (DefinitionVersion.objects.filter(team=eval_run.team, kind=EVAL.name, slug=eval_run.dataset_slug,
-                                             number=eval_run.dataset_version)
-            .values_list("content", flat=True).first())
-    if text is None:
-        if eval_run.dataset is None:
-            raise EvalError(f"version {eval_run.dataset_version} of dataset {eval_run.dataset_slug} is not kept")
-        return eval_spec(eval_run.dataset)
-    data, _, _ = _parse(EVAL, text, path=f"evals/{eval_run.dataset_slug}.md")
-    return EvalSpec.model_validate(data)
-
-
-def _score(*, result: EvalCaseResult, run: Run, case: CaseSpec | None, judge: Judge | None) -> None:
-    with transaction.atomic():
-        locked = EvalCaseResult.objects.select_for_update().get(pk=result.pk)
-        if locked.status != CaseStatus.PENDING:
-            return  # scored by another collector
-        if case is None:
-            passed, score, checks = False, 0.0, [{"type": "case", "passed": False, "score": 0.0,
-                                                  "reason": "the case is not in the dataset's version"}]
-        else:
-            seen = observation_of(run=run, case=case)
-            passed, score, results = score_case([c.model_dump(exclude_none=True) for c in case.checks], seen,
-                                                judge=judge)
-            checks = [item.as_dict() for item in results]
-        locked.status = CaseStatus.PASSED if passed else CaseStatus.FAILED
-        locked.score, locked.checks, locked.run_status = score, checks, run.status
-        locked.cost_usd, locked.tokens = run.cost_usd, run.prompt_tokens + run.completion_tokens
-        locked.duration_s = run_duration_s(run)
-        locked.save(update_fields=["status", "score", "checks", "run_status", "cost_usd", "tokens", "duration_s"])
-
-
-# -- the judge -----------------------------------------------------------------------------------
-
-
-def judge_for(*, eval_run: EvalRun, spec: EvalSpec) -> Judge | None:
-    """The dataset's judge as a function of a prompt, billed to the eval run; None when none is configured."""
-    if spec.judge is None:
-        return None
-    from agents_app.llm.pricing import usage_cost
-    from agents_app.llm.registry import provider_for
-    from agents_app.llm.scripted import MemoryCursor
-    from mas_core.llm_types import Message, ModelRequest, ProviderError
-    from agents_app.models import ModelProvider
-
-    config = spec.judge
-    providers = list(ModelProvider.objects.filter(team=eval_run.team).prefetch_related("models"))
-    # The judge's script plays its turns in order across the eval run: the cursor is the number of
-    # judge calls made so far, kept on the row.
-    script = {"judge": config.script} if config.script is not None else None
-
-    def judge(prompt: str) -> JudgeVerdict:
-        with transaction.atomic():
-            row = EvalRun.objects.select_for_update().get(pk=eval_run.pk)
-            # Stopped once its spend reaches the budget (a free model — local, scripted — never does).
-            if row.judge_cost_usd > 0 and row.judge_cost_usd >= Decimal(str(config.max_cost_usd)):
-                raise JudgeUnavailable(f"the judge's budget of ${config.max_cost_usd:g} is spent")
-            calls = int(row.totals.get("judge_calls", 0))
-            row.totals = {**row.totals, "judge_calls": calls + 1}
-            row.save(update_fields=["totals"])
-        try:
-            resolved = provider_for(config.model, providers=providers, team=eval_run.team.slug, script=script,
-                                    cursor=MemoryCursor({"judge": calls}))
-            request = ModelRequest(model=resolved.model, agent="judge", temperature=0, messages=[
-                Message(role="system", content=_judge_system()), Message(role="user", content=prompt)])
-            response = asyncio.run(resolved.provider.complete(request))
-        except ProviderError as error:
-            raise JudgeUnavailable(f"the judge could not be called: {error}") from None
-        cost = usage_cost(response.usage, resolved.prices)
-        EvalRun.objects.filter(pk=eval_run.pk).update(
-            judge_cost_usd=F("judge_cost_usd") + cost,
-            judge_tokens=F("judge_tokens") + response.usage.prompt_tokens + response.usage.completion_tokens)
-        return judge_reply(response.text)
-
-    return judge
-
-
-def _judge_system() -> str:
-    from evals_app.scorers import JUDGE_INSTRUCTIONS
-
-    return JUDGE_INSTRUCTIONS
 
 
 # -- totals and comparison ------------------------------------------------------------------------

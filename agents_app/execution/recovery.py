@@ -3,7 +3,8 @@
 Every worker sweeps for lost work when it starts and then every
 ``MAS_REAP_INTERVAL_S``: sessions whose worker died are resumed from their
 checkpoint (``sessions_reap``) and work whose message was lost is
-dispatched again (``runs_unstick``). A sweep at start-up alone is
+dispatched again (``runs_unstick``); the apps above add their own sweeps
+(``sweep_hook_register``: evals_app restarts eval collections). A sweep at start-up alone is
 not enough: a worker started right after another was killed finds the dead
 session not yet stale, and nothing would look again.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -37,6 +39,32 @@ class Sweep:
     resumed: list[str]  # activations whose session lost its worker, queued again
     dispatched: list[str]  # runs whose work nothing would have picked up, dispatched again
     expired: list[str] = field(default_factory=list)  # approval requests given their default outcome
+    # What the sweeps of the apps above found and restarted, by sweep name (only those that found something).
+    others: dict[str, list[str]] = field(default_factory=dict)
+
+
+# Sweeps of the apps above this one (evals_app restarts eval collections whose task chain stopped), filled
+# in their AppConfig.ready: agents_app imports none of them. Each returns the ids of what it restarted.
+SWEEP_HOOKS: dict[str, Callable[[], list[str]]] = {}
+
+
+def sweep_hook_register(name: str, sweep: Callable[[], list[str]]) -> None:
+    """Run ``sweep`` in every recovery sweep, under the same lock (from an ``AppConfig.ready``)."""
+    SWEEP_HOOKS[name] = sweep
+
+
+def _other_sweeps() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for name, sweep in list(SWEEP_HOOKS.items()):
+        try:
+            ids = sweep()
+        except Exception:
+            # One app's sweep failing must not stop the others (nor the next sweep).
+            logger.warning("recovery sweep hook failed", extra={"sweep": name}, exc_info=True)
+            continue
+        if ids:
+            found[name] = ids
+    return found
 
 
 def recovery_sweep() -> Sweep | None:
@@ -55,7 +83,7 @@ def recovery_sweep() -> Sweep | None:
         from agents_app.approvals.services import approvals_expire
 
         return Sweep(resumed=sessions_reap(), dispatched=runs_unstick(),
-                     expired=approvals_expire())
+                     expired=approvals_expire(), others=_other_sweeps())
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [SWEEP_LOCK])
