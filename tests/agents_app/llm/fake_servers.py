@@ -16,7 +16,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 
@@ -60,6 +60,8 @@ class FakeServer:
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
         self.requests: list[Recorded] = []
+        # Called with each request before it is answered, on the server's thread (tests look at the world then).
+        self.on_request: Callable[[Recorded], None] | None = None
         self.stopping = threading.Event()
         server = self
 
@@ -75,8 +77,11 @@ class FakeServer:
                 except ValueError:
                     body = raw.decode(errors="replace")
                 url = urlsplit(self.path)
-                server.requests.append(Recorded(self.command, url.path, parse_qs(url.query),
-                                                {k.lower(): v for k, v in self.headers.items()}, body))
+                recorded = Recorded(self.command, url.path, parse_qs(url.query),
+                                    {k.lower(): v for k, v in self.headers.items()}, body)
+                server.requests.append(recorded)
+                if server.on_request is not None:
+                    server.on_request(recorded)
                 reply = server.replies.popleft() if server.replies else json_reply(
                     500, {"error": {"message": "fake server: no reply queued"}})
                 self.answer(reply)
