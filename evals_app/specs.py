@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from mas_core.outputs import schema_problem
 from agents_app.llm.scripted import validate_script
-from mas_core.specs import ModelRef, Name, Strict
+from mas_core.specs import TIERS, ModelRef, Name, Strict
 
 MAX_CASES = 100
 MAX_CHECKS = 20
@@ -146,9 +146,10 @@ class EvalSpec(Strict):
     cases: list[CaseSpec] = Field(min_length=1, max_length=MAX_CASES)
 
     @model_validator(mode="after")
-    def _target(self) -> EvalSpec:
+    def _target(self, info: ValidationInfo) -> EvalSpec:
         if bool(self.agent) == bool(self.workflow):
             raise ValueError("agent: name the agent under test, or a workflow (one of them)")
+        self._check_names(info.context or {})
         seen: set[str] = set()
         for index, case in enumerate(self.cases):
             if case.id in seen:
@@ -159,6 +160,25 @@ class EvalSpec(Strict):
             if self.workflow and case.inputs is None:
                 raise ValueError(f"cases[{index}].inputs: a case of a workflow's dataset needs inputs")
         return self
+
+    def _check_names(self, context: dict[str, Any]) -> None:
+        """On save, the agent or workflow under test and the judge's provider must be the team's own.
+
+        The context (mas_core.definitions.services.validation_context) holds the team's names; a kept
+        version read back has none and is not checked again.
+        """
+        for field, value, known_key, label in (("agent", self.agent, "known_agents", "agent"),
+                                               ("workflow", self.workflow, "known_workflows", "workflow")):
+            known = context.get(known_key)
+            if value and known is not None and value not in known:
+                raise ValueError(f"{field}: no {label} {value!r} in this team (its {label}s: "
+                                 f"{', '.join(sorted(known)) or 'none'})")
+        providers = context.get("known_providers")
+        if self.judge is not None and providers is not None and self.judge.model not in TIERS:
+            slug = self.judge.model.partition(":")[0]
+            if slug not in providers:
+                raise ValueError(f"judge.model: no model provider {slug!r} in this team (its providers: "
+                                 f"{', '.join(sorted(providers)) or 'none'})")
 
     def case(self, case_id: str) -> CaseSpec | None:
         return next((case for case in self.cases if case.id == case_id), None)

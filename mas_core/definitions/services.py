@@ -51,7 +51,14 @@ def definition_slug(name: str) -> str:
     return slug
 
 
-def validation_context(*, kind: Kind, team: Team, extra_agents: set[str] = frozenset()) -> dict[str, Any] | None:
+def validation_context(
+    *, kind: Kind, team: Team, extra_agents: set[str] = frozenset(), extra_workflows: set[str] = frozenset(),
+    extra_providers: set[str] = frozenset(),
+) -> dict[str, Any] | None:
+    """What a definition of ``kind`` is checked against when ``team`` saves it: the names it may refer to.
+
+    ``extra_*``: names a markdown sync imports (or, checking, would import) in the same run.
+    """
     if kind.name == "workflow":
         known = set(kind_named("agent").model.objects.filter(team=team).values_list("slug", flat=True))
         return {"known_agents": known | set(extra_agents)}
@@ -61,14 +68,25 @@ def validation_context(*, kind: Kind, team: Team, extra_agents: set[str] = froze
         # The environment variables the team may name and the addresses its URLs may reach are checked on
         # save for this team (mas_core.secrets, mas_core.netpolicy).
         return {"team": team.slug}
+    if kind.name == "eval":
+        # A dataset tests one of the team's agents or workflows, judged by a model of one of its providers.
+        def slugs(name: str) -> set[str]:
+            return set(kind_named(name).model.objects.filter(team=team).values_list("slug", flat=True))
+
+        return {"known_agents": slugs("agent") | set(extra_agents),
+                "known_workflows": slugs("workflow") | set(extra_workflows),
+                "known_providers": slugs("provider") | set(extra_providers)}
     return None
 
 
 def definition_parse(
-    *, kind: Kind, team: Team, text: str, path: str = "", extra_agents: set[str] = frozenset()
+    *, kind: Kind, team: Team, text: str, path: str = "", extra_agents: set[str] = frozenset(),
+    extra_workflows: set[str] = frozenset(), extra_providers: set[str] = frozenset(),
 ) -> ParsedDefinition:
-    """Parse markdown for ``team``: workflows are checked against the team's agents."""
-    context = validation_context(kind=kind, team=team, extra_agents=extra_agents)
+    """Parse markdown for ``team``: workflows are checked against the team's agents, datasets against its
+    agents, workflows and providers."""
+    context = validation_context(kind=kind, team=team, extra_agents=extra_agents, extra_workflows=extra_workflows,
+                                 extra_providers=extra_providers)
     return parse_definition(kind, text, path=path, context=context)
 
 

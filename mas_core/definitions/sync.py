@@ -210,10 +210,12 @@ class _Run:
     root: Path
     report: SyncReport
     # Names imported (or, in check mode, importable) in this run, so that a
-    # workflow sees the agents and an agent the tools of the same run even
-    # when ``check`` saved none of them.
+    # workflow sees the agents, an agent the tools and a dataset the agents,
+    # workflows and providers of the same run even when ``check`` saved none.
     agents: set[str] = field(default_factory=set)
     tools: set[str] = field(default_factory=set)
+    workflows: set[str] = field(default_factory=set)
+    providers: set[str] = field(default_factory=set)
     # (kind, slug) that files with non-slug names import as in this run: two such files never share one.
     claimed: set[tuple[str, str]] = field(default_factory=set)
 
@@ -365,7 +367,8 @@ class _Run:
             context = validation_context(kind=kind, team=self.team) or {}
             context["known_tools"] = set(context.get("known_tools", ())) | self.tools
             return parse_definition(kind, text, path=path, context=context)
-        return definition_parse(kind=kind, team=self.team, text=text, path=path, extra_agents=self.agents)
+        return definition_parse(kind=kind, team=self.team, text=text, path=path, extra_agents=self.agents,
+                                extra_workflows=self.workflows, extra_providers=self.providers)
 
     def _export(self, kind: Kind, slug: str, row: Definition, *, recreated: bool):
         path = kind.relative_path(slug).as_posix()
@@ -400,6 +403,10 @@ class _Run:
             self.agents.add(slug)
         elif kind.name == "tool":
             self.tools.add(name)
+        elif kind.name == "workflow":
+            self.workflows.add(slug)
+        elif kind.name == "provider":
+            self.providers.add(slug)
 
 
 def _is_slug(name: str) -> bool:

@@ -13,7 +13,7 @@ from mas_core.definitions.sync import markdown_sync
 from agents_app.models import DefinitionVersion
 from evals_app.kinds import EVAL
 from evals_app.models import EvalDataset
-from tests.runs import define
+from tests.runs import agent, define
 
 DATASET = """---
 name: Writer evals
@@ -49,6 +49,7 @@ def test_the_eval_kind_is_registered_by_its_app_after_the_built_in_kinds():
 
 @pytest.mark.django_db
 def test_a_saved_dataset_is_written_to_defs_evals_and_versioned(team_a):
+    agent(team_a, "Writer")
     result = define(team_a, EVAL, DATASET)
     row = result.row
     assert (row.slug, row.version, result.file_status) == ("writer-evals", 1, "written")
@@ -103,6 +104,7 @@ def test_a_dataset_holds_at_most_100_cases_and_unique_ids():
 @pytest.mark.django_db
 def test_the_api_creates_reads_edits_and_deletes_datasets(team_a, team_b, api_for):
     editor, viewer, other = api_for(team_a, "editor"), api_for(team_a, "viewer"), api_for(team_b, "editor")
+    agent(team_a, "Writer")
     created = editor.post("/api/evals", {"name": "Writer evals", "agent": "writer", "cases": [
         {"id": "one", "task": "Say hi", "checks": [{"type": "contains", "value": "hi"}]}]})
     assert created.status_code == 201, created.content

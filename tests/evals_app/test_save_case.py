@@ -19,6 +19,13 @@ def response(run: Run, seq: int, agent_slug: str, text: str) -> None:
 
 
 def test_a_workflow_run_becomes_a_case_with_its_inputs(team_a, api_for):
+    from workflows_app.kinds import WORKFLOW
+
+    agent(team_a, "Researcher")
+    agent(team_a, "Writer")
+    define(team_a, WORKFLOW, "---\nname: Pipeline\ninputs: [topic, depth]\nsteps:\n- id: research\n"
+                             "  agent: researcher\n  prompt: Research {topic}.\n- id: write\n  agent: writer\n"
+                             "  prompt: Write.\n  depends_on: [research]\n---\n")
     run = Run.objects.create(team=team_a, workflow="pipeline", status="succeeded", result="The report.")
     Event.objects.create(run=run, seq=1, type="workflow_start", data={"inputs": {"topic": "tides", "depth": 2}})
     response(run, 2, "researcher", "Findings.")
