@@ -8,10 +8,12 @@ team: another team's dataset, eval run or run is a 404.
 # No `from __future__ import annotations`: ninja reads the annotations at import time.
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
+from django.db import transaction
 from django.http import Http404
 from ninja import Router, Status
+from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
 from mas_core.api_definitions import add_definition_routes, definition_out
@@ -133,26 +135,34 @@ def eval_dataset_or_404(actor: Actor, slug: str):
         raise Http404(str(error)) from None
 
 
-def _refused(error: EvalError):
-    return Status(400, {"detail": str(error)})
+def _invalid(error: EvalError, *, field: str = "") -> NoReturn:
+    """A refusal of what the request asked: a 422 naming its field, as the README's errors are."""
+    loc = ["body", *([field or error.field] if (field or error.field) else [])]
+    raise NinjaValidationError([{"loc": loc, "msg": str(error), "type": "eval_refused"}]) from None
 
 
 @router.post("/evals/{slug}/runs", auth=operate, tags=TAGS, operation_id="eval_run_start",
              response={201: EvalRunDetailOut, **error_responses(400, 401, 403, 404, 415, 422)},
+             description="422 when the dataset cannot run as asked (a version that is not kept, an agent's "
+                         "version for a workflow's dataset), naming the field.",
              summary="Run every case of a dataset as eval runs of its agent (optionally against another version)")
 def start(request, slug: str, payload: EvalRunIn):
     actor: Actor = request.auth
     dataset = eval_dataset_or_404(actor, slug)
     ratelimit.run_start_check(actor.team)  # one start, however many cases (at most MAX_CASES, twice)
-    try:
+    with transaction.atomic():  # a refused eval run leaves no baseline started either
         baseline = None
         if payload.compare_to is not None:
-            baseline = eval_run_start(team=actor.team, dataset=dataset, agent_version=payload.compare_to,
-                                      user=actor.user)
-        eval_run = eval_run_start(team=actor.team, dataset=dataset, agent_version=payload.agent_version,
-                                  user=actor.user, baseline=baseline)
-    except EvalError as error:
-        return _refused(error)
+            try:
+                baseline = eval_run_start(team=actor.team, dataset=dataset, agent_version=payload.compare_to,
+                                          user=actor.user)
+            except EvalError as error:
+                _invalid(error, field="compare_to" if error.field == "agent_version" else "")
+        try:
+            eval_run = eval_run_start(team=actor.team, dataset=dataset, agent_version=payload.agent_version,
+                                      user=actor.user, baseline=baseline)
+        except EvalError as error:
+            _invalid(error)
     return Status(201, eval_run_out(eval_run, detail=True))
 
 
@@ -180,9 +190,11 @@ def get_run(request, slug: str, eval_run_id: str):
 
 
 @router.post("/runs/{run_id}/eval-case", auth=write, tags=TAGS, operation_id="run_save_as_eval_case",
-             response={201: schemas.output, **error_responses(400, 401, 403, 404, 415, 422)},
+             response={201: schemas.output, **error_responses(400, 401, 403, 404, 409, 415, 422)},
              summary="Save a finished run as a case of a dataset: its input, its result as reference, the "
-                     "other agents' recorded turns as its script")
+                     "other agents' recorded turns as its script",
+             description="409 while the run has not finished, or when the dataset already has that case id; "
+                         "422 when the run cannot be a case of that dataset.")
 def save_case(request, run_id: str, payload: SaveCaseIn):
     actor: Actor = request.auth
     run = run_get(team=actor.team, run_id=run_id)
@@ -190,5 +202,7 @@ def save_case(request, run_id: str, payload: SaveCaseIn):
         result = eval_case_save(team=actor.team, run=run, dataset=payload.dataset, case_id=payload.case_id,
                                 user=actor.user)
     except EvalError as error:
-        return _refused(error)
+        if error.conflict:
+            return Status(409, {"detail": str(error)})
+        _invalid(error)
     return Status(201, definition_out(kind=EVAL, team=actor.team, row=result.row, result=result))

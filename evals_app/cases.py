@@ -30,7 +30,8 @@ def _workflow_inputs(run: Run) -> dict[str, str]:
 def case_from_run(*, run: Run, case_id: str, under_test: str) -> dict[str, Any]:
     """The case a finished ``run`` makes, as dataset data; ``under_test``: the agent left out of the script."""
     if run.status not in FINISHED_RUN_STATUSES:
-        raise EvalError(f"the run is still {run.status}: save it as a case once it has finished")
+        raise EvalError(f"the run is still {run.status}: save it as a case once it has finished",
+                        conflict=True)
     script = {agent: turns for agent, turns in run_script_export(run=run).items() if agent != under_test}
     case: dict[str, Any] = {"id": case_id}
     if run.workflow:
@@ -58,18 +59,20 @@ def eval_case_save(*, team: Team, run: Run, dataset: str, case_id: str = "", use
         body = ""
     if data.get("agent") and data["agent"] != run.agent:
         raise EvalError(f"dataset {slug!r} tests agent {data['agent']!r}; this run's agent is "
-                        f"{run.agent or 'none (a workflow run)'}")
+                        f"{run.agent or 'none (a workflow run)'}", field="dataset")
     if data.get("workflow") and data["workflow"] != run.workflow:
-        raise EvalError(f"dataset {slug!r} tests workflow {data['workflow']!r}; this run is not one of it")
+        raise EvalError(f"dataset {slug!r} tests workflow {data['workflow']!r}; this run is not one of it",
+                        field="dataset")
     cases = list(data.get("cases") or [])
     if len(cases) >= MAX_CASES:
-        raise EvalError(f"dataset {slug!r} holds {MAX_CASES} cases, the most a dataset may hold")
+        raise EvalError(f"dataset {slug!r} holds {MAX_CASES} cases, the most a dataset may hold",
+                        field="dataset")
     case_id = case_id or f"run-{str(run.id)[:8]}"
     if any(case.get("id") == case_id for case in cases):
-        raise EvalError(f"dataset {slug!r} already has a case {case_id!r}")
+        raise EvalError(f"dataset {slug!r} already has a case {case_id!r}", conflict=True)
     cases.append(case_from_run(run=run, case_id=case_id, under_test=run.agent))
     try:
         parsed = definition_validate(kind=EVAL, team=team, data={**data, "cases": cases}, body=body)
     except DefinitionError as error:
-        raise EvalError(f"the run does not make a valid case: {error}") from None
+        raise EvalError(f"the run does not make a valid case: {error}", field="dataset") from None
     return definition_save(kind=EVAL, team=team, parsed=parsed, slug=slug, author=user, source="run")

@@ -36,7 +36,15 @@ MAX_FILES_READ = 500
 
 
 class EvalError(ValueError):
-    """An eval that cannot start, with a message for the caller."""
+    """An eval that cannot start (or a case that cannot be saved), with a message for the caller.
+
+    ``field``: the request field it is about (the API answers 422 with it as the location); ``conflict``:
+    the refusal is about the state of things — a duplicate, a run not finished yet — not the request (409).
+    """
+
+    def __init__(self, message: str, *, field: str = "", conflict: bool = False) -> None:
+        super().__init__(message)
+        self.field, self.conflict = field, conflict
 
 
 def eval_dataset_get(*, team: Team, slug: str) -> EvalDataset:
@@ -62,7 +70,7 @@ def _agent_version(*, team: Team, slug: str, version: int | None) -> int:
         numbers = sorted(DefinitionVersion.objects.filter(team=team, kind=AGENT.name, slug=slug)
                          .values_list("number", flat=True))
         raise EvalError(f"agent {slug!r} has no version {version} (kept versions: "
-                        f"{', '.join(map(str, numbers)) or 'none'})")
+                        f"{', '.join(map(str, numbers)) or 'none'})", field="agent_version")
     return version
 
 
@@ -79,7 +87,8 @@ def eval_run_start(*, team: Team, dataset: EvalDataset, agent_version: int | Non
     spec = eval_spec(dataset)
     version = _agent_version(team=team, slug=spec.agent, version=agent_version) if spec.agent else None
     if spec.workflow and agent_version is not None:
-        raise EvalError("--agent-version applies to a dataset of an agent; this one tests a workflow")
+        raise EvalError("--agent-version applies to a dataset of an agent; this one tests a workflow",
+                        field="agent_version")
     versions = {f"agent:{spec.agent}": version} if spec.agent else {}
     with transaction.atomic():
         eval_run = EvalRun.objects.create(

@@ -170,7 +170,8 @@ def test_a_run_saved_as_a_case_replays_the_other_agents_and_passes(team_a, api_f
         assert case["script"]["helper"][0]["text"] == "4"
         assert [c["type"] for c in case["checks"]] == ["status", "exact"]
         again = editor.post(f"/api/runs/{original.pk}/eval-case", {"dataset": "lead-cases", "case_id": "sum"})
-        assert (again.status_code, again.json()) == (400, {"detail": "dataset 'lead-cases' already has a case 'sum'"})
+        # README: 409 duplicate.
+        assert (again.status_code, again.json()) == (409, {"detail": "dataset 'lead-cases' already has a case 'sum'"})
         assert EvalDataset.objects.get(team=team_a, slug="lead-cases").version == 1
 
         # The lead now calls the model (the local server answers as the recorded turns did).
@@ -199,9 +200,16 @@ def test_a_run_saved_as_a_case_replays_the_other_agents_and_passes(team_a, api_f
 def test_refusals_are_clear_and_start_nothing(team_a, team_b, api_for, writer_versions):
     operator = api_for(team_a, "operator")
     assert operator.post("/api/evals/nope/runs", {}).json() == {"detail": "no eval dataset 'nope' in team alpha"}
+    # README: 422 invalid, with the field path.
     refused = operator.post("/api/evals/writer-evals/runs", {"agent_version": 7})
-    assert (refused.status_code, refused.json()) == (
-        400, {"detail": "agent 'writer' has no version 7 (kept versions: 1, 2)"})
+    assert (refused.status_code, refused.json()) == (422, {"detail": [{
+        "loc": ["body", "agent_version"], "msg": "agent 'writer' has no version 7 (kept versions: 1, 2)",
+        "type": "eval_refused"}]})
+    refused = operator.post("/api/evals/writer-evals/runs", {"agent_version": 2, "compare_to": 8})
+    assert (refused.status_code, refused.json()["detail"][0]["loc"]) == (422, ["body", "compare_to"])
+    # The baseline started first is rolled back with the refused eval run.
+    refused = operator.post("/api/evals/writer-evals/runs", {"agent_version": 9, "compare_to": 1})
+    assert (refused.status_code, refused.json()["detail"][0]["loc"]) == (422, ["body", "agent_version"])
     assert operator.post("/api/evals/writer-evals/runs", {"agent_versio": 1}).status_code == 422
     assert api_for(team_a, "viewer").post("/api/evals/writer-evals/runs", {}).status_code == 403
     assert api_for(team_b, "operator").get("/api/evals/writer-evals/runs/1").status_code == 404
@@ -338,7 +346,9 @@ cases:
         "output:summary is 'Waves come from the wind.', expected 'Waves come from the moon.'")
     assert [(r.workflow, r.is_eval) for r in Run.objects.filter(team=team_a)] == [("pipeline", True)] * 2
     refused = api_for(team_a, "operator").post("/api/evals/pipeline-evals/runs", {"agent_version": 1})
-    assert refused.json() == {"detail": "--agent-version applies to a dataset of an agent; this one tests a workflow"}
+    assert (refused.status_code, refused.json()) == (422, {"detail": [{
+        "loc": ["body", "agent_version"], "type": "eval_refused",
+        "msg": "--agent-version applies to a dataset of an agent; this one tests a workflow"}]})
 
 
 # The same cases, judged by a model of a team provider served over HTTP.

@@ -54,11 +54,14 @@ def test_refusals_name_the_problem_and_save_nothing(team_a, team_b, api_for):
     workflow_run = Run.objects.create(team=team_a, workflow="pipeline", status="failed", input="t")
     theirs = Run.objects.create(team=team_b, agent="writer", status="succeeded", input="t", result="ok")
     refusals = [
-        (working, "writer-evals", 400, {"detail": "the run is still running: save it as a case once it has finished"}),
-        (reviewer_run, "writer-evals", 400,
-         {"detail": "dataset 'writer-evals' tests agent 'writer'; this run's agent is reviewer"}),
-        (workflow_run, "writer-evals", 400,
-         {"detail": "dataset 'writer-evals' tests agent 'writer'; this run's agent is none (a workflow run)"}),
+        # README: 409 while a run is queued or running (a conflict with its state), 422 invalid with the field.
+        (working, "writer-evals", 409, {"detail": "the run is still running: save it as a case once it has finished"}),
+        (reviewer_run, "writer-evals", 422, {"detail": [{
+            "loc": ["body", "dataset"], "type": "eval_refused",
+            "msg": "dataset 'writer-evals' tests agent 'writer'; this run's agent is reviewer"}]}),
+        (workflow_run, "writer-evals", 422, {"detail": [{
+            "loc": ["body", "dataset"], "type": "eval_refused",
+            "msg": "dataset 'writer-evals' tests agent 'writer'; this run's agent is none (a workflow run)"}]}),
         (theirs, "writer-evals", 404, None),
     ]
     for run, dataset, status, body in refusals:
