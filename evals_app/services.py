@@ -90,6 +90,8 @@ def eval_run_start(*, team: Team, dataset: EvalDataset, agent_version: int | Non
         raise EvalError("--agent-version applies to a dataset of an agent; this one tests a workflow",
                         field="agent_version")
     versions = {f"agent:{spec.agent}": version} if spec.agent else {}
+    if not spec.allow_real_models:
+        _real_models_check(team=team, spec=spec)
     with transaction.atomic():
         eval_run = EvalRun.objects.create(
             team=team, dataset=dataset, dataset_slug=dataset.slug, dataset_version=dataset.version,
@@ -117,16 +119,47 @@ def _case_start(*, team: Team, spec: EvalSpec, case: CaseSpec, versions: dict[st
     limits = {"max_retries": 0}  # a case is scored on what the agent did, not on a lucky retry
     if spec.agent:
         run = run_start(team=team, agent=spec.agent, input=case.task or "", user=user, limits=limits,
-                        script=case.script, versions=versions, is_eval=True)
+                        script=case.script, versions=versions, is_eval=True,
+                        eval_real_models=spec.allow_real_models)
     else:
         from workflows_app.services import workflow_run_start
 
         run = workflow_run_start(team=team, workflow=spec.workflow, inputs=case.inputs or {}, user=user,
-                                 trigger="manual", limits=limits, script=case.script, is_eval=True)
+                                 trigger="manual", limits=limits, script=case.script, is_eval=True,
+                                 eval_real_models=spec.allow_real_models)
     WorkspaceFile.objects.bulk_create(
         WorkspaceFile(run=run, path=path, content=content, author="eval") for path, content in case.files.items())
     file_version_keep(run_id=run.id, seq=0, files=dict(case.files))  # there before any event: a fork finds them
     return run
+
+
+def _real_models_check(*, team: Team, spec: EvalSpec) -> None:
+    """Refuse an eval whose cases leave an agent it starts unscripted while the team has real models.
+
+    The agents it starts: the agent under test, or the workflow's step agents. Agents met later (a
+    delegate, a spawned one) are refused at their model call (``model_choice``). With no real provider
+    the bundled demo recording stands in, which is no real model: nothing is refused.
+    """
+    from agents_app.execution.modelchoice import real_models_refusal, usable_providers
+
+    usable = usable_providers(team_id=team.pk)
+    if not usable:
+        return
+    if spec.agent:
+        starting = [spec.agent]
+    else:
+        from workflows_app.services import workflow_resolve, workflow_spec
+
+        try:
+            flow = workflow_spec(team=team, row=workflow_resolve(team=team, workflow=spec.workflow))
+        except (RunError, ValueError) as error:
+            raise EvalError(str(error)) from None
+        starting = list(dict.fromkeys(step.agent for step in flow.steps))
+    for case in spec.cases:
+        script = case.script or {}
+        for agent in starting:
+            if agent not in script and "*" not in script:
+                raise EvalError(real_models_refusal(agent=agent, providers=[p.slug for p in usable], case=case.id))
 
 
 def eval_collect_async(*, eval_run_id: int, countdown: float = 0.5, token: str = "") -> None:

@@ -90,17 +90,19 @@ def workflow_run_start(
     *, team: Team, workflow: Workflow | str, inputs: dict[str, Any], user=None, trigger: str = "manual",
     limits: dict[str, Any] | None = None, budget: dict[str, Any] | None = None, provider: str = "",
     script: dict[str, Any] | None = None, versions: dict[str, int] | None = None, is_eval: bool = False,
+    eval_real_models: bool = False,
 ) -> Run:
     """Start a run of the team's workflow: its first ready steps are sent to workers after commit.
 
-    ``versions`` pins agents at other versions than their current ones; ``is_eval`` marks a case of an eval.
+    ``versions`` pins agents at other versions than their current ones; ``is_eval`` marks a case of an eval,
+    and ``eval_real_models`` lets its unscripted agents call the team's real models.
     """
     row = workflow_resolve(team=team, workflow=workflow)
     spec = workflow_spec(team=team, row=row)
     values = inputs_check(spec, inputs or {})
     script_check(team=team, script=script, agents=[] if is_eval else sorted({step.agent for step in spec.steps}))
     run = Run.objects.create(
-        is_eval=is_eval,
+        is_eval=is_eval, eval_real_models=is_eval and eval_real_models,
         team=team, workflow=row.slug, input="\n".join(f"{name}: {value}" for name, value in values.items()),
         created_by=user if getattr(user, "pk", None) else None,
         limits={**DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,

@@ -18,6 +18,7 @@ from agents_app.llm.registry import ProviderConfig, Resolved, build_provider, pr
 from agents_app.llm.scripted import MemoryCursor, ScriptedProvider
 from agents_app.llm.windows import ModelLimits, model_limits
 from agents_app.models import ModelProvider, ProviderModel, Run, Team
+from mas_core.llm_types import ProviderError
 from mas_core.specs import TIERS
 
 DEMO_RECORDING = Path(__file__).resolve().parent.parent / "llm" / "demo_recording.json"
@@ -47,19 +48,36 @@ def model_choice(*, run: Run, ref: str, tier: str, agent: str = "") -> Choice:
     stands in for).
 
     In an eval run the script plays only the agents it names (the fixtures of the case): the others are
-    the agents under test and call the team's models.
+    the agents under test and call the team's models — only when the dataset allows real models
+    (``Run.eval_real_models``); otherwise such a call is refused (the bundled demo recording, which is no
+    real model, still stands in when the team has none).
     Raises :class:`~mas_core.llm_types.ProviderError` saying what to configure when nothing serves it.
     """
     if run.script is not None and not (run.is_eval and agent and agent not in run.script and "*" not in run.script):
         return _scripted(run, ref)
-    providers = list(ModelProvider.objects.filter(team_id=run.team_id).prefetch_related("models"))
-    if run.provider:
-        providers = [p for p in providers if p.slug == run.provider]
-    usable = [p for p in providers if p.provider_type != "scripted" and (p.base_url or os.environ.get(p.api_key_env))]
+    usable = usable_providers(team_id=run.team_id, only=run.provider)
     if not usable:
         return Choice("scripted", "demo-recording", tier, Prices(), "demo")
+    if run.is_eval and not run.eval_real_models:
+        raise ProviderError("bad_request", real_models_refusal(agent=agent, providers=[p.slug for p in usable]))
     config, model = resolve_model(ref, [provider_config(p) for p in usable])
     return Choice(config.slug, model.name, model.tier, model.prices, "provider", config, model.limits)
+
+
+def usable_providers(*, team_id: int, only: str = "") -> list[ModelProvider]:
+    """The team's providers that call a real model (not scripted; with a URL or their key set), in order."""
+    providers = list(ModelProvider.objects.filter(team_id=team_id).prefetch_related("models"))
+    if only:
+        providers = [p for p in providers if p.slug == only]
+    return [p for p in providers if p.provider_type != "scripted" and (p.base_url or os.environ.get(p.api_key_env))]
+
+
+def real_models_refusal(*, agent: str, providers: list[str], case: str = "") -> str:
+    """Why an eval case may not call the team's models for ``agent``, and what to do about it."""
+    where = f"case {case!r} does not script" if case else "the eval case does not script"
+    return (f"{where} agent {agent or '?'!r}, so it would call the team's real models "
+            f"(provider{'s' if len(providers) > 1 else ''} {', '.join(providers)}); an eval calls none unless "
+            f"its dataset says allow_real_models: true — script the agent's turns in the case, or allow it")
 
 
 def _scripted(run: Run, ref: str) -> Choice:

@@ -73,13 +73,14 @@ def run_start(
     *, team: Team, agent: str, input: str, user=None, limits: dict[str, Any] | None = None,
     budget: dict[str, Any] | None = None, provider: str = "", script: dict[str, Any] | None = None,
     approvals: list[Any] | None = None, versions: dict[str, int] | None = None, is_eval: bool = False,
+    eval_real_models: bool = False,
 ) -> Run:
     """Create a run with its root activation and send that to a worker (after commit).
 
     ``approvals``: tool names or patterns whose calls wait for a person in this run, on top of what the
     definitions and the team ask for (agents_app.approvals.policy). ``versions`` pins definitions at other
     versions than their current ones (``{"agent:writer": 2}``: an eval of an older version); ``is_eval``
-    marks a case of an eval.
+    marks a case of an eval, and ``eval_real_models`` lets its unscripted agents call the team's real models.
     """
     from agents_app.approvals.policy import entries_check
 
@@ -92,6 +93,7 @@ def run_start(
         team=team, agent=agent, input=input, created_by=user if getattr(user, "pk", None) else None,
         limits={**DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
         approvals=approvals, versions=dict(versions or {}), is_eval=is_eval,
+        eval_real_models=is_eval and eval_real_models,
     )
     agent_resolve(run=run, slug=agent)  # exists? (pins it: the run is not saved yet, so at its current version)
     run.save(force_insert=True)

@@ -46,7 +46,11 @@ class Run(models.Model):
     is_eval = models.BooleanField(
         default=False, db_index=True,
         help_text="A case of an eval: left out of the run lists unless asked for; agents its script does not "
-                  "name call the team's models (they are the agents under test)")
+                  "name call the team's models (they are the agents under test) if eval_real_models allows it")
+    eval_real_models = models.BooleanField(
+        default=False,
+        help_text="A case of an eval whose dataset says allow_real_models: the agents its script does not name "
+                  "may call the team's real models (otherwise such a call is refused)")
     notice = models.CharField(max_length=300, blank=True)
     result = models.TextField(blank=True)
     error = models.TextField(blank=True)
