@@ -178,7 +178,15 @@ def test_a_run_saved_as_a_case_replays_the_other_agents_and_passes(team_a, api_f
         server.add(sse(openai_stream(tool_calls=[("c1", "delegate", ['{"agent": "helper", "task": "Add 2 and 2."}'])],
                                      usage=(50, 10))),
                    sse(openai_stream(text=["The helper says 4."], usage=(60, 5))))
-        started = api_for(team_a, "operator").post("/api/evals/lead-cases/runs", {})
+        operator = api_for(team_a, "operator")
+        # The saved case scripts only the helper: the lead would call the team's model, which an eval does
+        # only once the dataset allows real models.
+        refused = operator.post("/api/evals/lead-cases/runs", {})
+        assert refused.status_code == 422
+        assert refused.json()["detail"][0]["msg"].startswith("case 'sum' does not script agent 'lead', so it would "
+                                                            "call the team's real models (provider fake)")
+        assert editor.patch("/api/evals/lead-cases", {"allow_real_models": True}).status_code == 200
+        started = operator.post("/api/evals/lead-cases/runs", {})
         assert started.status_code == 201, started.content
         eval_run = eval_done(EvalRun.objects.get(pk=started.json()["id"]))
         result = eval_run.cases.get()
