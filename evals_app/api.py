@@ -144,7 +144,8 @@ def _invalid(error: EvalError, *, field: str = "") -> NoReturn:
 @router.post("/evals/{slug}/runs", auth=operate, tags=TAGS, operation_id="eval_run_start",
              response={201: EvalRunDetailOut, **error_responses(400, 401, 403, 404, 415, 422)},
              description="422 when the dataset cannot run as asked (a version that is not kept, an agent's "
-                         "version for a workflow's dataset), naming the field.",
+                         "version for a workflow's dataset, a case that would call real models the dataset does "
+                         "not allow), naming the field.",
              summary="Run every case of a dataset as eval runs of its agent (optionally against another version)")
 def start(request, slug: str, payload: EvalRunIn):
     actor: Actor = request.auth

@@ -144,8 +144,9 @@ class EvalSpec(Strict):
     judge: JudgeSpec | None = None
     allow_real_models: bool = Field(default=False, description=(
         "Let the cases' runs call the team's real models for the agents a case does not script (the agent "
-        "under test, as a rule). Without it an eval calls no real model: such a case is refused when the eval "
-        "starts, and any such call during a run fails."))
+        "under test, as a rule). Without it an eval calls no real model: while the team has a real provider, a "
+        "case leaving an agent it starts unscripted is refused when the eval starts, and any such call during a "
+        "run fails (the bundled demo recording, no real model, still stands in when the team has none)."))
     timeout_s: int | float = Field(default=600, gt=0, le=86_400, description="How long one case's run may take.")
     cases: list[CaseSpec] = Field(min_length=1, max_length=MAX_CASES)
 
