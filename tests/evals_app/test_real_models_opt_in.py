@@ -5,7 +5,10 @@ says ``allow_real_models: true`` — refused when the eval starts (the agents it
 
 from __future__ import annotations
 
+from io import StringIO
+
 import pytest
+from django.core.management import CommandError, call_command
 
 from agents_app.kinds import PROVIDER
 from agents_app.models import Run, Session
@@ -72,6 +75,14 @@ def test_an_agent_met_during_the_run_calls_a_real_model_only_when_the_dataset_al
         agent(team_a, "Lead", "tools: [delegate]\n")
         agent(team_a, "Helper", "tools: []\n")
         from evals_app.services import eval_run_start
+
+        # The command refuses as the API does, before anything starts.
+        agent(team_a, "Writer")
+        define(team_a, EVAL, UNSCRIPTED)
+        with pytest.raises(CommandError) as caught:
+            call_command("eval", "writer-evals", "--team", team_a.slug, stdout=StringIO())
+        assert (caught.value.returncode, str(caught.value)) == (1, REFUSAL)
+        assert (EvalRun.objects.count(), Run.objects.count()) == (0, 0)
 
         closed = define(team_a, EVAL, DELEGATING.format(allow="")).row
         refused = eval_done(eval_run_start(team=team_a, dataset=closed)).cases.get().run
