@@ -23,7 +23,7 @@ from agents_app.execution.filehistory import file_version_keep
 from agents_app.execution.runs import run_start
 from agents_app.models import Agent, DefinitionVersion, Run, Team, WorkspaceFile
 from agents_app.selectors_runs import run_duration_s
-from evals_app.models import CaseStatus, EvalCaseResult, EvalDataset, EvalRun, EvalRunStatus
+from evals_app.models import CaseStatus, EvalCaseResult, EvalDataset, EvalRun
 from evals_app.scorers import Observation, ToolCallSeen
 from evals_app.specs import CaseSpec, EvalSpec
 

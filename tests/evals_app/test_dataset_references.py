@@ -12,7 +12,6 @@ from django.urls import reverse
 
 from agents_app.kinds import PROVIDER
 from agents_app.models import DefinitionVersion
-from evals_app.kinds import EVAL
 from evals_app.models import EvalDataset
 from mas_core.definitions import storage
 from mas_core.definitions.sync import markdown_sync
