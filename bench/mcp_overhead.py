@@ -47,7 +47,7 @@ async def main(calls: int) -> None:
         return None
 
     spec = MCPServerSpec(name="demo", transport="stdio", command=sys.executable, args=[SERVER, "stdio"], timeout_s=30)
-    connection = Connection(ServerConfig(slug="demo", spec=spec))
+    connection = Connection(ServerConfig(slug="demo", spec=spec, stdio_allowed=True))
     await connection.open()
     registry = ToolRegistry()
     registry.register(bridged_tool(connection, next(t for t in connection.tools if t.name == "add"), sink))

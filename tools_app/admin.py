@@ -127,7 +127,7 @@ class MCPServerAdmin(DefinitionAdmin):
 
     def refusal(self, request, team, parsed, instance):
         if parsed.spec.transport == "stdio" and not team.stdio_mcp_allowed:
-            return f"Field transport: {stdio_not_granted(team)}."
+            return f"Field transport: {stdio_not_granted(team.slug)}."
         if parsed.spec.transport == "stdio" and not can_manage_stdio(request, team):
             return STDIO_REFUSAL
         return None

@@ -12,6 +12,7 @@ and so does testing or approving one. ``/test`` connects and lists the tools;
 
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from ninja import Router
 from ninja.errors import HttpError
 from pydantic import BaseModel
@@ -61,10 +62,19 @@ def _server_for(request, slug: str):
 @router.post("/mcp-servers/{slug}/test", auth=api_auth("edit"), tags=["mcp-servers"], operation_id="mcp_test",
              response={200: MCPTestOut, **error_responses(401, 403, 404)},
              summary="Connect to an MCP server, list its tools (kept on the row), report timings and errors")
-def test_server(request, slug: str):
-    from tools_app.mcp.services import mcp_server_test
+async def test_server(request, slug: str):
+    # Async: the connection is awaited on the event loop, bounded by the connect and list timeouts, so a slow
+    # or hanging server holds no web thread; only the row's lookup and the save run in a thread.
+    from tools_app.mcp.client import ServerConfig
+    from tools_app.mcp.services import mcp_server_discover, mcp_server_test_record
 
-    return mcp_server_test(row=_server_for(request, slug))
+    def load():
+        row = _server_for(request, slug)
+        return row, ServerConfig.of(row)
+
+    row, config = await sync_to_async(load)()
+    found = await mcp_server_discover(config=config)
+    return await sync_to_async(mcp_server_test_record)(row=row, found=found)
 
 
 @router.post("/mcp-servers/{slug}/approve", auth=api_auth("edit"), tags=["mcp-servers"],

@@ -122,10 +122,10 @@ STDIO_NEEDS_PERMISSION = ("stdio MCP servers run a command on the server: this n
                           "stdio permission) in a team the operator granted stdio MCP servers")
 
 
-def stdio_not_granted(team: Team) -> str:
-    """Why a stdio MCP server of ``team`` is refused (saved or started) without the operator's grant."""
-    return (f"team {team.slug} may not have stdio MCP servers (a command run on the server): only the operator "
-            f"grants it (a superuser in the team's admin page, or `manage.py create_team {team.slug} --allow-stdio`)")
+def stdio_not_granted(team: str) -> str:
+    """Why a stdio MCP server of team ``team`` (a slug) is refused, saved or started, without the operator's grant."""
+    return (f"team {team} may not have stdio MCP servers (a command run on the server): only the operator "
+            f"grants it (a superuser in the team's admin page, or `manage.py create_team {team} --allow-stdio`)")
 
 
 @transaction.atomic
@@ -151,7 +151,7 @@ def definition_save(
     slug = slug or definition_slug(parsed.spec.name)
     if kind.name == "mcp" and parsed.spec.transport == "stdio":
         if not team.stdio_mcp_allowed:  # whoever saves, from wherever (API, admin, markdown sync)
-            raise DefinitionPermissionError(stdio_not_granted(team))
+            raise DefinitionPermissionError(stdio_not_granted(team.slug))
         if not allow_stdio:
             raise DefinitionPermissionError(STDIO_NEEDS_PERMISSION)
     model = kind.model

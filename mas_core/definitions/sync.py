@@ -298,7 +298,7 @@ class _Run:
         target = slug if _is_slug(slug) else self._slug_for(kind, slug, path)
         parsed = self._parse(kind, files.text, path)
         if kind.name == "mcp" and parsed.spec.transport == "stdio" and not self.team.stdio_mcp_allowed:
-            raise DefinitionPermissionError(stdio_not_granted(self.team))  # also when only checking
+            raise DefinitionPermissionError(stdio_not_granted(self.team.slug))  # also when only checking
         warnings = [_located(path, warning) for warning in parsed.warnings]
         target_path = kind.relative_path(target).as_posix()
         if target != slug:
