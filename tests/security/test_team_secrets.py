@@ -225,6 +225,8 @@ def test_testing_an_mcp_server_whose_header_variable_was_taken_back_sends_nothin
 def test_a_stdio_server_whose_env_variable_was_taken_back_is_not_started(team_a, api_for, settings, tmp_path,
                                                                          monkeypatch):
     marker = tmp_path / "started"
+    team_a.stdio_mcp_allowed = True  # the operator's grant: stdio MCP servers
+    team_a.save(update_fields=["stdio_mcp_allowed"])
     monkeypatch.setenv("PROBE_MCP_TOKEN", "probe-token-canary-2c")
     settings.MAS_TEAM_SECRETS = "PROBE_MCP_TOKEN"
     api = api_for(team_a, "admin")

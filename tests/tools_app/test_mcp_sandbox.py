@@ -207,3 +207,49 @@ def test_the_network_is_on_unless_the_operator_turns_it_off(team_a, api_for, set
     assert lines["net"] == reached
     assert listener.accepted == (1 if network else 0)
     listener.sock.close()
+
+
+# -- testing a slow server (point 7) -------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_testing_a_hanging_server_answers_within_its_timeout_and_holds_no_web_thread(team_a, make_member, make_token):
+    """The probe's `sleep 30` held a web request for 12 s. Two Tests at once, and a request meanwhile, over a
+    real daphne: each Test answers the connect timeout's error in about that timeout, the other at once."""
+    import time
+
+    from tests.web import WebServer
+
+    granted(team_a)
+    token = make_token(team_a, make_member(team_a, "admin"))
+    definition_save(kind=MCP, team=team_a, slug="slow", parsed=definition_parse(
+        kind=MCP, team=team_a, text="---\nname: slow\ntransport: stdio\ncommand: sleep\nargs: ['30']\ntimeout_s: 2\n---\n"))
+    web = WebServer(label="mcp-test")
+    web.start()
+    answers: dict[int, object] = {}
+    try:
+        web.request("GET", "/api/me", token=token)  # warm
+        tests = [threading.Thread(target=lambda i=i: answers.__setitem__(
+            i, web.request("POST", "/api/mcp-servers/slow/test", token=token, timeout=60))) for i in range(2)]
+        started = time.monotonic()
+        for thread in tests:
+            thread.start()
+        time.sleep(0.5)
+        meanwhile = web.request("GET", "/api/me", token=token)
+        for thread in tests:
+            thread.join(60)
+        both = time.monotonic() - started
+    finally:
+        web.stop()
+
+    import json
+
+    for answer in answers.values():
+        body = json.loads(answer.body)
+        assert (answer.status, body["ok"], body["tools"]) == (200, False, [])
+        assert body["error"] == "MCP server slow did not answer within 2 s (connect)"
+    # Generous bounds: the 2-s timeout, the SDK's few seconds to end the process; never sleep's 30 s, nor one
+    # Test waiting for the other (a thread held), nor a plain request waiting for either.
+    print("TIMES", both, [a.seconds for a in answers.values()], meanwhile.seconds)
+    assert both < 12, both
+    assert meanwhile.status == 200 and meanwhile.seconds < 2, meanwhile
