@@ -73,7 +73,7 @@ async def test_server(request, slug: str):
         return row, ServerConfig.of(row)
 
     row, config = await sync_to_async(load)()
-    found = await mcp_server_discover(config=config)
+    found = await mcp_server_discover(config=config, close_in_background=True)
     return await sync_to_async(mcp_server_test_record)(row=row, found=found)
 
 

@@ -245,16 +245,23 @@ class Connection:
     def _why(self, error: BaseException | None) -> str:
         return _describe(error, self._redact)
 
-    async def open(self) -> None:
+    async def open(self, *, close_in_background: bool = False) -> None:
+        """Connect and list the tools, within the connect and list timeouts. ``close_in_background``: on a
+        timeout, raise at once and leave the server (the SDK ends a process in a few seconds) in a task of
+        this loop, which must outlive it (a web server's); else that is waited for."""
         connect_s, list_s, _ = connection_limits()
         self._task = asyncio.create_task(self._run(), name=f"mcp:{self.config.slug}")
         try:
             await asyncio.wait_for(self._ready.wait(), timeout=min(connect_s, self.config.spec.timeout_s))
         except asyncio.TimeoutError:
+            message = (f"MCP server {self.config.slug} did not answer within "
+                       f"{min(connect_s, self.config.spec.timeout_s):g} s (connect)")
+            if close_in_background:
+                self._close_later()
+                tail = self._stderr.tail() if self._stderr is not None else ""
+                raise self._fail(message + (f" (stderr: {tail})" if tail else "")) from None
             await self.close(graceful=False)
-            raise self._fail(f"MCP server {self.config.slug} did not answer within "
-                             f"{min(connect_s, self.config.spec.timeout_s):g} s (connect)"
-                             + await self._stderr_note()) from None
+            raise self._fail(message + await self._stderr_note()) from None
         if self._session is None:
             await self.close(graceful=False)
             if isinstance(self._error, MCPError):
@@ -264,7 +271,10 @@ class Connection:
         try:
             listed = await asyncio.wait_for(self._session.list_tools(), timeout=list_s)
         except asyncio.TimeoutError:
-            await self.close()
+            if close_in_background:
+                self._close_later()
+            else:
+                await self.close()
             raise self._fail(f"MCP server {self.config.slug} did not list its tools within {list_s:g} s") from None
         except Exception as error:
             await self.close()
@@ -272,6 +282,11 @@ class Connection:
         self.tools = [DiscoveredTool(tool.name, tool.description or "", dict(tool.input_schema or {}),
                                      read_only=_read_only(tool))
                       for tool in listed.tools]
+
+    def _close_later(self) -> None:
+        task = asyncio.create_task(self.close(graceful=False), name=f"mcp-close:{self.config.slug}")
+        _closing.add(task)  # a reference until it is done: the loop keeps only weak ones
+        task.add_done_callback(_closing.discard)
 
     async def _stderr_note(self) -> str:
         """The last lines the server wrote to stderr (redacted), for an error saying why it did not start."""
@@ -322,6 +337,9 @@ class Connection:
                     pass
         if self._stderr is not None:
             self._stderr.spawned()
+
+
+_closing: set[asyncio.Task] = set()  # connections being left in the background (Connection._close_later)
 
 
 def _guarded_client(headers: dict[str, str] | None = None, timeout=None, auth=None):
@@ -406,11 +424,13 @@ def _content_text(result) -> str:
     return "\n".join(parts)
 
 
-async def discover(config: ServerConfig) -> tuple[list[DiscoveredTool], dict[str, float]]:
-    """Connect, list tools, disconnect: the tools and the timings (ms) of each part. MCPError on failure."""
+async def discover(config: ServerConfig, *, close_in_background: bool = False
+                   ) -> tuple[list[DiscoveredTool], dict[str, float]]:
+    """Connect, list tools, disconnect: the tools and the timings (ms) of each part. MCPError on failure
+    (``close_in_background``: see :meth:`Connection.open`)."""
     started = time.perf_counter()
     connection = Connection(config)
-    await connection.open()
+    await connection.open(close_in_background=close_in_background)
     listed = time.perf_counter()
     await connection.close()
     return connection.tools, {"connect_and_list_ms": round((listed - started) * 1000, 1),

@@ -2,8 +2,9 @@
 
 Testing connects, lists the tools and disconnects, bounded by the connect and
 list timeouts: the API's endpoint awaits :func:`mcp_server_discover` on the
-event loop (no web thread waits for a slow server), the admin's action runs it
-to the end in its request.
+event loop (no web thread waits for a slow server, and one that times out is
+answered at once, left in the background), the admin's action runs it to the
+end in its request.
 """
 
 from __future__ import annotations
@@ -30,12 +31,16 @@ class Discovery:
     error: str | None = None
 
 
-async def mcp_server_discover(*, config: ServerConfig) -> Discovery:
-    """Connect, list the tools, disconnect — within the connect and list timeouts (and a grace to close)."""
+async def mcp_server_discover(*, config: ServerConfig, close_in_background: bool = False) -> Discovery:
+    """Connect, list the tools, disconnect — within the connect and list timeouts (and a grace to close).
+
+    ``close_in_background`` (a web server's loop, which outlives the request): a server that timed out is
+    answered at once and left in the background, the SDK taking a few seconds to end its process."""
     connect_s, list_s, _ = connection_limits()
     bound = min(connect_s, float(config.spec.timeout_s)) + list_s + CLOSE_GRACE_S
     try:
-        tools, timings = await asyncio.wait_for(discover(config), timeout=bound)
+        tools, timings = await asyncio.wait_for(discover(config, close_in_background=close_in_background),
+                                                timeout=bound)
     except MCPError as error:
         return Discovery(tools=None, error=str(error))
     except asyncio.TimeoutError:
