@@ -79,6 +79,19 @@ def test_with_the_grant_the_team_admin_creates_one_and_an_editor_still_may_not(t
 
 
 @pytest.mark.django_db
+def test_the_admin_form_refuses_a_team_admin_without_the_grant(team_a, make_member):
+    from tests.agents_app.test_admin_definitions import admin_url, client_for
+
+    client = client_for(make_member(team_a, "admin"))
+    response = client.post(admin_url(MCP, "add"), {"team": team_a.pk, "markdown": "---\nname: probe\n"
+                                                   "transport: stdio\ncommand: sh\nargs: [-c, exit 1]\n---\n"})
+
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["markdown"] == [f"Field transport: {stdio_not_granted('alpha')}."]
+    assert not MCPServer.objects.filter(team=team_a).exists()
+
+
+@pytest.mark.django_db
 def test_markdown_sync_refuses_a_stdio_server_of_a_team_without_the_grant(team_a):
     folder = team_defs_dir(team_a) / "mcp"
     folder.mkdir(parents=True)
@@ -125,6 +138,19 @@ def test_only_a_superuser_changes_the_grant_in_the_admin(team_a, make_member, cl
                             "stdio_mcp_allowed": "on", "approval_deadline_s": "86400"})
     assert response.status_code == 302, response.content.decode()[:2000]
     assert Team.objects.get(pk=team_a.pk).stdio_mcp_allowed is True
+
+
+def test_the_env_goes_through_bubblewraps_environment_not_its_command_line():
+    from tools_app.mcp.sandbox import SandboxRefused, wrap
+
+    program, arguments, environment = wrap("sh", ["-c", "exit 1"], {"TOKEN": ROW_SECRET}, ["HOME", "USER"])
+
+    assert program.endswith("/bwrap") and arguments[-4:] == ["--", "sh", "-c", "exit 1"]
+    assert ROW_SECRET not in " ".join(arguments)
+    assert environment == {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/mcp", "TOKEN": ROW_SECRET}
+    assert arguments[arguments.index("--unsetenv") + 1] == "USER" and arguments.count("--unsetenv") == 1
+    with pytest.raises(SandboxRefused, match="^env GLIBC_TUNABLES, LD_PRELOAD: a loader variable"):
+        wrap("sh", [], {"LD_PRELOAD": "/tmp/x.so", "GLIBC_TUNABLES": "x", "OK": "1"}, [])
 
 
 # -- what it sees ------------------------------------------------------------------------------------------
