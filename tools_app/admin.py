@@ -139,7 +139,9 @@ class MCPServerAdmin(DefinitionAdmin):
         return super().has_change_permission(request, obj) and self._stdio_allowed(request, obj)
 
     def has_delete_permission(self, request, obj=None):
-        return super().has_delete_permission(request, obj) and self._stdio_allowed(request, obj)
+        # A stdio server of a team without the operator's grant cannot start: whoever deletes definitions may remove it.
+        return super().has_delete_permission(request, obj) and (
+            self._stdio_allowed(request, obj) or not obj.team.stdio_mcp_allowed)
 
     @admin.display(description="Stored secrets")
     def secret_names(self, obj):

@@ -3,9 +3,11 @@
 MCP secrets are write-only: env values and headers sent as literals are kept
 in the row's secret columns by the save service; responses show only the
 ``${NAME}`` references and the names of the secret keys. Creating, editing
-or deleting a stdio server needs ``Actor.can_manage_stdio`` (403 otherwise),
-and so does testing or approving one. ``/test`` connects and lists the tools;
-``/approve`` approves them as listed: an agent is offered only approved tools.
+or deleting a stdio server needs ``Actor.can_manage_stdio`` (403 otherwise:
+only in a team the operator granted stdio servers; without the grant one may
+only be deleted), and so does testing or approving one. ``/test`` connects
+and lists the tools, on the event loop; ``/approve`` approves them as listed:
+an agent is offered only approved tools.
 """
 
 # No `from __future__ import annotations`: ninja reads the annotations at import time.

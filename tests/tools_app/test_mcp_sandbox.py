@@ -119,6 +119,20 @@ def test_a_stdio_server_of_a_team_whose_grant_was_taken_back_is_not_started(team
 
 
 @pytest.mark.django_db
+def test_without_the_grant_a_stdio_server_can_still_be_deleted_but_not_changed(team_a, api_for):
+    granted(team_a)
+    admin = api_for(team_a, "admin")
+    assert admin.post("/api/mcp-servers", stdio_body("Probe", "exit 1")).status_code == 201
+    Team.objects.filter(pk=team_a.pk).update(stdio_mcp_allowed=False)
+
+    changed = admin.patch("/api/mcp-servers/probe", {"args": ["-c", "exit 2"]})
+    assert changed.status_code == 403
+    assert MCPServer.objects.get(team=team_a, slug="probe").spec["args"] == ["-c", "exit 1"]
+    assert api_for(team_a, "editor").delete("/api/mcp-servers/probe").status_code in (200, 204)
+    assert not MCPServer.objects.filter(team=team_a).exists()
+
+
+@pytest.mark.django_db
 def test_only_a_superuser_changes_the_grant_in_the_admin(team_a, make_member, client):
     from django.contrib.auth import get_user_model
 
