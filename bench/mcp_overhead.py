@@ -28,6 +28,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mas_project.settings")
 
 SERVER = str(ROOT / "tests" / "tools_app" / "mcp_servers" / "demo.py")
+# The bridged server runs in the stdio sandbox: it sees this interpreter and the test server's folder.
+os.environ.setdefault("MAS_MCP_STDIO_READ_ONLY", ",".join([sys.prefix, sys.base_prefix, str(Path(SERVER).parent)]))
 
 
 async def main(calls: int) -> None:
