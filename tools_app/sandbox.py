@@ -101,7 +101,7 @@ def system_dirs() -> list[str]:
     """bubblewrap arguments for what every sandbox sees of the host: ``/usr`` read-only (and the merged-/usr
     links to it), its own ``/proc`` and a minimal ``/dev``. Shared with stdio MCP servers (tools_app.mcp.sandbox)."""
     return ["--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-            "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin", "--proc", "/proc", "--dev", "/dev"]
+            "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev"]
 
 
 def command(limits: Limits, work_bytes: int) -> list[str]:

@@ -8,6 +8,7 @@ network) goes through the real Test endpoint and a real connection.
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
@@ -159,7 +160,7 @@ def test_the_env_goes_through_bubblewraps_environment_not_its_command_line():
 
     program, arguments, environment = wrap("sh", ["-c", "exit 1"], {"TOKEN": ROW_SECRET}, ["HOME", "USER"])
 
-    assert program.endswith("/bwrap") and arguments[-4:] == ["--", "sh", "-c", "exit 1"]
+    assert program.endswith("/bwrap") and arguments[-3:] == ["sh", "-c", "exit 1"]
     assert ROW_SECRET not in " ".join(arguments)
     assert environment == {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/mcp", "TOKEN": ROW_SECRET}
     assert arguments[arguments.index("--unsetenv") + 1] == "USER" and arguments.count("--unsetenv") == 1
@@ -208,6 +209,32 @@ def test_the_probes_command_reads_nothing_outside_its_sandbox(team_a, beta_file,
     assert "root" not in root or str(repo).startswith("/root") or any(
         p.startswith("/root/") for p in settings.MAS_MCP_STDIO_READ_ONLY)
     assert {"usr", "etc", "tmp", "home", "proc", "dev"} <= set(root)
+
+
+@pytest.mark.django_db
+def test_under_a_root_worker_the_server_is_nobody_on_the_hosts_files(team_a, api_for, settings, tmp_path):
+    """A folder the operator shows it may hold a file only root reads: the server, nobody, does not read it."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root worker changes the server's user (any other runs it as itself)")
+    shown = tmp_path / "shown"
+    shown.mkdir()
+    shown.chmod(0o755)
+    (shown / "public.txt").write_text("public-7e2")
+    (shown / "private.txt").write_text("root-only-3c9")
+    (shown / "private.txt").chmod(0o600)
+    settings.MAS_MCP_STDIO_READ_ONLY = [*settings.MAS_MCP_STDIO_READ_ONLY, str(shown)]
+    granted(team_a)
+    script = (f"echo \"public: $(cat {shown}/public.txt 2>&1)\" >&2; "
+              f"echo \"private: $(cat {shown}/private.txt 2>&1)\" >&2; "
+              "echo \"caps: $(grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status | tr -s '\\t\\n' '  ')\" >&2; exit 1")
+    admin = api_for(team_a, "admin")
+    assert admin.post("/api/mcp-servers", stdio_body("Root", script)).status_code == 201
+
+    lines = probe_lines(admin.post("/api/mcp-servers/root/test").json())
+
+    assert lines["public"] == "public-7e2"
+    assert lines["private"] == f"cat: {shown}/private.txt: Permission denied"
+    assert lines["caps"].split() == ["CapEff:", "0000000000000000", "CapBnd:", "0000000000000000", "NoNewPrivs:", "1"]
 
 
 class Listener:

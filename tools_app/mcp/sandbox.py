@@ -10,14 +10,17 @@ interpreter or servers installed elsewhere), and a memory-backed home
 read-only. It does not see ``var/`` (the definitions, workspaces and logs of
 every team), the repository, the worker's home or other processes. Its
 environment is the row's ``env`` (declared team secrets and stored values)
-and ``PATH``/``HOME``, nothing of the worker's. A root worker runs it as
-``nobody`` in a user namespace.
+and ``PATH``/``HOME``, nothing of the worker's. Under a root worker it runs as
+``nobody`` (``setpriv``, once bubblewrap has set up the sandbox as root), with
+no capabilities and none to gain.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+from pathlib import PurePosixPath
 
 from django.conf import settings
 
@@ -53,18 +56,35 @@ def wrap(command: str, args: list[str], env: dict[str, str], inherited: list[str
     if refused:
         raise SandboxRefused(f"env {', '.join(refused)}: a loader variable, not passed to a sandboxed server")
     environment = {"PATH": PATH, "HOME": HOME, **env}
-    arguments = ["--unshare-all", *(["--share-net"] if settings.MAS_MCP_STDIO_NETWORK else []),
-                 "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    network = settings.MAS_MCP_STDIO_NETWORK
     if os.geteuid() == 0:
-        # Root would own the files the sandbox may read: it is nobody there (bubblewrap still binds, as root,
-        # the folders the operator listed, wherever they are).
-        arguments += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+        # A root worker's bubblewrap sets up the sandbox as root (it binds the operator's folders wherever they
+        # are); the server then becomes nobody for real (no capabilities, none to gain), as code_exec does.
+        # A user namespace would keep it root on the host's files.
+        arguments = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
+                     *([] if network else ["--unshare-net"]), "--die-with-parent", "--new-session",
+                     "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                     "--cap-add", "CAP_SETPCAP"]
+        become = [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+                  "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+    else:
+        arguments = ["--unshare-all", *(["--share-net"] if network else []), "--die-with-parent", "--new-session",
+                     "--cap-drop", "ALL"]
+        become = []
     size = str(settings.MAS_MCP_STDIO_TMPFS_BYTES)
-    arguments += [*system_dirs(), "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/home"]
+    arguments += [*system_dirs(), "--symlink", "usr/sbin", "/sbin", "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
+                  "--size", size, "--tmpfs", "/home", "--perms", "0777", "--dir", HOME]
+    made: set[str] = set()
     for path in [*ETC, *settings.MAS_MCP_STDIO_READ_ONLY]:
+        # The folders leading to it are the sandbox's own, empty but for it, and open to walk through.
+        for parent in list(reversed(PurePosixPath(path).parents))[1:]:
+            if str(parent) not in made and str(parent) not in ("/tmp", "/home", HOME) and not str(parent).startswith(
+                    ("/usr", "/proc", "/dev")):
+                made.add(str(parent))
+                arguments += ["--perms", "0755", "--dir", str(parent)]
         arguments += ["--ro-bind-try", path, path]
-    arguments += ["--dir", HOME, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", HOME]
+    arguments += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", HOME]
     for name in inherited:
         if name not in environment:
             arguments += ["--unsetenv", name]
-    return program, [*arguments, "--", command, *args], environment
+    return program, [*arguments, "--", *become, command, *args], environment
