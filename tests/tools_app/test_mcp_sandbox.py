@@ -226,7 +226,8 @@ def test_under_a_root_worker_the_server_is_nobody_on_the_hosts_files(team_a, api
     granted(team_a)
     script = (f"echo \"public: $(cat {shown}/public.txt 2>&1)\" >&2; "
               f"echo \"private: $(cat {shown}/private.txt 2>&1)\" >&2; "
-              "echo \"caps: $(grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status | tr -s '\\t\\n' '  ')\" >&2; exit 1")
+              "echo \"caps: $(grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status | tr -s '\\t\\n' '  ')\" >&2; "
+              "exit 1")
     admin = api_for(team_a, "admin")
     assert admin.post("/api/mcp-servers", stdio_body("Root", script)).status_code == 201
 
@@ -309,7 +310,8 @@ def test_testing_a_hanging_server_answers_within_its_timeout_and_holds_no_web_th
     granted(team_a)
     token = make_token(team_a, make_member(team_a, "admin"))
     definition_save(kind=MCP, team=team_a, slug="slow", parsed=definition_parse(
-        kind=MCP, team=team_a, text=f"---\nname: slow\ntransport: stdio\ncommand: sleep\nargs: ['{SLEEP}']\ntimeout_s: 2\n---\n"))
+        kind=MCP, team=team_a,
+        text=f"---\nname: slow\ntransport: stdio\ncommand: sleep\nargs: ['{SLEEP}']\ntimeout_s: 2\n---\n"))
     web = WebServer(label="mcp-test")
     web.start()
     answers: dict[int, object] = {}

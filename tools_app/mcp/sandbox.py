@@ -42,7 +42,8 @@ class SandboxRefused(ValueError):
     """The server cannot be started in the sandbox (its env names a loader variable)."""
 
 
-def wrap(command: str, args: list[str], env: dict[str, str], inherited: list[str]) -> tuple[str, list[str], dict[str, str]]:
+def wrap(command: str, args: list[str], env: dict[str, str],
+         inherited: list[str]) -> tuple[str, list[str], dict[str, str]]:
     """``(executable, arguments, environment)`` that run ``command args`` in the sandbox with exactly ``env``
     and ``PATH``/``HOME`` (the row's env may set them). ``inherited``: the variables the SDK adds from the
     worker's environment (its "safe" defaults): unset inside. Raises :class:`SandboxUnavailable` without
@@ -72,7 +73,8 @@ def wrap(command: str, args: list[str], env: dict[str, str], inherited: list[str
                      "--cap-drop", "ALL"]
         become = []
     size = str(settings.MAS_MCP_STDIO_TMPFS_BYTES)
-    arguments += [*system_dirs(), "--symlink", "usr/sbin", "/sbin", "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
+    arguments += [*system_dirs(), "--symlink", "usr/sbin", "/sbin",
+                  "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
                   "--size", size, "--tmpfs", "/home", "--perms", "0777", "--dir", HOME]
     made: set[str] = set()
     for path in [*ETC, *settings.MAS_MCP_STDIO_READ_ONLY]:
