@@ -17,7 +17,7 @@ export MAS_TEAM_SECRETS ?= OPENAI_API_KEY=demo,ANTHROPIC_API_KEY=demo,GEMINI_API
 
 .PHONY: demo test stop status setup install services migrate clean-var browser sandbox
 
-demo: setup
+demo: setup sandbox
 	$(BIN)/python manage.py setup_demo
 	$(BIN)/python scripts/services.py start
 	$(BIN)/python scripts/services.py wait
@@ -46,12 +46,12 @@ browser:
 	    apt-get install -y -q chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
 	  else echo "tests/e2e needs Debian's chromium: sudo apt-get install chromium"; exit 1; fi; }
 
-# code_exec runs programs in Debian's bubblewrap sandbox (tools_app/sandbox.py).
+# code_exec and stdio MCP servers run in Debian's bubblewrap sandbox (tools_app/sandbox.py, tools_app/mcp/sandbox.py).
 sandbox:
 	@test -x /usr/bin/bwrap || { \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    apt-get install -y -q bubblewrap >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; \
-	  else echo "code_exec needs Debian's bubblewrap: sudo apt-get install bubblewrap"; exit 1; fi; }
+	  else echo "code_exec and stdio MCP servers need Debian's bubblewrap: sudo apt-get install bubblewrap"; exit 1; fi; }
 
 setup: install services migrate
 

@@ -156,7 +156,7 @@ class TeamMemberAdmin(TeamScopedAdmin):
 class TeamForm(forms.ModelForm):
     class Meta:
         model = Team
-        fields = ("slug", "name", "defs_dir", "tool_result_max_bytes")
+        fields = ("slug", "name", "defs_dir", "tool_result_max_bytes", "stdio_mcp_allowed")
 
     def clean_defs_dir(self):
         defs_dir = self.cleaned_data["defs_dir"]
@@ -173,7 +173,7 @@ class TeamAdmin(TeamMemberAdmin):
     team_lookup = "pk"
     list_display = ("slug", "name", "member_count", "created_at")
     search_fields = ("slug", "name")
-    fields = ("slug", "name", "defs_dir", "tool_result_max_bytes")
+    fields = ("slug", "name", "defs_dir", "tool_result_max_bytes", "stdio_mcp_allowed")
 
     def team_id_of(self, obj) -> int:
         return obj.pk
@@ -189,10 +189,11 @@ class TeamAdmin(TeamMemberAdmin):
         return []
 
     def get_readonly_fields(self, request, obj=None):
-        # defs_dir picks where the server writes files: superusers only.
+        # defs_dir picks where the server writes files, stdio_mcp_allowed lets the team run commands on
+        # it: superusers only.
         if request.user.is_superuser:
             return ["slug"] if obj else []
-        return ["slug", "defs_dir"]
+        return ["slug", "defs_dir", "stdio_mcp_allowed"]
 
     def has_add_permission(self, request):
         return request.user.is_superuser

@@ -28,6 +28,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mas_project.settings")
 
 SERVER = str(ROOT / "tests" / "tools_app" / "mcp_servers" / "demo.py")
+# The bridged server runs in the stdio sandbox: it sees this interpreter and the test server's folder.
+os.environ.setdefault("MAS_MCP_STDIO_READ_ONLY", ",".join([sys.prefix, sys.base_prefix, str(Path(SERVER).parent)]))
 
 
 async def main(calls: int) -> None:
@@ -47,7 +49,7 @@ async def main(calls: int) -> None:
         return None
 
     spec = MCPServerSpec(name="demo", transport="stdio", command=sys.executable, args=[SERVER, "stdio"], timeout_s=30)
-    connection = Connection(ServerConfig(slug="demo", spec=spec))
+    connection = Connection(ServerConfig(slug="demo", spec=spec, stdio_allowed=True))
     await connection.open()
     registry = ToolRegistry()
     registry.register(bridged_tool(connection, next(t for t in connection.tools if t.name == "add"), sink))

@@ -63,7 +63,10 @@ def teams_with(request: HttpRequest, capability: str):
 
 
 def can_manage_stdio(request: HttpRequest, team: Team) -> bool:
-    """Team admins and holders of the stdio permission may run commands on the server."""
+    """In a team the operator granted stdio MCP servers: superusers, its admins and holders of the stdio
+    permission may run commands on the server."""
+    if not team.stdio_mcp_allowed:
+        return False
     if request.user.is_superuser:
         return True
     actor = actor_for(request.user, team)

@@ -46,6 +46,13 @@ class Team(models.Model):
         help_text="A tool result longer than this is stored as a workspace file; the model gets its head, size "
                   "and path. Blank means MAS_TOOL_RESULT_MAX_BYTES.",
     )
+    # Only the operator grants it (a superuser in the admin, `create_team --allow-stdio`): a stdio MCP server
+    # runs a command on the server, sandboxed (tools_app.mcp.sandbox); no team role implies it.
+    stdio_mcp_allowed = models.BooleanField(
+        default=False, verbose_name="stdio MCP servers allowed",
+        help_text="May this team's admins create stdio MCP servers (a command run on the server, in the sandbox)? "
+                  "Only a superuser changes it.",
+    )
     # People in the loop (agents_app.approvals): tool names or patterns every agent of the team needs a
     # person's approval for ("mcp_unmarked": every MCP tool its server does not mark read-only), the deadline
     # and default outcome of a request, and the webhook told of requests, questions and run ends.

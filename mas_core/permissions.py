@@ -22,6 +22,10 @@ class Actor:
 
     @property
     def can_manage_stdio(self) -> bool:
+        """Only in a team the operator granted stdio MCP servers (``Team.stdio_mcp_allowed``): its admins,
+        and users a superuser gave the stdio permission."""
+        if not self.team.stdio_mcp_allowed:
+            return False
         return self.can("manage") or bool(getattr(self.user, "has_perm", lambda _p: False)(STDIO_PERMISSION))
 
 

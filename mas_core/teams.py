@@ -25,8 +25,12 @@ def role_group_name(role: str) -> str:
 
 
 @transaction.atomic
-def team_create(*, slug: str, name: str = "", defs_dir: str = "") -> Team:
+def team_create(*, slug: str, name: str = "", defs_dir: str = "", stdio_mcp_allowed: bool | None = None) -> Team:
+    """Create team ``slug`` (an existing one is kept); ``stdio_mcp_allowed``: the operator's grant, when given."""
     team, _ = Team.objects.get_or_create(slug=slug, defaults={"name": name or slug, "defs_dir": defs_dir})
+    if stdio_mcp_allowed is not None and team.stdio_mcp_allowed != stdio_mcp_allowed:
+        Team.objects.filter(pk=team.pk).update(stdio_mcp_allowed=stdio_mcp_allowed)
+        team.stdio_mcp_allowed = stdio_mcp_allowed
     return team
 
 

@@ -84,12 +84,42 @@ def check_embeddings() -> str:
     return f"all-MiniLM-L6-v2, {DIMENSIONS} dimensions"
 
 
+# When this process last started a sandbox for the check, and what it found (a sandbox costs a process).
+sandbox_checked: tuple[float, str] | None = None
+
+
+def check_sandbox() -> str:
+    """bubblewrap starts a program as code_exec's sandbox does (rechecked every MAS_HEALTH_EMBED_RECHECK_S):
+    without it code_exec and stdio MCP servers refuse to run."""
+    import subprocess
+
+    from tools_app.sandbox import Limits, command
+
+    global sandbox_checked
+    now = time.monotonic()
+    if sandbox_checked is not None and now - sandbox_checked[0] < settings.MAS_HEALTH_EMBED_RECHECK_S:
+        return sandbox_checked[1]
+    argv = command(Limits(), 1024 * 1024)
+    argv = argv[: argv.index("-I")] + ["-I", "-c", "print('ok')"]  # the sandbox's python, without the launcher
+    done = subprocess.run(argv, capture_output=True, timeout=10, env={"PATH": "/usr/bin:/bin"})
+    if done.returncode != 0 or done.stdout.strip() != b"ok":
+        raise RuntimeError(f"bubblewrap did not run a program (exit {done.returncode}): "
+                           f"{done.stderr.decode('utf-8', 'replace').strip()[:300]}; code_exec and stdio MCP "
+                           "servers refuse to run")
+    sandbox_checked = (now, "bubblewrap runs code_exec and stdio MCP servers")
+    return sandbox_checked[1]
+
+
+# Reported, but not part of the status: the rest of the stack works without a sandbox.
+ADVISORY = {"sandbox"}
+
 CHECKS: dict[str, Callable[[], str]] = {
     "database": check_database,
     "pgvector": check_pgvector,
     "redis": check_redis,
     "celery": check_celery,
     "embeddings": check_embeddings,
+    "sandbox": check_sandbox,
 }
 
 
@@ -102,7 +132,7 @@ def health_report() -> dict[str, Any]:
         except Exception as error:  # a failing part is reported, never raised
             checks[name] = {"ok": False, "detail": f"{type(error).__name__}: {error}"[:500]}
         checks[name]["ms"] = round((time.perf_counter() - started) * 1000, 1)
-    failed = [name for name, result in checks.items() if not result["ok"]]
+    failed = [name for name, result in checks.items() if not result["ok"] and name not in ADVISORY]
     return {"status": "failed" if failed else "ok", "failed": failed, "checks": checks}
 
 

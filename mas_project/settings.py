@@ -277,6 +277,12 @@ MAS_MCP_MAX_OUTPUT_CHARS = int(os.environ.get("MAS_MCP_MAX_OUTPUT_CHARS", 100_00
 # A streamable-HTTP/SSE connection stays open this long after its session for the worker's next session
 # (stdio servers are one process per session); 0 closes each with its session.
 MAS_MCP_IDLE_S = float(os.environ.get("MAS_MCP_IDLE_S", 60))
+# stdio MCP servers run in bubblewrap (tools_app/mcp/sandbox.py): network on unless this is 0; they see the
+# host's /usr and a few files of /etc, plus these folders read-only (an interpreter or servers installed
+# elsewhere: a virtualenv, /opt/mcp); home and /tmp are memory-backed, each at most TMPFS_BYTES.
+MAS_MCP_STDIO_NETWORK = env_bool("MAS_MCP_STDIO_NETWORK", True)
+MAS_MCP_STDIO_READ_ONLY = env_list("MAS_MCP_STDIO_READ_ONLY")
+MAS_MCP_STDIO_TMPFS_BYTES = int(os.environ.get("MAS_MCP_STDIO_TMPFS_BYTES", 256 * 1024 * 1024))
 # Tool discovery (tools_app/discovery.py): an agent with more tools than the threshold is offered the K most
 # relevant to its task (plus tool_search to find the others).
 # Long sessions: a tool result above this many bytes is stored as a workspace file and the model gets its

@@ -16,6 +16,14 @@ os.environ["MAS_PRIVATE_URL_ALLOW"] = "127.0.0.1"
 os.environ["MAS_TEAM_SECRETS"] = ("OPENAI_KEY,ANTHROPIC_KEY,GEMINI_KEY,ANTHROPIC_API_KEY,LOCAL_*,SECURITY_SWEEP_*,"
                                   "ALPHA_*,BRAVO_*,ORG_ID,SEARCH_*,MCP_*,GREETING_SOURCE,NOT_SET_ANYWHERE")
 
+# The suite's stdio MCP servers (tests/tools_app/mcp_servers) run with this interpreter and its packages:
+# the sandbox shows them, and nothing else of the repository; worker processes inherit it.
+import sys  # noqa: E402
+
+os.environ["MAS_MCP_STDIO_READ_ONLY"] = ",".join(
+    [sys.prefix, sys.base_prefix, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                               "tests", "tools_app", "mcp_servers")])
+
 from mas_project.settings import *  # noqa: E402,F401,F403
 from mas_project.settings import CHANNEL_LAYERS, REDIS_URL  # noqa: E402
 

@@ -16,6 +16,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 
 from mas_core.admin_base import DefinitionAdmin, DefinitionForm, SecretTextarea, can_manage_stdio
 from mas_core.definitions.markdown import ParsedDefinition
+from mas_core.definitions.services import stdio_not_granted
 from tools_app.models import CustomTool, MCPServer
 from tools_app.specs import ENV_REFERENCE_RE
 
@@ -23,7 +24,8 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 STDIO_REFUSAL = (
     "Field transport: a stdio MCP server runs a command on the server; creating or editing one needs the "
-    "team admin role or the permission tools_app.manage_stdio_mcpserver."
+    "team admin role or the permission tools_app.manage_stdio_mcpserver, in a team the operator granted stdio "
+    "MCP servers."
 )
 
 
@@ -124,6 +126,8 @@ class MCPServerAdmin(DefinitionAdmin):
         return super().changeform_view(request, object_id, form_url, extra_context)
 
     def refusal(self, request, team, parsed, instance):
+        if parsed.spec.transport == "stdio" and not team.stdio_mcp_allowed:
+            return f"Field transport: {stdio_not_granted(team.slug)}."
         if parsed.spec.transport == "stdio" and not can_manage_stdio(request, team):
             return STDIO_REFUSAL
         return None
@@ -135,7 +139,9 @@ class MCPServerAdmin(DefinitionAdmin):
         return super().has_change_permission(request, obj) and self._stdio_allowed(request, obj)
 
     def has_delete_permission(self, request, obj=None):
-        return super().has_delete_permission(request, obj) and self._stdio_allowed(request, obj)
+        # A stdio server of a team without the operator's grant cannot start: whoever deletes definitions may remove it.
+        return super().has_delete_permission(request, obj) and (
+            self._stdio_allowed(request, obj) or not obj.team.stdio_mcp_allowed)
 
     @admin.display(description="Stored secrets")
     def secret_names(self, obj):

@@ -3,15 +3,18 @@
 MCP secrets are write-only: env values and headers sent as literals are kept
 in the row's secret columns by the save service; responses show only the
 ``${NAME}`` references and the names of the secret keys. Creating, editing
-or deleting a stdio server needs ``Actor.can_manage_stdio`` (403 otherwise),
-and so does testing or approving one. ``/test`` connects and lists the tools;
-``/approve`` approves them as listed: an agent is offered only approved tools.
+or deleting a stdio server needs ``Actor.can_manage_stdio`` (403 otherwise:
+only in a team the operator granted stdio servers; without the grant one may
+only be deleted), and so does testing or approving one. ``/test`` connects
+and lists the tools, on the event loop; ``/approve`` approves them as listed:
+an agent is offered only approved tools.
 """
 
 # No `from __future__ import annotations`: ninja reads the annotations at import time.
 
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from ninja import Router
 from ninja.errors import HttpError
 from pydantic import BaseModel
@@ -61,10 +64,19 @@ def _server_for(request, slug: str):
 @router.post("/mcp-servers/{slug}/test", auth=api_auth("edit"), tags=["mcp-servers"], operation_id="mcp_test",
              response={200: MCPTestOut, **error_responses(401, 403, 404)},
              summary="Connect to an MCP server, list its tools (kept on the row), report timings and errors")
-def test_server(request, slug: str):
-    from tools_app.mcp.services import mcp_server_test
+async def test_server(request, slug: str):
+    # Async: the connection is awaited on the event loop, bounded by the connect and list timeouts, so a slow
+    # or hanging server holds no web thread; only the row's lookup and the save run in a thread.
+    from tools_app.mcp.client import ServerConfig
+    from tools_app.mcp.services import mcp_server_discover, mcp_server_test_record
 
-    return mcp_server_test(row=_server_for(request, slug))
+    def load():
+        row = _server_for(request, slug)
+        return row, ServerConfig.of(row)
+
+    row, config = await sync_to_async(load)()
+    found = await mcp_server_discover(config=config, close_in_background=True)
+    return await sync_to_async(mcp_server_test_record)(row=row, found=found)
 
 
 @router.post("/mcp-servers/{slug}/approve", auth=api_auth("edit"), tags=["mcp-servers"],

@@ -97,15 +97,20 @@ def size_text(n: int) -> str:
     return f"{n // 2**20} MiB" if n and n % 2**20 == 0 else f"{n:,} bytes"
 
 
+def system_dirs() -> list[str]:
+    """bubblewrap arguments for what every sandbox sees of the host: ``/usr`` read-only (and the merged-/usr
+    links to it), its own ``/proc`` and a minimal ``/dev``. Shared with stdio MCP servers (tools_app.mcp.sandbox)."""
+    return ["--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+            "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev"]
+
+
 def command(limits: Limits, work_bytes: int) -> list[str]:
     # Root is exempt from the process limit: a root worker drops to nobody first. An unprivileged
     # worker (the container's user) runs bubblewrap as itself.
     drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"] if os.geteuid() == 0 else []
     return [
         *drop,
-        bwrap(), "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-        "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-        "--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev",
+        bwrap(), "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", *system_dirs(),
         # The only writable places, each a tmpfs of a fixed size; / and /dev (bubblewrap's own
         # tmpfs, as large as half the host's memory) are made read-only once all is mounted.
         "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",

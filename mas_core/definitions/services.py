@@ -136,6 +136,16 @@ def _apply_columns(kind: Kind, row: Definition, parsed: ParsedDefinition) -> lis
     return warnings
 
 
+STDIO_NEEDS_PERMISSION = ("stdio MCP servers run a command on the server: this needs the team admin role (or the "
+                          "stdio permission) in a team the operator granted stdio MCP servers")
+
+
+def stdio_not_granted(team: str) -> str:
+    """Why a stdio MCP server of team ``team`` (a slug) is refused, saved or started, without the operator's grant."""
+    return (f"team {team} may not have stdio MCP servers (a command run on the server): only the operator "
+            f"grants it (a superuser in the team's admin page, or `manage.py create_team {team} --allow-stdio`)")
+
+
 @transaction.atomic
 def definition_save(
     *,
@@ -157,8 +167,11 @@ def definition_save(
     is written in the same transaction (a write error rolls the row back).
     """
     slug = slug or definition_slug(parsed.spec.name)
-    if kind.name == "mcp" and parsed.spec.transport == "stdio" and not allow_stdio:
-        raise DefinitionPermissionError("stdio MCP servers run a command on the server: this needs the stdio permission")
+    if kind.name == "mcp" and parsed.spec.transport == "stdio":
+        if not team.stdio_mcp_allowed:  # whoever saves, from wherever (API, admin, markdown sync)
+            raise DefinitionPermissionError(stdio_not_granted(team.slug))
+        if not allow_stdio:
+            raise DefinitionPermissionError(STDIO_NEEDS_PERMISSION)
     model = kind.model
     row = model.objects.select_for_update().filter(team=team, slug=slug).first()
     created = row is None
@@ -169,7 +182,7 @@ def definition_save(
     elif create_only:
         raise DefinitionError(f"a {kind.label.lower()} with slug {slug!r} already exists", field="name")
     elif kind.name == "mcp" and row.transport == "stdio" and not allow_stdio:
-        raise DefinitionPermissionError("stdio MCP servers run a command on the server: this needs the stdio permission")
+        raise DefinitionPermissionError(STDIO_NEEDS_PERMISSION)
 
     warnings = list(parsed.warnings)
     warnings += _apply_columns(kind, row, parsed)
@@ -250,8 +263,9 @@ def definition_delete(
     them, unless ``force`` (then the list comes back as warnings).
     """
     row = kind.model.objects.select_for_update().get(team=team, slug=slug)
-    if kind.name == "mcp" and row.transport == "stdio" and not allow_stdio:
-        raise DefinitionPermissionError("stdio MCP servers run a command on the server: this needs the stdio permission")
+    if kind.name == "mcp" and row.transport == "stdio" and not allow_stdio and team.stdio_mcp_allowed:
+        # Without the grant the server cannot start anyway: whoever may delete definitions removes it.
+        raise DefinitionPermissionError(STDIO_NEEDS_PERMISSION)
     warnings: list[str] = []
     dependents = definition_dependents(kind=kind, team=team, row=row)
     if dependents and not force:

@@ -56,9 +56,11 @@ from mas_core.definitions.markdown import (
     parse_definition,
 )
 from mas_core.definitions.services import (
+    DefinitionPermissionError,
     definition_parse,
     definition_save,
     row_files,
+    stdio_not_granted,
     validation_context,
 )
 from mas_core.models import Definition, Team
@@ -235,7 +237,7 @@ class _Run:
             outcome = ("errors", SyncItem(kind.name, slug, path, "; ".join(error.messages)))
         except UnicodeDecodeError:
             outcome = ("errors", SyncItem(kind.name, slug, path, "not UTF-8 text"))
-        except storage.ReadOnlyFolderError as error:
+        except (storage.ReadOnlyFolderError, DefinitionPermissionError) as error:
             outcome = ("errors", SyncItem(kind.name, slug, path, str(error)))
         except OSError as error:  # renaming a file whose name is not a slug; the row was rolled back
             outcome = ("errors", SyncItem(kind.name, slug, path, f"cannot rename the file: {error.strerror}"))
@@ -297,6 +299,8 @@ class _Run:
     def _import(self, kind: Kind, slug: str, path: str, files: storage.ItemFiles, *, created: bool):
         target = slug if _is_slug(slug) else self._slug_for(kind, slug, path)
         parsed = self._parse(kind, files.text, path)
+        if kind.name == "mcp" and parsed.spec.transport == "stdio" and not self.team.stdio_mcp_allowed:
+            raise DefinitionPermissionError(stdio_not_granted(self.team.slug))  # also when only checking
         warnings = [_located(path, warning) for warning in parsed.warnings]
         target_path = kind.relative_path(target).as_posix()
         if target != slug:

@@ -90,6 +90,8 @@ def test_a_token_with_a_lower_role_than_its_user_is_held_to_it(team_a, make_memb
     ],
 )
 def test_me_tells_role_and_capabilities(role, capabilities, stdio, team_a, api_for):
+    team_a.stdio_mcp_allowed = True  # the operator's grant: stdio MCP servers
+    team_a.save(update_fields=["stdio_mcp_allowed"])
     api = api_for(team_a, role)
     response = api.get("/api/me")
     assert response.status_code == 200

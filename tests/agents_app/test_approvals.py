@@ -306,6 +306,9 @@ def test_the_teams_mcp_unmarked_default_holds_every_mcp_tool_not_marked_read_onl
         team_a, celery_worker_process, api_for):
     import sys
 
+    team_a.stdio_mcp_allowed = True  # the operator's grant: stdio MCP servers
+    team_a.save(update_fields=["stdio_mcp_allowed"])
+
     from tools_app.kinds import MCP
     from tests.runs import define
     from tests.tools_app.mcp_servers.launch import SERVER

@@ -176,7 +176,8 @@ CUSTOM = "---\nname: report\ndescription: Write a report.\nparameters:\n  topic:
 
 
 def test_big_results_of_builtin_custom_and_mcp_tools_go_to_workspace_files(team_a, celery_worker_process):
-    Team.objects.filter(pk=team_a.pk).update(tool_result_max_bytes=2_000)
+    Team.objects.filter(pk=team_a.pk).update(tool_result_max_bytes=2_000, stdio_mcp_allowed=True)
+    team_a.refresh_from_db()
     define(team_a, TOOL, CUSTOM)
     define(team_a, MCP, f"---\nname: demo-stdio\ntransport: stdio\ncommand: {sys.executable}\nargs:\n- {SERVER}\n"
                         "- stdio\ntimeout_s: 5\n---\n")

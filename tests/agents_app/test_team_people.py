@@ -192,7 +192,7 @@ def run_command(*argv: str) -> list[str]:
 def test_create_team_with_a_new_admin_prints_a_link_that_signs_them_in(db):
     lines = run_command("create_team", "research", "--admin", "alice", "--name", "Research",
                         "--site", "http://mas.example:8000/")
-    assert lines[:2] == ["Team research (created); admin: alice.",
+    assert lines[:2] == ["Team research (created); admin: alice; stdio MCP servers not allowed.",
                          "New user alice: set its password once at this link (it works until the password is set):"]
     assert len(lines) == 3 and lines[2].startswith("http://mas.example:8000/accounts/reset/")
     team = Team.objects.get(slug="research")
@@ -206,7 +206,8 @@ def test_create_team_with_a_new_admin_prints_a_link_that_signs_them_in(db):
     assert client.get(url("membership", "add")).status_code == 200  # she adds people herself
     # Again: nothing changes, no new link, her password stays.
     assert run_command("create_team", "research", "--admin", "alice") == [
-        "Team research (existed); admin: alice.", "alice already had an account: they sign in with their password."]
+        "Team research (existed); admin: alice; stdio MCP servers not allowed.",
+        "alice already had an account: they sign in with their password."]
     alice.refresh_from_db()
     assert alice.check_password(NEW_PASSWORD)
     assert Team.objects.get(slug="research").name == "Research"
@@ -216,7 +217,8 @@ def test_create_team_with_a_new_admin_prints_a_link_that_signs_them_in(db):
 def test_create_team_makes_an_existing_user_admin_of_the_new_team_only(team_a, make_member):
     bob = make_member(team_a, "viewer", username="bob")
     assert run_command("create_team", "ops", "--admin", "bob") == [
-        "Team ops (created); admin: bob.", "bob already had an account: they sign in with their password."]
+        "Team ops (created); admin: bob; stdio MCP servers not allowed.",
+        "bob already had an account: they sign in with their password."]
     assert dict(Membership.objects.filter(user=bob).values_list("team__slug", "role")) == {
         "alpha": "viewer", "ops": "admin"}
     bob.refresh_from_db()

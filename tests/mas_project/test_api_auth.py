@@ -98,6 +98,8 @@ def test_session_without_a_team_is_403(db):
 def test_superuser_session_may_pick_any_team(team_a, team_b):
     from django.contrib.auth import get_user_model
 
+    team_b.stdio_mcp_allowed = True  # the operator's grant: stdio MCP servers
+    team_b.save(update_fields=["stdio_mcp_allowed"])
     root = get_user_model().objects.create_superuser("root", "root@example.com", "pw-for-tests-1")
     client = Client()
     client.force_login(root)

@@ -15,12 +15,25 @@ def test_health_all_ok_with_a_real_worker(celery_worker_process):
     assert response.status_code == 200, body
     assert body["status"] == "ok"
     assert body["failed"] == []
-    assert list(body["checks"]) == ["database", "pgvector", "redis", "celery", "embeddings"]
+    assert list(body["checks"]) == ["database", "pgvector", "redis", "celery", "embeddings", "sandbox"]
     assert all(check["ok"] for check in body["checks"].values())
     assert body["checks"]["pgvector"]["detail"].startswith("pgvector 0.")
     assert body["checks"]["database"]["detail"].startswith("PostgreSQL ")
     assert celery_worker_process["name"] in body["checks"]["celery"]["detail"]
     assert body["checks"]["embeddings"]["detail"] == "all-MiniLM-L6-v2, 384 dimensions"
+    assert body["checks"]["sandbox"]["detail"] == "bubblewrap runs code_exec and stdio MCP servers"
+
+
+def test_health_reports_a_missing_sandbox_without_failing(celery_worker_process, monkeypatch):
+    from mas_project import health
+
+    monkeypatch.setattr(health, "sandbox_checked", None)
+    monkeypatch.setenv("PATH", "/nonexistent")  # no bwrap to be found
+    response = Client().get("/api/health")
+    body = response.json()
+    assert (response.status_code, body["status"], body["failed"]) == (200, "ok", [])
+    assert body["checks"]["sandbox"]["ok"] is False
+    assert body["checks"]["sandbox"]["detail"].startswith("SandboxUnavailable: code_exec needs bubblewrap")
 
 
 def test_health_names_redis_when_it_does_not_answer(settings, celery_worker_process):

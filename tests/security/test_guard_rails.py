@@ -247,6 +247,8 @@ STDIO_MD = "---\nname: Local Files\ntransport: stdio\ncommand: npx\n---\n"
 
 @pytest.mark.django_db
 def test_creating_a_stdio_mcp_server_needs_the_permission(team_a, api_for, make_member):
+    team_a.stdio_mcp_allowed = True  # the operator's grant: stdio MCP servers
+    team_a.save(update_fields=["stdio_mcp_allowed"])
     editor = api_for(team_a, "editor")
     refused = editor.post("/api/mcp-servers", STDIO)
     assert refused.status_code == 403, refused.json()

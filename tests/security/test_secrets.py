@@ -27,7 +27,7 @@ from django.test import Client
 from django.urls import reverse
 
 from tools_app.kinds import MCP
-from agents_app.models import DefinitionVersion, Event, Run
+from agents_app.models import DefinitionVersion, Event, Run, Team
 from tests.agents_app.llm.fake_servers import FakeServer, closed_port_url, json_reply, openai_error, openai_stream, sse
 from tests.security.test_team_isolation import api_routes, fill
 
@@ -64,6 +64,8 @@ def model_server():
 
 
 def setup_team(api, model_url: str) -> dict[str, str]:
+    # The operator's grant: the canaries go through a stdio server too.
+    Team.objects.filter(memberships__user=api.user).update(stdio_mcp_allowed=True)
     """A provider whose key is a canary, MCP servers holding canary secrets, an agent using them."""
     slugs = {}
     made = api.post("/api/providers", {"name": "Canary LLM", "type": "openai", "base_url": f"{model_url}/v1",

@@ -222,15 +222,16 @@ def test_testing_an_mcp_server_whose_header_variable_was_taken_back_sends_nothin
     assert received and all(f"x-leak: {os.environ['HOME']}" in r.lower() for r in received)
 
 
-def test_a_stdio_server_whose_env_variable_was_taken_back_is_not_started(team_a, api_for, settings, tmp_path,
-                                                                         monkeypatch):
-    marker = tmp_path / "started"
+def test_a_stdio_server_whose_env_variable_was_taken_back_is_not_started(team_a, api_for, settings, monkeypatch):
+    team_a.stdio_mcp_allowed = True  # the operator's grant: stdio MCP servers
+    team_a.save(update_fields=["stdio_mcp_allowed"])
     monkeypatch.setenv("PROBE_MCP_TOKEN", "probe-token-canary-2c")
     settings.MAS_TEAM_SECRETS = "PROBE_MCP_TOKEN"
     api = api_for(team_a, "admin")
+    # Started, it says so on stderr (the sandbox keeps it from writing anywhere the test could look).
     made = api.post("/api/mcp-servers", {
         "name": "Starter", "transport": "stdio", "command": sys.executable, "timeout_s": 3,
-        "args": ["-c", f"open({str(marker)!r}, 'w').write('started')"], "env": {"TOKEN": "${PROBE_MCP_TOKEN}"}})
+        "args": ["-c", "import sys; sys.stderr.write('started\\n')"], "env": {"TOKEN": "${PROBE_MCP_TOKEN}"}})
     assert made.status_code == 201, made.json()
     settings.MAS_TEAM_SECRETS = ""
 
@@ -238,9 +239,9 @@ def test_a_stdio_server_whose_env_variable_was_taken_back_is_not_started(team_a,
     assert tested["ok"] is False
     assert tested["error"] == ("MCP server starter: env TOKEN refers to ${PROBE_MCP_TOKEN}: "
                                + undeclared("PROBE_MCP_TOKEN"))
-    assert not marker.exists()
     assert "probe-token-canary" not in json.dumps(tested)
 
     settings.MAS_TEAM_SECRETS = "PROBE_MCP_TOKEN"  # declared: the same row starts its command
-    assert api.post("/api/mcp-servers/starter/test").json()["ok"] is False  # it is no MCP server
-    assert marker.read_text() == "started"
+    started = api.post("/api/mcp-servers/starter/test").json()
+    assert started["ok"] is False  # it is no MCP server
+    assert started["error"].endswith(" (stderr: started)")

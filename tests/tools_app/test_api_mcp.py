@@ -5,9 +5,22 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Permission
 
+from mas_core.definitions.services import STDIO_NEEDS_PERMISSION
+
 from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import DefinitionVersion
 from tools_app.models import MCPServer
+
+
+@pytest.fixture
+def team_a(make_team):
+    """Team alpha, granted stdio MCP servers by the operator: what the tests here check comes on top of it."""
+    return make_team("alpha", stdio_mcp_allowed=True)
+
+
+@pytest.fixture
+def team_b(make_team):
+    return make_team("beta", stdio_mcp_allowed=True)
 
 pytestmark = pytest.mark.django_db
 
@@ -106,7 +119,7 @@ def test_editor_may_not_create_a_stdio_server(team_a, api_for):
     response = api.post("/api/mcp-servers", STDIO_SERVER)
     assert response.status_code == 403
     assert response.json() == {
-        "detail": "stdio MCP servers run a command on the server: this needs the stdio permission"
+        "detail": STDIO_NEEDS_PERMISSION
     }
     assert not MCPServer.objects.filter(team=team_a).exists()
     assert not (team_defs_dir(team_a) / "mcp/git.md").exists()

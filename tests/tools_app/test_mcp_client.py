@@ -27,7 +27,7 @@ TOOLS = ["add", "env_value", "hang", "crash", "fail", "flood"]
 def stdio(**overrides) -> ServerConfig:
     spec = {"name": "demo", "transport": "stdio", "command": sys.executable, "args": [SERVER, "stdio"],
             "timeout_s": 2, **overrides}
-    return ServerConfig(slug="demo", spec=MCPServerSpec.model_validate(spec))
+    return ServerConfig(slug="demo", spec=MCPServerSpec.model_validate(spec), stdio_allowed=True)
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,17 @@ from agents_app.execution.runs import run_start
 from agents_app.models import Event
 from tests.runs import agent, define, events, finish, wait_until
 
+
+@pytest.fixture
+def team_a(make_team):
+    """Team alpha, granted stdio MCP servers by the operator: what the tests here check comes on top of it."""
+    return make_team("alpha", stdio_mcp_allowed=True)
+
+
+@pytest.fixture
+def team_b(make_team):
+    return make_team("beta", stdio_mcp_allowed=True)
+
 LEAKY = str(Path(__file__).parent / "mcp_servers" / "leaky.py")
 LITERAL = "literal-canary-6b1f2a9e4c7d"  # the row's own env secret
 DECLARED_NAME = "LOCAL_LEAK_TOKEN"  # LOCAL_* is declared for teams in the test settings

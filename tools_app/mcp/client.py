@@ -26,6 +26,8 @@ from django.conf import settings
 from mas_core import netpolicy
 from mas_core.secrets import ENV_REFERENCE_RE, Redactor, declared_values, env_refusal, exception_text
 from mas_core.secrets import redact_loggers, redacting, references
+from mas_core.definitions.services import stdio_not_granted
+from tools_app.mcp import sandbox
 from tools_app.mcp.stderr import StderrReader
 from tools_app.specs import MCPServerSpec
 
@@ -85,6 +87,7 @@ class ServerConfig:
     secret_headers: dict[str, str] = field(default_factory=dict)
     team_id: int | None = None
     team: str = ""  # the slug: MAS_TEAM_SECRETS may pin a variable to some teams
+    stdio_allowed: bool = False  # the operator's grant (Team.stdio_mcp_allowed): a stdio server starts only with it
 
     @classmethod
     def of(cls, row, spec: dict[str, Any] | None = None) -> ServerConfig:
@@ -92,7 +95,7 @@ class ServerConfig:
         (the secrets are always the row's: versions never hold them)."""
         return cls(slug=row.slug, spec=MCPServerSpec.model_validate(row.spec if spec is None else spec),
                    secret_env=dict(row.secret_env or {}), secret_headers=dict(row.secret_headers or {}),
-                   team_id=row.team_id, team=row.team.slug)
+                   team_id=row.team_id, team=row.team.slug, stdio_allowed=row.team.stdio_mcp_allowed)
 
 
 @dataclass
@@ -146,7 +149,7 @@ def breaker_record(config: ServerConfig, ok: bool) -> None:
 # -- one connection -----------------------------------------------------------------------------------
 
 
-def _limits() -> tuple[float, float, int]:
+def connection_limits() -> tuple[float, float, int]:
     return (float(settings.MAS_MCP_CONNECT_TIMEOUT_S), float(settings.MAS_MCP_LIST_TIMEOUT_S),
             int(settings.MAS_MCP_MAX_OUTPUT_CHARS))
 
@@ -176,12 +179,19 @@ class Connection:
         spec = self.config.spec
         _redact_sdk_logs()
         if spec.transport == "stdio":
-            from mcp.client.stdio import StdioServerParameters, stdio_client
+            from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 
+            if not self.config.stdio_allowed:  # a row saved before the operator took the grant back
+                raise MCPError(stdio_not_granted(self.config.team) + "; not started")
             env = resolve(spec.env, self.config.secret_env, what="env", team=self.config.team)
             self._redact = self._secrets(spec.env, env)
-            # The SDK adds only a few safe variables (PATH, ...) to these: never the worker's whole environment.
-            params = StdioServerParameters(command=spec.command, args=list(spec.args), env=env)
+            # In bubblewrap with exactly this env (and PATH/HOME): the SDK's few inherited variables are unset there.
+            try:
+                program, arguments, environment = sandbox.wrap(spec.command, list(spec.args), env,
+                                                               list(get_default_environment()))
+            except (sandbox.SandboxUnavailable, sandbox.SandboxRefused) as error:
+                raise MCPError(str(error)) from None
+            params = StdioServerParameters(command=program, args=arguments, env=environment)
             self._stderr = StderrReader(server=self.config.slug, team=self.config.team, redact=self._redact)
             return stdio_client(params, errlog=self._stderr.writer)
         headers = resolve(spec.headers, self.config.secret_headers, what="header", team=self.config.team)
@@ -235,16 +245,23 @@ class Connection:
     def _why(self, error: BaseException | None) -> str:
         return _describe(error, self._redact)
 
-    async def open(self) -> None:
-        connect_s, list_s, _ = _limits()
+    async def open(self, *, close_in_background: bool = False) -> None:
+        """Connect and list the tools, within the connect and list timeouts. ``close_in_background``: on a
+        timeout, raise at once and leave the server (the SDK ends a process in a few seconds) in a task of
+        this loop, which must outlive it (a web server's); else that is waited for."""
+        connect_s, list_s, _ = connection_limits()
         self._task = asyncio.create_task(self._run(), name=f"mcp:{self.config.slug}")
         try:
             await asyncio.wait_for(self._ready.wait(), timeout=min(connect_s, self.config.spec.timeout_s))
         except asyncio.TimeoutError:
+            message = (f"MCP server {self.config.slug} did not answer within "
+                       f"{min(connect_s, self.config.spec.timeout_s):g} s (connect)")
+            if close_in_background:
+                self._close_later()
+                tail = self._stderr.tail() if self._stderr is not None else ""
+                raise self._fail(message + (f" (stderr: {tail})" if tail else "")) from None
             await self.close(graceful=False)
-            raise self._fail(f"MCP server {self.config.slug} did not answer within "
-                             f"{min(connect_s, self.config.spec.timeout_s):g} s (connect)"
-                             + await self._stderr_note()) from None
+            raise self._fail(message + await self._stderr_note()) from None
         if self._session is None:
             await self.close(graceful=False)
             if isinstance(self._error, MCPError):
@@ -254,7 +271,10 @@ class Connection:
         try:
             listed = await asyncio.wait_for(self._session.list_tools(), timeout=list_s)
         except asyncio.TimeoutError:
-            await self.close()
+            if close_in_background:
+                self._close_later()
+            else:
+                await self.close()
             raise self._fail(f"MCP server {self.config.slug} did not list its tools within {list_s:g} s") from None
         except Exception as error:
             await self.close()
@@ -262,6 +282,11 @@ class Connection:
         self.tools = [DiscoveredTool(tool.name, tool.description or "", dict(tool.input_schema or {}),
                                      read_only=_read_only(tool))
                       for tool in listed.tools]
+
+    def _close_later(self) -> None:
+        task = asyncio.create_task(self.close(graceful=False), name=f"mcp-close:{self.config.slug}")
+        _closing.add(task)  # a reference until it is done: the loop keeps only weak ones
+        task.add_done_callback(_closing.discard)
 
     async def _stderr_note(self) -> str:
         """The last lines the server wrote to stderr (redacted), for an error saying why it did not start."""
@@ -276,7 +301,7 @@ class Connection:
         return self._session is not None and self._task is not None and not self._task.done()
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> str:
-        _, _, max_chars = _limits()
+        _, _, max_chars = connection_limits()
         if self._session is None:
             raise self._fail(f"MCP server {self.config.slug} is not connected"
                              + (f" ({self._why(self._error)})" if self._error else ""))
@@ -312,6 +337,9 @@ class Connection:
                     pass
         if self._stderr is not None:
             self._stderr.spawned()
+
+
+_closing: set[asyncio.Task] = set()  # connections being left in the background (Connection._close_later)
 
 
 def _guarded_client(headers: dict[str, str] | None = None, timeout=None, auth=None):
@@ -396,11 +424,13 @@ def _content_text(result) -> str:
     return "\n".join(parts)
 
 
-async def discover(config: ServerConfig) -> tuple[list[DiscoveredTool], dict[str, float]]:
-    """Connect, list tools, disconnect: the tools and the timings (ms) of each part. MCPError on failure."""
+async def discover(config: ServerConfig, *, close_in_background: bool = False
+                   ) -> tuple[list[DiscoveredTool], dict[str, float]]:
+    """Connect, list tools, disconnect: the tools and the timings (ms) of each part. MCPError on failure
+    (``close_in_background``: see :meth:`Connection.open`)."""
     started = time.perf_counter()
     connection = Connection(config)
-    await connection.open()
+    await connection.open(close_in_background=close_in_background)
     listed = time.perf_counter()
     await connection.close()
     return connection.tools, {"connect_and_list_ms": round((listed - started) * 1000, 1),
