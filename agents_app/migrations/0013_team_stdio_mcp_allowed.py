@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents_app', '0011_forks'),
+        ('agents_app', '0012_run_eval_real_models'),
     ]
 
     operations = [
