@@ -1,4 +1,4 @@
-"""Forks: a new run that starts from an event of a finished run (issue 19 §5).
+"""Forks: a new run that starts from an event of any run, finished or still going (issue 19 §5, SPEC §9).
 
 The fork point is an event of the parent run, by its ``seq``. The fork gets,
 as they were once that event was written:
@@ -45,7 +45,7 @@ from agents_app.execution.errors import RunError
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.runs import run_dispatch_async
 from agents_app.models import Activation, DefinitionVersion, Event, Run, Session, SessionEntry, WorkspaceFile
-from agents_app.models.runs import FINISHED_RUN_STATUSES, ActivationStatus, RunStatus, SessionStatus
+from agents_app.models.runs import ActivationStatus, RunStatus, SessionStatus
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +72,6 @@ def _bad_result(message: str) -> ForkError:
     return ForkError(message, field="tool_result")
 
 
-class ForkBusy(ForkError):
-    """The run is still going: only a finished run is forked (409)."""
-
-
 @dataclass
 class Restored:
     activation: Activation
@@ -85,11 +81,15 @@ class Restored:
 
 def run_fork(*, run: Run, seq: int, user=None, versions: dict[str, int] | None = None,
              tool_result: str | None = None) -> Run:
-    """Start a new run from event ``seq`` of ``run`` (succeeded, failed or cancelled); returns the fork.
+    """Start a new run from event ``seq`` of ``run``; returns the fork.
 
-    Raises :class:`ForkBusy` for a run still queued, running or waiting, :class:`ForkError` for a point
-    that cannot be forked from (no such event, a ``tool_result`` for an event that is not a
-    tool call, unknown versions, a history not kept that far).
+    A run still queued, running or waiting is forked from its committed history: the parent's row is
+    locked while the fork reads it, so its writers (events and checkpoints go out in one statement that
+    updates that row) wait, and everything numbered up to ``seq`` is on disk; the parent then goes on
+    untouched. A checkpoint its session had not written yet by then is not in the fork, which resumes
+    that session from its checkpoint before, as after a worker's death. Raises :class:`ForkError` for a
+    point that cannot be forked from (no such event, a ``tool_result`` for an event that is not a tool
+    call, unknown versions, a history not kept that far).
     """
     with transaction.atomic():
         parent = Run.objects.select_for_update().get(pk=run.pk, team_id=run.team_id)
@@ -139,9 +139,6 @@ def run_fork(*, run: Run, seq: int, user=None, versions: dict[str, int] | None =
 
 
 def _point_check(parent: Run, *, seq: int, tool_result: str | None) -> Event:
-    if parent.status not in FINISHED_RUN_STATUSES:
-        raise ForkBusy(f"run {parent.id} is {parent.status}: only a succeeded, failed or cancelled run can be "
-                       "forked (cancel it first, or wait for it to end)")
     event = Event.objects.filter(run=parent, seq=seq).first()
     if event is None:
         raise ForkError(f"run {parent.id} has no event {seq} (its events are numbered 1 to {parent.next_seq})")
