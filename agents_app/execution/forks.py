@@ -10,14 +10,16 @@ as they were once that event was written:
   and resumed by a worker like a session whose worker died; an activation
   with no checkpoint by then starts afresh;
 - the workspace files (``WorkspaceFileVersion``, agents_app.execution.filehistory);
+- the run's pub/sub channels: the messages published by then and each subscriber's ack
+  (memory_app.board.channels_restore);
 - the scripted provider's positions (from the restored checkpoints).
 
 Options: ``versions`` pins other definition versions (as ``run_start``);
 ``tool_result`` replaces, in the restored history, the result of the tool
 call the fork point names (a ``tool_call`` or ``tool_result`` event). The
-parent run is only read. What is not restored: the run's blackboard,
-channels and memories (shared state outside the run's sessions), and the
-parent's events (the fork's log starts with its own ``run_start``).
+parent run is only read. What is not restored: the run's blackboard and
+memories (shared state outside the run's sessions), and the parent's events
+(the fork's log starts with its own ``run_start``).
 
 A workflow run's fork is rebuilt by the workflow app (``RUN_HOOKS.run_fork``,
 workflows_app.forks): the steps settled by the fork point are kept with their
@@ -45,6 +47,7 @@ from agents_app.execution.errors import RunError
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.runs import run_dispatch_async
 from agents_app.models import Activation, DefinitionVersion, Event, Run, Session, SessionEntry, WorkspaceFile
+from memory_app.board import BoardError, channels_restore
 from agents_app.models.runs import ActivationStatus, RunStatus, SessionStatus
 
 logger = logging.getLogger(__name__)
@@ -126,11 +129,15 @@ def run_fork(*, run: Run, seq: int, user=None, versions: dict[str, int] | None =
         WorkspaceFile.objects.bulk_create(
             WorkspaceFile(run=fork, path=path, content=content, author="fork") for path, content in files.items())
         file_version_keep(run_id=fork.id, seq=base, files=dict(files))
+        try:
+            channels = channels_restore(parent_id=parent.id, fork_id=fork.id, seq=seq)
+        except BoardError as error:
+            raise ForkError(f"run {parent.id} had {error}") from None
         fork.script_cursor = positions
         fork.save(update_fields=["script_cursor"])
         logger.info("run forked", extra={"run": str(parent.id), "fork": str(fork.id), "seq": seq,
                                          "workflow": parent.workflow, "activations": len(restored),
-                                         "files": len(files)})
+                                         "files": len(files), "channels": len(channels)})
         transaction.on_commit(lambda: run_dispatch_async(run_id=fork.id))
     return fork
 

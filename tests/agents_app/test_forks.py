@@ -255,6 +255,54 @@ def test_a_running_run_forks_from_its_committed_history_and_goes_on_untouched(
     assert list(Run.objects.filter(forked_from=run).values_list("id", flat=True)) == [fork.id]
 
 
+@pytest.mark.worker
+def test_a_fork_restores_the_runs_channels_as_they_were_at_its_event(team_a, celery_worker_process, runs_settled):
+    from memory_app.models import Channel, ChannelMessage, Subscription
+
+    agent(team_a, "Lead", "tools: [publish, subscribe]\n")
+    # The lead publishes one, reads it (ack 1), publishes two and three, then reads again: the parent's second
+    # read takes two and three. Forked after two was published, the fork's read takes two (one was acked)
+    # and the three the fork publishes itself.
+    script = {"lead": [call("publish", channel="news", message="one"), call("subscribe", channel="news"),
+                       call("publish", channel="news", message="two"),
+                       call("publish", channel="news", message="three"), call("subscribe", channel="news"),
+                       {"text": "done"}]}
+    run = finish(run_start(team=team_a, agent="lead", input="x", script=script))
+    assert run.status == "succeeded"
+    before = recorded(run)
+    point = tool_event(run, "tool_result", "publish", 1)  # after "two" was published
+    with transaction.atomic():
+        fork = run_fork(run=run, seq=point.seq)
+        [channel] = Channel.objects.filter(run=fork)
+        assert (channel.name, channel.next_seq) == ("news", 2)
+        assert list(ChannelMessage.objects.filter(channel=channel).values_list("seq", "sender", "content")) == [
+            (1, "lead", "one"), (2, "lead", "two")]
+        assert list(Subscription.objects.filter(channel=channel).values_list("agent", "last_acked")) == [
+            ("lead", 1)]
+        assert [(e.type, e.data) for e in events(fork) if e.type.startswith("channel_")] == [
+            ("channel_publish", {"channel": "news", "seq": 1, "content": "one", "restored": True}),
+            ("channel_publish", {"channel": "news", "seq": 2, "content": "two", "restored": True}),
+            ("channel_subscribe", {"channel": "news", "received": [], "last_acked": 1, "restored": True})]
+    fork = finish(fork)
+    assert (fork.status, fork.result) == ("succeeded", "done")
+    assert list(ChannelMessage.objects.filter(channel__run=fork).values_list("seq", "content")) == [
+        (1, "one"), (2, "two"), (3, "three")]
+    [read] = [e.data for e in events(fork, "channel_subscribe") if not e.data.get("restored")]
+    assert (read["received"], read["last_acked"]) == ([2, 3], 3)
+    # The parent's channel is its own still.
+    assert list(ChannelMessage.objects.filter(channel__run=run).values_list("seq", "content")) == [
+        (1, "one"), (2, "two"), (3, "three")]
+    assert list(Subscription.objects.filter(channel__run=run).values_list("last_acked", flat=True)) == [3]
+    assert recorded(run) == before
+    # A fork of the fork, at its restored state (before its lead's first turn), restores the same.
+    with transaction.atomic():
+        again = run_fork(run=fork, seq=events(fork, "channel_subscribe")[0].seq)
+        assert list(ChannelMessage.objects.filter(channel__run=again).values_list("seq", "content")) == [
+            (1, "one"), (2, "two")]
+        assert list(Subscription.objects.filter(channel__run=again).values_list("last_acked", flat=True)) == [1]
+        transaction.set_rollback(True)
+
+
 # -- refusals ----------------------------------------------------------------------------------
 
 
