@@ -128,7 +128,8 @@ FINDING_CHARS = 300
 
 def run_findings(*, team_id: int, run_id) -> list[str]:
     """The findings of a run so far (SPEC §2, execution context): the shared knowledge its agents added
-    (``knowledge_contribute``, or ``memory_store`` with ``shared``), in the order added — the latest
+    (``knowledge_contribute``, ``memory_store`` with ``shared``, or a consolidation merging into a shared memory),
+    in the order added — the latest
     ``MAX_FINDINGS``, each cut to ``FINDING_CHARS`` characters and naming the agent that added it."""
     rows = list(Memory.objects.filter(team_id=team_id, run_id=run_id, shared=True, superseded_by__isnull=True)
                 .order_by("-created_at", "-id").values_list("content", "source_agent")[:MAX_FINDINGS])
