@@ -73,10 +73,9 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
     if flow.mode == WorkflowMode.ORCHESTRATE:
         flow, planning, ask, plans = _plan_at(parent, flow, seq=seq)
     engine, activations = _state_at(parent, flow, seq=seq, plans=plans)
-    if flow.mode == WorkflowMode.ORCHESTRATE and plans:  # the plan in effect then, taken at the fork's start
-        flow.spec = {**flow.spec, "steps": plans[max(plans)], PLANS: [{"seq": base, "steps": plans[max(plans)]}]}
-    elif flow.mode == WorkflowMode.ORCHESTRATE and PLANS in flow.spec:
-        flow.spec = {**flow.spec, PLANS: []}  # none yet: the planner's, restored or asked again, is the first
+    if flow.mode == WorkflowMode.ORCHESTRATE and flow.spec.get("steps"):  # the plan in effect then, taken at the
+        steps = plans[max(plans)] if plans else flow.spec["steps"]  # fork's start (none yet: the planner's is)
+        flow.spec = {**flow.spec, "steps": steps, PLANS: [{"seq": base, "steps": steps}]}
     running = {activations[sid]: sid for sid, state in engine.states.items()
                if state.status == "running" and sid in activations}
     kept = {sid: activations[sid] for sid, state in engine.states.items()
@@ -88,6 +87,7 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
     start = Event.objects.filter(run=parent, type="workflow_start").order_by("seq").first()
     event_append(run_id=fork.id, type="workflow_start", agent="", data={
         **(start.data if start else {}), "trigger": flow.trigger, "forked_from": str(parent.id), "fork_seq": seq,
+        **({"adaptations": flow.adaptations} if flow.mode == WorkflowMode.ORCHESTRATE else {}),
         "kept": sorted(kept, key=engine.order.index)})
     steps_meta: dict[str, Any] = {}
     for sid in engine.order:
@@ -178,9 +178,12 @@ def _plan_at(parent: Run, flow: WorkflowRun, *, seq: int
             ask = Activation.objects.filter(run=parent, kind=PLAN).order_by("created_at").first()
             if ask is None:
                 raise ForkError(f"run {parent.id} runs a planner's plan but has no planner's activation to fork")
+    # Its adaptations by then: a fork starts with its parent's (its workflow_start says how many).
+    start = (Event.objects.filter(run=parent, type="workflow_start").order_by("seq").values_list("data", flat=True)
+             .first() or {})
     copy = WorkflowRun(run=parent, workflow=flow.workflow, mode=flow.mode, trigger=flow.trigger,
                        planner=flow.planner, spec=spec, state=flow.state, steps_meta=flow.steps_meta,
-                       adaptations=marks.count("plan_adapting"))
+                       adaptations=int(start.get("adaptations") or 0) + marks.count("plan_adapting"))
     return copy, planning, ask, plans
 
 

@@ -357,6 +357,15 @@ def test_a_planners_run_whose_plan_was_adapted_forks_from_the_plan_in_effect_at_
     assert [(step["id"], step["status"]) for step in workflow_steps(fork)] == [
         ("land", "failed"), ("map", "succeeded"), ("air", "succeeded"), ("synthesis", "succeeded")]
     assert WorkflowRun.objects.get(run=fork).adaptations == 1  # none left: as many as the parent had then
+    # Forked again (at its air step, resumed): the same plan, and still no adaptation left.
+    with transaction.atomic():
+        resumed = [e for e in events(fork, "step_start") if e.data["step"] == "air"][0]
+        again = run_fork(run=fork, seq=resumed.seq)
+        flow_again = WorkflowRun.objects.get(run=again)
+        assert [step["id"] for step in flow_again.spec["steps"]] == ["land", "map", "air", "synthesis"]
+        assert flow_again.adaptations == 1
+        assert events(again, "workflow_start")[0].data["kept"] == ["land", "map"]
+        transaction.set_rollback(True)
 
     # While the planner was adapting: the engine stopped as it was, the planner asked again (afresh: it had
     # no checkpoint yet), its adapted plan taken in the fork; then the fork ends as its parent did.
