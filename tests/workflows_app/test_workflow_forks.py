@@ -379,6 +379,13 @@ def test_a_planners_run_whose_plan_was_adapted_forks_from_the_plan_in_effect_at_
         ("land", True), ("map", True), ("air", False), ("synthesis", False)]
     assert (fork.status, fork.error) == (run.status, run.error)
     assert [e.agent for e in events(fork, "llm_request")].count("walker") == 0  # the failed subtask: not again
+
+    # Before the adaptation (the walker at work): the first plan, and the fork adapts it as its parent did.
+    point = [e for e in events(run, "step_start") if e.data["step"] == "land"][0]
+    fork = finish(run_fork(run=run, seq=point.seq))
+    assert [e.data["subtasks"] for e in events(fork, "plan_adapted")] == [adapted.data["subtasks"]]
+    assert [(step["id"], step["status"]) for step in workflow_steps(fork)] == parent_steps
+    assert (fork.status, fork.error, WorkflowRun.objects.get(run=fork).adaptations) == (run.status, run.error, 1)
     assert recorded(run) == before
 
 
