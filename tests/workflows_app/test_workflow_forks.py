@@ -260,6 +260,35 @@ def test_a_step_resumed_keeps_the_outputs_it_had_set_by_the_fork_point(team_a, c
     assert recorded(run) == before
 
 
+@pytest.mark.worker
+def test_a_running_workflow_run_forks_from_its_committed_history(team_a, celery_worker_process, runs_settled):
+    from tests.runs import wait_until
+
+    agent(team_a, "Researcher")
+    agent(team_a, "Writer")
+    define(team_a, WORKFLOW, TWO_STEPS)
+    # The researcher sets its output, then thinks for 4 s: the fork is taken meanwhile.
+    script = {"researcher": [{"tool_calls": [{"name": "set_output", "arguments": {"name": "findings",
+                                                                                  "value": "bees dance"}}]},
+                             {"text": "done", "latency_ms": 4000}],
+              "writer": [{"text": "Report: bees dance.", "expect": ["Write up: bees dance"]}]}
+    run = workflow_run_start(team=team_a, workflow="two-steps", inputs={"topic": "bees"}, script=script)
+    wait_until(lambda: len(events(run, "llm_request")) == 2, 30, "the researcher's second model call")
+    point = [e for e in events(run, "tool_result") if e.data["name"] == "set_output"][0]
+    fork = run_fork(run=run, seq=point.seq)
+    assert Run.objects.get(pk=run.pk).status == "running"
+    fork, run = finish(fork), finish(run)
+    assert (fork.status, run.status) == ("succeeded", "succeeded")
+    # The step in progress resumed with the output it had set; the next step got it.
+    assert [(step["id"], step["status"], step["outputs"]) for step in workflow_steps(fork)] == [
+        ("research", "succeeded", {"findings": "bees dance"}), ("write", "succeeded",
+                                                               {"report": "Report: bees dance."})]
+    assert [(e.agent, e.data.get("restored", False)) for e in events(fork, "step_start")] == [
+        ("researcher", True), ("writer", False)]
+    assert [e.type for e in events(run) if e.type.startswith("step_")] == [
+        "step_start", "step_complete", "step_start", "step_complete"]
+
+
 def test_a_workflow_run_without_its_state_is_refused(team_a):
     run = Run.objects.create(team=team_a, workflow="pipeline", input="x", status="failed")
     from mas_core.eventlog import event_append
