@@ -1,8 +1,9 @@
-"""REST endpoint of forks: start a new run from an event of a finished run (agents_app.execution.forks).
+"""REST endpoint of forks: start a new run from an event of any run (agents_app.execution.forks).
 
 Forking needs ``run`` (operators and admins), like starting a run; the run is
 looked up through the actor's team, so another team's run is a 404. A run
-still going is a 409; a point that cannot be forked from is a 422 naming why.
+still going forks from its committed history; a point that cannot be forked
+from is a 422 naming why.
 """
 
 # No `from __future__ import annotations`: ninja reads the annotations at import time.
@@ -14,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents_app.api_runs import run_out
 from agents_app.execution.errors import RunError
-from agents_app.execution.forks import MAX_PINS, TOOL_RESULT_MAX_CHARS, ForkBusy, ForkError, run_fork
+from agents_app.execution.forks import MAX_PINS, TOOL_RESULT_MAX_CHARS, ForkError, run_fork
 from mas_core.permissions import Actor
 from mas_core.schemas import error_responses
 from agents_app.schemas_runs import RunDetailOut
@@ -39,13 +40,14 @@ class ForkIn(BaseModel):
 
 
 @router.post("/runs/{run_id}/fork", auth=operate,
-             response={201: RunDetailOut, **error_responses(400, 401, 403, 404, 409, 413, 415, 422)},
+             response={201: RunDetailOut, **error_responses(400, 401, 403, 404, 413, 415, 422)},
              operation_id="run_fork",
-             summary="Start a new run from an event of a finished run (operators and admins)",
+             summary="Start a new run from an event of a run (operators and admins)",
              description="The fork restores every agent's checkpoints and the workspace files as they were once "
                          "event ``seq`` was written, optionally with other definition versions and, at a tool "
-                         "event, another result for that tool call; then it runs on the workers. 409 while the "
-                         "run is queued, running or waiting; 422 for a point it cannot start from.")
+                         "event, another result for that tool call; then it runs on the workers. A run still "
+                         "queued, running or waiting forks from its history committed by then and goes on "
+                         "untouched; 422 for a point it cannot start from.")
 def fork(request: HttpRequest, run_id: str, payload: ForkIn):
     actor: Actor = request.auth
     run = run_get(team=actor.team, run_id=run_id)
@@ -53,8 +55,6 @@ def fork(request: HttpRequest, run_id: str, payload: ForkIn):
     try:
         forked = run_fork(run=run, seq=payload.seq, user=actor.user, versions=payload.versions,
                           tool_result=payload.tool_result)
-    except ForkBusy as error:
-        return Status(409, {"detail": str(error)})
     except ForkError as error:
         raise NinjaValidationError([{"loc": ("body", error.field), "msg": str(error), "type": "fork_refused"}]) \
             from None

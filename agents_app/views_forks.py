@@ -1,4 +1,4 @@
-"""The monitor's side of forks: a run's lineage, and "Fork from here" on the events of a finished run.
+"""The monitor's side of forks: a run's lineage, and "Fork from here" on the events of a run.
 
 The form posts to :func:`run_fork_view`, which calls the same service as
 ``POST /api/runs/{id}/fork`` and opens the fork's monitor; a refusal comes
@@ -30,7 +30,7 @@ def fork_context(actor: Actor, run: Run) -> dict[str, Any]:
     if run.forked_from_id:
         parent = Run.objects.filter(team=actor.team, pk=run.forked_from_id).values("id", "agent").first()
     return {"fork_parent": parent, "fork_max_chars": TOOL_RESULT_MAX_CHARS,
-            # The page offers it once the run has ended (forks.js watches the status a live page shows).
+            # On every event, of a finished run or of one still going (its committed history is forked).
             "can_fork": actor.can("run")}
 
 

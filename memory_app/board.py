@@ -113,3 +113,56 @@ def board_tool_services(*, run_id, session_id, agent: str) -> dict:
 
     return {"channel_publish": db(publish), "channel_check": db(check), "blackboard_write": db(write),
             "blackboard_read": db(read)}
+
+
+# -- forks (agents_app.execution.forks) ----------------------------------------------------------
+
+MAX_RESTORED_MESSAGES = 10_000  # channel messages a fork copies
+
+
+def channels_restore(*, parent_id, fork_id, seq: int) -> dict[str, int]:
+    """Copy the parent run's channels into the fork as they were once its event ``seq`` was written.
+
+    A message is in when its ``channel_publish`` event is at or before ``seq`` (a message takes its number
+    and its event in one transaction, the channel's row locked, so per channel these are the first N); a
+    subscriber's ack is the one its last ``channel_subscribe`` by then recorded. The fork's log gets the same
+    two kinds of event, marked ``restored``, so a fork of the fork rebuilds them alike; a restored message
+    starts no ``trigger: channel`` workflow. Returns the messages restored per channel.
+    Raises :class:`BoardError` past ``MAX_RESTORED_MESSAGES``.
+    """
+    from mas_core.models import Event
+
+    published: dict[str, int] = {}
+    acks: dict[tuple[str, str], int] = {}
+    marks = (Event.objects.filter(run_id=parent_id, seq__lte=seq, type__in=["channel_publish", "channel_subscribe"])
+             .order_by("seq").values_list("type", "agent", "data"))
+    count = 0
+    for type_, agent, data in marks.iterator(chunk_size=500):
+        name = str(data.get("channel") or "")
+        if type_ == "channel_publish":
+            count += 1
+            if count > MAX_RESTORED_MESSAGES:
+                raise BoardError(f"more than {MAX_RESTORED_MESSAGES:,} channel messages by event {seq}: too many "
+                                 "to fork")
+            published[name] = max(published.get(name, 0), int(data.get("seq") or 0))
+        else:
+            acks[(name, agent)] = int(data.get("last_acked") or 0)
+    names = sorted(set(published) | {name for name, _ in acks})
+    channels = {name: Channel.objects.create(run_id=fork_id, name=name, next_seq=published.get(name, 0))
+                for name in names}
+    for name in names:
+        if not published.get(name):
+            continue
+        rows = list(ChannelMessage.objects.filter(channel__run_id=parent_id, channel__name=name,
+                                                  seq__lte=published[name]).order_by("seq"))
+        ChannelMessage.objects.bulk_create(
+            ChannelMessage(channel=channels[name], seq=row.seq, sender=row.sender, content=row.content)
+            for row in rows)
+        for row in rows:
+            event_append(run_id=fork_id, type="channel_publish", agent=row.sender, data={
+                "channel": name, "seq": row.seq, "content": row.content[:2000], "restored": True})
+    for (name, agent), last_acked in sorted(acks.items()):
+        Subscription.objects.create(channel=channels[name], agent=agent, last_acked=last_acked)
+        event_append(run_id=fork_id, type="channel_subscribe", agent=agent, data={
+            "channel": name, "received": [], "last_acked": last_acked, "restored": True})
+    return {name: published.get(name, 0) for name in names}

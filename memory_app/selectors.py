@@ -120,3 +120,23 @@ def memory_nearest(*, team_id: int, vector: list[float], shared_only: bool = Tru
 def memory_prompt_section(hits: list[Hit]) -> str:
     """What an agent remembers, as a section of its system prompt."""
     return "\n".join(f"- ({hit.memory.type}) {hit.memory.content}" for hit in hits)
+
+
+MAX_FINDINGS = 20
+FINDING_CHARS = 300
+
+
+def run_findings(*, team_id: int, run_id) -> list[str]:
+    """The findings of a run so far (SPEC §2, execution context): the shared knowledge its agents added
+    (``knowledge_contribute``, ``memory_store`` with ``shared``, or a consolidation merging into a shared memory),
+    in the order added — the latest
+    ``MAX_FINDINGS``, each cut to ``FINDING_CHARS`` characters and naming the agent that added it."""
+    rows = list(Memory.objects.filter(team_id=team_id, run_id=run_id, shared=True, superseded_by__isnull=True)
+                .order_by("-created_at", "-id").values_list("content", "source_agent")[:MAX_FINDINGS])
+    findings = []
+    for content, agent in reversed(rows):
+        text = " ".join(content.split())
+        if len(text) > FINDING_CHARS:
+            text = text[:FINDING_CHARS - 1].rstrip() + "…"
+        findings.append(f"{text} (from {agent})" if agent else text)
+    return findings

@@ -21,11 +21,16 @@ run's own copy of its steps, the way the engine took them:
 - a loop is in the round it was in.
 
 Then the steps ready are queued as a run start queues them. A run of a
-planner's plan (orchestrate) is rebuilt the same way from the plan recorded
-as its steps; forked before the plan was written, it has no steps yet and
-its planner's session is restored (the plan it writes then becomes the
-fork's). A planner's run whose plan was adapted is refused: only its last
-plan is recorded.
+planner's plan (orchestrate) is rebuilt the same way from the plans it
+recorded (``plans`` in its spec, each with the event that took it): the
+steps events are played on the first plan, and at each ``plan_adapting`` and
+``plan_adapted`` the engine stops and takes the adapted plan as the run did
+(workflows_app.orchestrate.plan_settled); forked before the plan was
+written, it has no steps yet and its planner's session is restored (the plan
+it writes then becomes the fork's), and forked while its planner was adapting
+the plan, that planner's session is restored the same way. A planner's run
+recorded before its plans were kept forks only when its plan was never
+adapted.
 """
 
 from __future__ import annotations
@@ -40,11 +45,12 @@ from agents_app.models import Activation, Event, Run, Session
 from agents_app.models.runs import ActivationStatus
 from workflows_app.engine.scheduler import Engine, WorkflowError
 from workflows_app.models import WorkflowMode, WorkflowRun
-from workflows_app.orchestrate import PLAN, plan_settled
+from workflows_app.orchestrate import PLAN, PLANS, SYNTHESIS, plan_settled
 from workflows_app.services import STEP, _advance, _backoff, _steps
-from workflows_app.specs import WorkflowLoop
+from workflows_app.specs import WorkflowLoop, WorkflowStep
 
 STEP_EVENTS = ("step_start", "step_complete", "step_failed", "workflow_stopped")
+PLAN_EVENTS = ("plan_adapting", "plan_adapted", "plan_adaptation_failed")  # played too for a planner's run
 MAX_STEP_EVENTS = 10_000  # step events played to rebuild one fork
 
 
@@ -63,19 +69,25 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
         raise ForkError(f"run {parent.id} of workflow {parent.workflow} has no workflow state to fork from")
     planning: set[str] = set()  # a planner's session in progress at the fork point: restored as a step's is
     ask: Activation | None = None  # forked before the planner was asked: the fork asks it, as the run's start did
+    plans: dict[int, list[dict]] = {}  # a planner's run: each plan it took by then, by the event that took it
     if flow.mode == WorkflowMode.ORCHESTRATE:
-        flow, planning, ask = _plan_at(parent, flow, seq=seq)
-    engine, activations = _state_at(parent, flow, seq=seq)
+        flow, planning, ask, plans = _plan_at(parent, flow, seq=seq)
+    engine, activations = _state_at(parent, flow, seq=seq, plans=plans)
+    if flow.mode == WorkflowMode.ORCHESTRATE and flow.spec.get("steps"):  # the plan in effect then, taken at the
+        steps = plans[max(plans)] if plans else flow.spec["steps"]  # fork's start (none yet: the planner's is)
+        flow.spec = {**flow.spec, "steps": steps, PLANS: [{"seq": base, "steps": steps}]}
     running = {activations[sid]: sid for sid, state in engine.states.items()
                if state.status == "running" and sid in activations}
     kept = {sid: activations[sid] for sid, state in engine.states.items()
             if state.status in ("succeeded", "failed") and sid in activations}
     rows = {str(a.id): a for a in Activation.objects.filter(run=parent, pk__in=list(kept.values()))}
     child = WorkflowRun.objects.create(run=fork, workflow=flow.workflow, mode=flow.mode, trigger=flow.trigger,
-                                       planner=flow.planner, spec=flow.spec, state=engine.to_dict(), steps_meta={})
+                                       planner=flow.planner, spec=flow.spec, state=engine.to_dict(), steps_meta={},
+                                       adaptations=flow.adaptations)
     start = Event.objects.filter(run=parent, type="workflow_start").order_by("seq").first()
     event_append(run_id=fork.id, type="workflow_start", agent="", data={
         **(start.data if start else {}), "trigger": flow.trigger, "forked_from": str(parent.id), "fork_seq": seq,
+        **({"adaptations": flow.adaptations} if flow.mode == WorkflowMode.ORCHESTRATE else {}),
         "kept": sorted(kept, key=engine.order.index)})
     steps_meta: dict[str, Any] = {}
     for sid in engine.order:
@@ -135,28 +147,44 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
     return positions
 
 
-def _plan_at(parent: Run, flow: WorkflowRun, *, seq: int) -> tuple[WorkflowRun, set[str], Activation | None]:
-    """A planner's run as of event ``seq``: its recorded plan once the planner had written it (the run's steps),
-    else no steps yet and the planner's activation to restore (or, not queued by then, the one to ask again).
-    A plan adapted later is refused: the run's steps are the adapted plan's; the plan before is not kept."""
-    if Event.objects.filter(run=parent, type__in=["plan_adapting", "plan_adapted"]).exists():
-        raise ForkError(f"run {parent.id} runs a planner's plan that was adapted after a subtask failed: only the "
-                        "plan as it was last is recorded, so the run cannot be forked")
-    spec = {key: value for key, value in flow.spec.items() if key != "error"}  # a refusal after the fork point
+def _plan_at(parent: Run, flow: WorkflowRun, *, seq: int
+             ) -> tuple[WorkflowRun, set[str], Activation | None, dict[int, list[dict]]]:
+    """A planner's run as of event ``seq``: the plans it had taken by then (by the seq of the event that took
+    each), its adaptations so far, and the planner's activation to restore when one was at work then — writing
+    the first plan or adapting it — (or, not queued by then, the one to ask again)."""
+    recorded = flow.spec.get(PLANS)
+    if recorded is None and Event.objects.filter(run=parent, type__in=["plan_adapting", "plan_adapted"]).exists():
+        raise ForkError(f"run {parent.id} runs a planner's plan that was adapted after a subtask failed, and was "
+                        "recorded before MAS kept each plan: only its last plan is known, so it cannot be forked")
+    spec = {key: value for key, value in flow.spec.items() if key not in ("error", PLANS)}  # a refusal after it
+    plans = {int(plan["seq"]): plan["steps"] for plan in recorded or [] if int(plan["seq"]) <= seq}
+    taken = (bool(plans) if recorded is not None
+             else Event.objects.filter(run=parent, seq__lte=seq, type="plan_created").exists())
+    marks = list(Event.objects.filter(run=parent, seq__lte=seq, type__in=PLAN_EVENTS).order_by("seq")
+                 .values_list("type", flat=True))
+    adapting = bool(marks) and marks[-1] == "plan_adapting"  # the planner at work on an adapted plan then
     planning: set[str] = set()
     ask = None
-    if not Event.objects.filter(run=parent, seq__lte=seq, type="plan_created").exists():
-        spec["steps"] = []
+    if not taken or adapting:
+        if not taken:
+            spec["steps"] = []
         queued = Event.objects.filter(run=parent, seq__lte=seq, type="activation_queued").values_list(
             "data__activation", flat=True)
-        planning = {str(pk) for pk in Activation.objects.filter(run=parent, kind=PLAN, pk__in=list(queued))
-                    .values_list("pk", flat=True)}
-        if not planning:
+        latest = (Activation.objects.filter(run=parent, kind=PLAN, pk__in=list(queued))
+                  .order_by("-created_at").values_list("pk", flat=True).first())
+        if latest is not None:
+            planning = {str(latest)}
+        elif not taken:
             ask = Activation.objects.filter(run=parent, kind=PLAN).order_by("created_at").first()
             if ask is None:
                 raise ForkError(f"run {parent.id} runs a planner's plan but has no planner's activation to fork")
-    return WorkflowRun(run=parent, workflow=flow.workflow, mode=flow.mode, trigger=flow.trigger,
-                       planner=flow.planner, spec=spec, state=flow.state, steps_meta=flow.steps_meta), planning, ask
+    # Its adaptations by then: a fork starts with its parent's (its workflow_start says how many).
+    start = (Event.objects.filter(run=parent, type="workflow_start").order_by("seq").values_list("data", flat=True)
+             .first() or {})
+    copy = WorkflowRun(run=parent, workflow=flow.workflow, mode=flow.mode, trigger=flow.trigger,
+                       planner=flow.planner, spec=spec, state=flow.state, steps_meta=flow.steps_meta,
+                       adaptations=int(start.get("adaptations") or 0) + marks.count("plan_adapting"))
+    return copy, planning, ask, plans
 
 
 def _engine(flow: WorkflowRun) -> Engine:
@@ -166,11 +194,18 @@ def _engine(flow: WorkflowRun) -> Engine:
                   started_at=time.time(), loops=loops)
 
 
-def _state_at(parent: Run, flow: WorkflowRun, *, seq: int) -> tuple[Engine, dict[str, str]]:
-    """The engine as the parent's step events up to ``seq`` left it, and each step's latest activation."""
+def _state_at(parent: Run, flow: WorkflowRun, *, seq: int, plans: dict[int, list[dict]] | None = None,
+              ) -> tuple[Engine, dict[str, str]]:
+    """The engine as the parent's step events up to ``seq`` left it, and each step's latest activation.
+
+    ``plans`` (a planner's run: its plans by the event that took each) starts the engine on the first plan and
+    plays the planner's adaptations too."""
+    if plans:
+        flow = WorkflowRun(spec={**flow.spec, "steps": plans[min(plans)]}, state=flow.state)
     engine = _engine(flow)
     activations: dict[str, str] = {}
-    marks = (Event.objects.filter(run=parent, seq__lte=seq, type__in=STEP_EVENTS).order_by("seq")
+    kinds = STEP_EVENTS + PLAN_EVENTS if plans else STEP_EVENTS
+    marks = (Event.objects.filter(run=parent, seq__lte=seq, type__in=kinds).order_by("seq")
              .values_list("seq", "type", "data"))
     count = 0
     for event_seq, type_, data in marks.iterator(chunk_size=500):
@@ -179,11 +214,35 @@ def _state_at(parent: Run, flow: WorkflowRun, *, seq: int) -> tuple[Engine, dict
             raise ForkError(f"run {parent.id} had more than {MAX_STEP_EVENTS:,} step events by event {seq}: "
                             "too many to fork")
         try:
-            _play(engine, activations, parent=parent, type_=type_, data=data)
+            if type_ in PLAN_EVENTS:
+                engine = _replan(engine, plans or {}, type_=type_, seq=event_seq, data=data)
+            else:
+                _play(engine, activations, parent=parent, type_=type_, data=data)
         except (WorkflowError, KeyError) as error:
             raise ForkError(f"run {parent.id}: its workflow's state cannot be rebuilt at event {seq} (event "
                             f"{event_seq}, {type_}: {error})") from None
     return engine, activations
+
+
+def _replan(engine: Engine, plans: dict[int, list[dict]], *, type_: str, seq: int, data: dict) -> Engine:
+    """A planner's adaptation played as workflows_app.orchestrate did it: asked (the engine stops), answered
+    (the adapted plan takes over, the subtasks done, running or failed keep their state), or unusable (the old
+    plan goes on without its failed subtask)."""
+    if type_ == "plan_adapting":
+        engine.stop(f"adapting the plan after {data.get('failed_step')!r} failed")
+        return engine
+    if type_ == "plan_adaptation_failed":
+        engine.stopped = ""
+        for state in engine.states.values():
+            if state.status == "skipped":
+                state.status = "pending"
+        return engine
+    if seq not in plans:
+        raise WorkflowError(f"the plan adapted at event {seq} is not recorded")
+    kept = {sid: state for sid, state in engine.states.items()
+            if sid != SYNTHESIS and state.status in ("succeeded", "running", "failed")}
+    return Engine([WorkflowStep.model_validate(step) for step in plans[seq]], inputs={}, on_failure="continue",
+                  backoff=_backoff(), states=kept, started_at=engine.started_at)
 
 
 def _play(engine: Engine, activations: dict[str, str], *, parent: Run, type_: str, data: dict) -> None:

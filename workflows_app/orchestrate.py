@@ -6,6 +6,10 @@ The planner's session (an activation of kind ``plan``) must answer with JSON
 subtask fails after its retries, the planner is asked once more (up to
 ``max_adaptations``) for an adapted plan: the subtasks that succeeded keep
 their results, the rest of the plan is replaced (event ``plan_adapted``).
+
+Each plan's steps are kept in the run's spec under ``plans``, with the seq of
+the event that took it (``plan_created`` or ``plan_adapted``): a fork rebuilds
+the plan as it was at its event (workflows_app.forks).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from workflows_app.specs import STEP_ID, WorkflowStep
 
 PLAN = "plan"
 SYNTHESIS = "synthesis"
+PLANS = "plans"  # the spec's key for every plan taken: [{"seq": its event, "steps": [...]}]
 MAX_SUBTASKS = 20
 FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
@@ -176,11 +181,12 @@ def plan_settled(*, run: Run, activation: Activation, failure: dict[str, Any] | 
                     started_at=engine.started_at)
     subtasks = [subtask.model_dump() for subtask in plan.subtasks]
     if adapting:
-        event_emit(run_id=run.id, type="plan_adapted", agent=activation.agent, data={
+        taken = event_emit(run_id=run.id, type="plan_adapted", agent=activation.agent, data={
             "adaptation": flow.adaptations, "kept": sorted(done), "dropped": sorted(failed), "subtasks": subtasks})
     else:
-        event_emit(run_id=run.id, type="plan_created", agent=activation.agent, data={
+        taken = event_emit(run_id=run.id, type="plan_created", agent=activation.agent, data={
             "subtasks": subtasks, "synthesis": flow.spec["synthesizer"]})
+    flow.spec = {**flow.spec, PLANS: [*flow.spec.get(PLANS, []), {"seq": taken["seq"], "steps": flow.spec["steps"]}]}
     services._advance(run, flow, engine)
 
 

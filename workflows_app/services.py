@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agents_app.execution.children import STEP_APPROVAL
 from agents_app.execution.errors import RunError
 from agents_app.execution.escalation import Escalation
 from agents_app.execution.runs import _dispatch, activation_create, DEFAULT_LIMITS, script_check
@@ -206,6 +207,8 @@ def _step_queue(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, *, ru
     context |= rung or {}  # a retry's escalation rung ({"rung", "tier"}), or the one the last attempt ran on
     if step.gate:  # the session waits for a person there (agents_app.approvals.gate)
         context["gate"] = list(step.gate)
+    if step.approval:  # the tool calls made inside the step (its children's too) that wait for a person
+        context[STEP_APPROVAL] = list(step.approval)
     tier = context.get("tier") or ""
     if schemas:  # the session checks set_output values, and the final answer when it fills the only output
         context |= {"output_schemas": schemas, "answer_output": step.outputs[0] if len(step.outputs) == 1 else None}

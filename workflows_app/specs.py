@@ -27,6 +27,17 @@ class WorkflowStep(Strict):
     gate: list[Literal["start", "outputs"]] = Field(default_factory=list, max_length=2, description=(
         "A person approves the step before it starts (start) and/or before its outputs are accepted (outputs); "
         "a rejection fails the step."))
+    approval: list[str | dict[str, Any]] = Field(default_factory=list, description=(
+        "Tool calls made inside the step (by its agent, and by the agents it delegates to or spawns) that wait "
+        "for a person's approval, on top of the agent's, the run's and the team's: tool names or patterns "
+        "(vfs_write, mcp__github__*, mcp_unmarked), or mappings {tool, deadline_s, default, reason}."))
+
+    @field_validator("approval")
+    @classmethod
+    def _approval(cls, value: list[Any]) -> list[Any]:
+        from agents_app.approvals.policy import entries_check
+
+        return entries_check(value)
 
     @field_validator("output_schemas")
     @classmethod

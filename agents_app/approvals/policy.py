@@ -1,11 +1,14 @@
-"""Which tool calls need a person's approval: patterns from the agent, the run and the team.
+"""Which tool calls need a person's approval: patterns from the agent, the workflow step, the run and the team.
 
 An entry is a tool name or an ``fnmatch`` pattern (``code_exec``,
 ``mcp__github__*``), or a mapping ``{tool, deadline_s, default, reason}`` that
 overrides the team's deadline and default outcome for what it matches. The
 keyword ``mcp_unmarked`` matches every MCP tool its server does not mark
-read-only. A run may add entries (``approvals`` at start), never remove any:
-the rules are the union of the agent's, the run's and the team's.
+read-only. A workflow step may add entries (its ``approval``) for the calls
+made inside it — by its agent and by the agents that agent delegates to or
+spawns —, and a run may add entries (``approvals`` at start); neither removes
+any: the rules are the union of the agent's, the step's, the run's and the
+team's.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ class Rule:
     deadline_s: int | None = None
     default: str | None = None
     reason: str = ""
-    source: str = ""  # agent | run | team
+    source: str = ""  # agent | workflow step | run | team
 
     def matches(self, name: str, *, mcp: bool, read_only: bool) -> bool:
         if self.pattern == MCP_UNMARKED:
@@ -97,9 +100,11 @@ def rules_of(entries: list[Any] | None, *, source: str) -> list[Rule]:
     return rules
 
 
-def policy_rules(*, agent: list[Any] | None, run: list[Any] | None, team: list[Any] | None) -> list[Rule]:
-    """Every rule that applies to a session: the agent's first, then the run's, then the team's."""
-    return [*rules_of(agent, source="agent"), *rules_of(run, source="run"), *rules_of(team, source="team")]
+def policy_rules(*, agent: list[Any] | None, run: list[Any] | None, team: list[Any] | None,
+                 step: list[Any] | None = None) -> list[Rule]:
+    """Every rule that applies to a session: the agent's first, then the workflow step's, the run's, the team's."""
+    return [*rules_of(agent, source="agent"), *rules_of(step, source="workflow step"), *rules_of(run, source="run"),
+            *rules_of(team, source="team")]
 
 
 def rule_for(rules: list[Rule], name: str, *, mcp: bool = False, read_only: bool = False) -> Rule | None:

@@ -23,6 +23,10 @@ from mas_core.eventlog import event_append as event_emit
 
 CHILD_KINDS = frozenset({"spawn", "delegate"})
 
+# The activation context's key for a workflow step's approval policy (its ``approval`` entries): set on the
+# step's activation by workflows_app, carried to every child it starts, read by the session's gate.
+STEP_APPROVAL = "step_approval"
+
 
 SETTLED_ACTIVATION_STATUSES = (ActivationStatus.DONE, ActivationStatus.FAILED, ActivationStatus.CANCELLED)
 
@@ -115,8 +119,10 @@ def child_spawn(*, activation_id, agent: str, task: str, kind: str, priority: in
             raise LimitExceeded(f"fan-out limit reached: {parent.agent} already has {max_fanout} children")
         agent_resolve(run=run, slug=agent)  # exists?
         marks = {"tool_call": call_key, "wait": True} if wait else {"tool_call": call_key, "notify": True}
+        # A workflow step's approval policy covers the calls made inside the step, its children's too.
+        inherited = {STEP_APPROVAL: parent.context[STEP_APPROVAL]} if parent.context.get(STEP_APPROVAL) else {}
         child = activation_create(run=run, agent=agent, input=task, kind=kind, parent=parent, priority=priority,
-                                  context={**(context or {}), **(marks if call_key else {})})
+                                  context={**(context or {}), **(marks if call_key else {}), **inherited})
         event_emit(run_id=run.id, type=kind, agent=parent.agent, data={
             "from": parent.agent, "to": agent, "activation": str(child.id), "task": task[:2000],
             "priority": priority, "wait": wait,

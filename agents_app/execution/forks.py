@@ -1,4 +1,4 @@
-"""Forks: a new run that starts from an event of a finished run (issue 19 §5).
+"""Forks: a new run that starts from an event of any run, finished or still going (issue 19 §5, SPEC §9).
 
 The fork point is an event of the parent run, by its ``seq``. The fork gets,
 as they were once that event was written:
@@ -10,14 +10,16 @@ as they were once that event was written:
   and resumed by a worker like a session whose worker died; an activation
   with no checkpoint by then starts afresh;
 - the workspace files (``WorkspaceFileVersion``, agents_app.execution.filehistory);
+- the run's pub/sub channels: the messages published by then and each subscriber's ack
+  (memory_app.board.channels_restore);
 - the scripted provider's positions (from the restored checkpoints).
 
 Options: ``versions`` pins other definition versions (as ``run_start``);
 ``tool_result`` replaces, in the restored history, the result of the tool
 call the fork point names (a ``tool_call`` or ``tool_result`` event). The
-parent run is only read. What is not restored: the run's blackboard,
-channels and memories (shared state outside the run's sessions), and the
-parent's events (the fork's log starts with its own ``run_start``).
+parent run is only read. What is not restored: the run's blackboard and
+memories (shared state outside the run's sessions), and the parent's events
+(the fork's log starts with its own ``run_start``).
 
 A workflow run's fork is rebuilt by the workflow app (``RUN_HOOKS.run_fork``,
 workflows_app.forks): the steps settled by the fork point are kept with their
@@ -45,7 +47,8 @@ from agents_app.execution.errors import RunError
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.runs import run_dispatch_async
 from agents_app.models import Activation, DefinitionVersion, Event, Run, Session, SessionEntry, WorkspaceFile
-from agents_app.models.runs import FINISHED_RUN_STATUSES, ActivationStatus, RunStatus, SessionStatus
+from memory_app.board import BoardError, channels_restore
+from agents_app.models.runs import ActivationStatus, RunStatus, SessionStatus
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +75,6 @@ def _bad_result(message: str) -> ForkError:
     return ForkError(message, field="tool_result")
 
 
-class ForkBusy(ForkError):
-    """The run is still going: only a finished run is forked (409)."""
-
-
 @dataclass
 class Restored:
     activation: Activation
@@ -85,11 +84,15 @@ class Restored:
 
 def run_fork(*, run: Run, seq: int, user=None, versions: dict[str, int] | None = None,
              tool_result: str | None = None) -> Run:
-    """Start a new run from event ``seq`` of ``run`` (succeeded, failed or cancelled); returns the fork.
+    """Start a new run from event ``seq`` of ``run``; returns the fork.
 
-    Raises :class:`ForkBusy` for a run still queued, running or waiting, :class:`ForkError` for a point
-    that cannot be forked from (no such event, a ``tool_result`` for an event that is not a
-    tool call, unknown versions, a history not kept that far).
+    A run still queued, running or waiting is forked from its committed history: the parent's row is
+    locked while the fork reads it, so its writers (events and checkpoints go out in one statement that
+    updates that row) wait, and everything numbered up to ``seq`` is on disk; the parent then goes on
+    untouched. A checkpoint its session had not written yet by then is not in the fork, which resumes
+    that session from its checkpoint before, as after a worker's death. Raises :class:`ForkError` for a
+    point that cannot be forked from (no such event, a ``tool_result`` for an event that is not a tool
+    call, unknown versions, a history not kept that far).
     """
     with transaction.atomic():
         parent = Run.objects.select_for_update().get(pk=run.pk, team_id=run.team_id)
@@ -126,11 +129,15 @@ def run_fork(*, run: Run, seq: int, user=None, versions: dict[str, int] | None =
         WorkspaceFile.objects.bulk_create(
             WorkspaceFile(run=fork, path=path, content=content, author="fork") for path, content in files.items())
         file_version_keep(run_id=fork.id, seq=base, files=dict(files))
+        try:
+            channels = channels_restore(parent_id=parent.id, fork_id=fork.id, seq=seq)
+        except BoardError as error:
+            raise ForkError(f"run {parent.id} had {error}") from None
         fork.script_cursor = positions
         fork.save(update_fields=["script_cursor"])
         logger.info("run forked", extra={"run": str(parent.id), "fork": str(fork.id), "seq": seq,
                                          "workflow": parent.workflow, "activations": len(restored),
-                                         "files": len(files)})
+                                         "files": len(files), "channels": len(channels)})
         transaction.on_commit(lambda: run_dispatch_async(run_id=fork.id))
     return fork
 
@@ -139,9 +146,6 @@ def run_fork(*, run: Run, seq: int, user=None, versions: dict[str, int] | None =
 
 
 def _point_check(parent: Run, *, seq: int, tool_result: str | None) -> Event:
-    if parent.status not in FINISHED_RUN_STATUSES:
-        raise ForkBusy(f"run {parent.id} is {parent.status}: only a succeeded, failed or cancelled run can be "
-                       "forked (cancel it first, or wait for it to end)")
     event = Event.objects.filter(run=parent, seq=seq).first()
     if event is None:
         raise ForkError(f"run {parent.id} has no event {seq} (its events are numbered 1 to {parent.next_seq})")

@@ -35,6 +35,7 @@ from agents_app.models.runs import (
 from agents_app.money import money_display, money_str
 from agents_app.specs import AgentSpec
 from mas_core.eventlog import event_append as event_emit
+from memory_app.selectors import run_findings
 from mas_core.specs import TIERS
 
 
@@ -113,7 +114,9 @@ def nominal_tier(spec: AgentSpec, context: dict[str, Any]) -> str:
 
 def execution_context(*, activation: Activation) -> ExecutionContext:
     """The execution context of an activation's first session: its task, what its parent passed along,
-    the results of the workflow steps it depends on, and the run's files so far (path, size, author)."""
+    the results of the workflow steps it depends on, the run's findings so far (the shared knowledge its
+    agents added, memory_app.selectors.run_findings) and its files so far (path, size, author)."""
+
     context = activation.context or {}
     passed = context.get("parent_context")
     if passed is not None and not isinstance(passed, str):
@@ -125,6 +128,7 @@ def execution_context(*, activation: Activation) -> ExecutionContext:
     return ExecutionContext(
         task=activation.input, output_dir=f"out/{activation.agent}/", parent_context=passed or "",
         parent=parent or "", dependency_results=dict(context.get("dependencies") or {}),
+        findings=run_findings(team_id=activation.run.team_id, run_id=activation.run_id),
         files=[WorkspaceEntry(path, size, author) for path, size, author in files],
     )
 

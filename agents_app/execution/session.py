@@ -22,7 +22,7 @@ from django.conf import settings
 from agents_app.approvals.gate import ApprovalFailed, Gate
 from agents_app.approvals.policy import policy_rules
 from agents_app.execution.agents import AgentDefinition, agent_register
-from agents_app.execution.children import OUTCOME_KEYS, child_for_call, child_spawn, parent_signal
+from agents_app.execution.children import OUTCOME_KEYS, STEP_APPROVAL, child_for_call, child_spawn, parent_signal
 from agents_app.execution.compaction import SUMMARY_MAX_TOKENS, SUMMARY_SYSTEM, Compaction, result_kept
 from agents_app.execution.errors import InvalidOutput, LimitExceeded, RunError
 from agents_app.execution.journal import journal_load
@@ -463,7 +463,8 @@ async def execute_activation(activation_id: str) -> None:
     tool_call_ids: dict[str, str] = {}
     team_policy = await db(lambda: Team.objects.filter(pk=run.team_id).values_list("approval_policy",
                                                                                      flat=True).first())()
-    gate = Gate(rules=policy_rules(agent=agent.spec.approval, run=run.approvals, team=team_policy),
+    gate = Gate(rules=policy_rules(agent=agent.spec.approval, step=activation.context.get(STEP_APPROVAL),
+                                   run=run.approvals, team=team_policy),
                 run_id=run.id, session_id=session.id, agent=agent.slug)
     outputs_set = set(activation.context.get("outputs") or {})
     context = ToolContext(

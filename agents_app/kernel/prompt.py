@@ -40,7 +40,7 @@ class ExecutionContext:
     dependency_results: dict[str, str] = field(default_factory=dict)  # step id → its outputs and answer
     parent_context: str = ""  # what the delegating agent passed along
     parent: str = ""  # the agent that delegated or spawned this one
-    findings: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)  # the shared knowledge the run's agents added so far
     files: list[WorkspaceEntry] = field(default_factory=list)
 
 
@@ -98,14 +98,15 @@ def build_task_message(execution: ExecutionContext, *, tier: str = "medium",
                        spill_prefix: str = "context/") -> tuple[str, dict[str, str]]:
     """The session's first user message, and the texts too long for the tier's budget (path → text).
 
-    The task is always whole. The parent's context and the results of the
-    steps depended on share the tier's budget; the list of workspace files
+    The task is always whole. The parent's context, the results of the
+    steps depended on and the run's findings share the tier's budget; the list of workspace files
     shows at most ``MAX_LISTED_FILES``. The caller writes ``spilled`` to the
     workspace so the pointers in the message lead somewhere.
     """
     budget = CONTEXT_BUDGETS.get(tier, CONTEXT_BUDGETS["medium"])
     spilled: dict[str, str] = {}
-    parts = len(execution.dependency_results) + (1 if execution.parent_context else 0)
+    parts = (len(execution.dependency_results) + (1 if execution.parent_context else 0)
+             + (1 if execution.findings else 0))
     share = budget // max(parts, 1)
     lines = [execution.task.strip()]
     if execution.output_dir:
@@ -119,7 +120,8 @@ def build_task_message(execution: ExecutionContext, *, tier: str = "medium",
         for name, result in execution.dependency_results.items():
             lines.append(f"\n### {name}\n" + _fit(result.strip(), share, f"{spill_prefix}{name}.md", spilled))
     if execution.findings:
-        lines.append("\n## Findings so far\n" + "\n".join(f"- {item}" for item in execution.findings))
+        lines.append("\n## Findings so far\n" + _fit("\n".join(f"- {item}" for item in execution.findings), share,
+                                                    f"{spill_prefix}findings.md", spilled))
     if execution.files:
         shown = execution.files[:MAX_LISTED_FILES]
         listing = [f"- {entry.path} ({entry.bytes} B, by {entry.author or '?'})" for entry in shown]

@@ -302,6 +302,78 @@ def test_a_workflow_steps_gates_wait_before_it_starts_and_before_its_outputs_are
                                    f"Their message: Too short.")
 
 
+STEP_POLICY = """---
+name: Reviewed
+steps:
+- id: draft
+  agent: writer
+  prompt: Draft it
+  approval:
+  - vfs_write
+- id: final
+  agent: writer
+  depends_on: [draft]
+  prompt: Finish it
+---
+"""
+
+
+def test_a_workflow_steps_approval_policy_holds_the_tool_calls_made_inside_it_and_its_childrens(
+        team_a, celery_worker_process, api_for):
+    from workflows_app.kinds import WORKFLOW
+    from tests.runs import define
+    from workflows_app.services import workflow_run_start
+
+    agent(team_a, "Writer", "tools: [vfs_write, delegate]\n")
+    agent(team_a, "Helper", "tools: [vfs_write]\n")
+    define(team_a, WORKFLOW, STEP_POLICY)
+    # In step draft the writer's write and its helper's wait for a person; in step final (no policy) the same
+    # agent's write does not.
+    script = {"writer": [call("vfs_write", path="notes.md", content="draft"),
+                         call("delegate", agent="helper", task="Copy it"), {"text": "drafted"},
+                         call("vfs_write", path="final.md", content="final"), {"text": "finished"}],
+              "helper": [call("vfs_write", path="copy.md", content="copy"), {"text": "copied"}]}
+    run = workflow_run_start(team=team_a, workflow="reviewed", inputs={}, script=script)
+    operator = api_for(team_a, "operator")
+    first = pending(run, timeout=60)
+    assert (first.agent, first.tool, first.arguments, first.reason) == (
+        "writer", "vfs_write", {"path": "notes.md", "content": "draft"},
+        "the workflow step policy requires approval for vfs_write")
+    assert not WorkspaceFile.objects.filter(run=run).exists()  # not written before the decision
+    assert operator.post(f"/api/approvals/{first.id}", {"decision": "approve"}).status_code == 200
+    second = wait_until(lambda: ApprovalRequest.objects.filter(run=run, status="pending").first(), 60,
+                        "the helper's call to wait")
+    assert (second.agent, second.tool, second.arguments) == ("helper", "vfs_write",
+                                                             {"path": "copy.md", "content": "copy"})
+    assert operator.post(f"/api/approvals/{second.id}", {"decision": "reject", "message": "No copies."}
+                         ).status_code == 200
+    run = finish(run)
+    assert run.status == "succeeded"
+    assert [(e.data["step"], e.data["outputs"]) for e in events(run, "step_complete")] == [
+        ("draft", {}), ("final", {})]
+    rejected = [e.data for e in events(run, "tool_result") if e.agent == "helper"]
+    assert [(r["ok"], "No copies." in r["content"]) for r in rejected] == [(False, True)]
+    assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content")) == {
+        "notes.md": "draft", "final.md": "final"}
+    assert [(e.agent, e.data["arguments"]["path"]) for e in events(run, "approval_requested")] == [
+        ("writer", "notes.md"), ("helper", "copy.md")]  # final.md, written in step final, asked nobody
+    assert ApprovalRequest.objects.filter(run=run).count() == 2
+
+
+def test_a_workflow_steps_approval_entries_are_checked_when_saved(team_a):
+    from mas_core.definitions.markdown import DefinitionError
+    from workflows_app.kinds import WORKFLOW
+    from workflows_app.models import Workflow
+    from tests.runs import define
+
+    agent(team_a, "Writer")
+    with pytest.raises(DefinitionError) as refused:
+        define(team_a, WORKFLOW, STEP_POLICY.replace("  - vfs_write", "  - tool: vfs_write\n    default: maybe"))
+    assert str(refused.value) == (
+        "<definition>:7: steps.0.approval: entry 1: default: 'maybe' must be one of reject, approve, fail")
+    assert not Workflow.objects.exists()
+
+
 def test_the_teams_mcp_unmarked_default_holds_every_mcp_tool_not_marked_read_only(
         team_a, celery_worker_process, api_for):
     import sys

@@ -70,3 +70,36 @@ def test_a_context_too_long_for_a_small_model_is_written_to_a_file_the_child_can
     [spilled] = WorkspaceFile.objects.filter(run=run, path__startswith="context/helper-")
     assert spilled.path.endswith("/parent-context.md") and spilled.content == context.strip()
     assert spilled.author == "helper"
+
+
+def test_a_later_step_sees_the_runs_findings_the_shared_knowledge_its_agents_added(
+        team_a, celery_worker_process):
+    from agents_app.execution.journal import session_messages
+    from agents_app.models import Session
+    from memory_app.models import Memory
+
+    agent(team_a, "Researcher", "tools: [knowledge_contribute, set_output]\n")
+    agent(team_a, "Reviewer")
+    define(team_a, WORKFLOW, FLOW)
+    # Another run's shared knowledge is the team's, not this run's finding.
+    Memory.objects.create(team=team_a, content="Older team knowledge.", shared=True, embedding=[0.1] * 384)
+    script = {
+        "researcher": [
+            {"tool_calls": [call("knowledge_contribute", content="Spring tides follow the full moon.")[
+                "tool_calls"][0], {"name": "set_output", "arguments": {"name": "findings", "value": "tides"}},
+                {"name": "set_output", "arguments": {"name": "sources", "value": "NOAA"}}]},
+            {"text": "Research complete."}],
+        "reviewer": [{"expect": ["## Findings so far\n- Spring tides follow the full moon. (from researcher)"],
+                      "text": "approve"}],
+    }
+    run = finish(workflow_run_start(team=team_a, workflow="notes", inputs={"topic": "tides"}, script=script))
+    assert (run.status, run.error) == ("succeeded", "")
+    assert [e.data["content"] for e in events(run, "memory_stored")] == ["Spring tides follow the full moon."]
+    review = Session.objects.get(run=run, agent="reviewer")
+    task = session_messages(session_id=review.id)[1].content
+    findings = task[task.index("## Findings so far"):]
+    assert findings.split("\n\n")[0] == "## Findings so far\n- Spring tides follow the full moon. (from researcher)"
+    assert "Older team knowledge." not in task
+    # The first step started before anything was found: its message has no findings section.
+    research = Session.objects.get(run=run, agent="researcher")
+    assert "## Findings so far" not in session_messages(session_id=research.id)[1].content

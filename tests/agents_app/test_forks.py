@@ -221,6 +221,88 @@ def test_a_fork_of_a_cancelled_delegating_run_resumes_the_parent_and_its_child(
     assert recorded(run) == before
 
 
+@pytest.mark.worker
+def test_a_running_run_forks_from_its_committed_history_and_goes_on_untouched(
+        team_a, api_for, celery_worker_process, runs_settled):
+    agent(team_a, "Lead")
+    # The lead writes a file, then thinks for 4 s: the fork is taken while the parent waits on that answer.
+    script = {"lead": [call("vfs_write", path="a.md", content="first"),
+                       {"text": "done", "latency_ms": 4000}]}
+    run = run_start(team=team_a, agent="lead", input="x", script=script)
+    from tests.runs import wait_until
+    wait_until(lambda: len(events(run, "llm_request")) == 2, 30, "the lead's second model call")
+    point = tool_event(run, "tool_result", "vfs_write")
+    response = api_for(team_a, "operator").post(f"/api/runs/{run.id}/fork", {"seq": point.seq})
+    assert response.status_code == 201, response.content
+    assert Run.objects.get(pk=run.pk).status == "running"  # forked while it ran
+    fork = Run.objects.get(pk=response.json()["id"])
+    assert (fork.forked_from_id, fork.fork_seq, fork.script_cursor) == (run.id, point.seq, {"lead": 1})
+    assert dict(WorkspaceFile.objects.filter(run=fork).values_list("path", "content")) == {"a.md": "first"}
+    # Its session is the parent's as checkpointed by the fork point: resumed, not started afresh.
+    [restored] = Session.objects.filter(run=fork)
+    assert SessionEntry.objects.filter(session=restored).count() == SessionEntry.objects.filter(
+        session__run=run, event_seq__lte=point.seq).count() > 0
+    fork, run = finish(fork), finish(run)
+    assert (fork.status, fork.result) == ("succeeded", "done")
+    assert events(fork, "session_start")[0].data["resumed"] is True
+    assert [e.type for e in events(fork) if e.type in ("tool_call", "file_change")] == []  # not written again
+    # The parent went on as if nothing happened: one session, its own events, and it lists its fork.
+    assert (run.status, run.result) == ("succeeded", "done")
+    assert [e.type for e in events(run)] == [
+        "run_start", "activation_queued", "session_start", "llm_request", "llm_response", "tool_call",
+        "file_change", "tool_result", "llm_request", "stream_chunk", "llm_response", "session_end", "run_complete"]
+    assert Session.objects.filter(run=run).count() == 1
+    assert list(Run.objects.filter(forked_from=run).values_list("id", flat=True)) == [fork.id]
+
+
+@pytest.mark.worker
+def test_a_fork_restores_the_runs_channels_as_they_were_at_its_event(team_a, celery_worker_process, runs_settled):
+    from memory_app.models import Channel, ChannelMessage, Subscription
+
+    agent(team_a, "Lead", "tools: [publish, subscribe]\n")
+    # The lead publishes one, reads it (ack 1), publishes two and three, then reads again: the parent's second
+    # read takes two and three. Forked after two was published, the fork's read takes two (one was acked)
+    # and the three the fork publishes itself.
+    script = {"lead": [call("publish", channel="news", message="one"), call("subscribe", channel="news"),
+                       call("publish", channel="news", message="two"),
+                       call("publish", channel="news", message="three"), call("subscribe", channel="news"),
+                       {"text": "done"}]}
+    run = finish(run_start(team=team_a, agent="lead", input="x", script=script))
+    assert run.status == "succeeded"
+    before = recorded(run)
+    point = tool_event(run, "tool_result", "publish", 1)  # after "two" was published
+    with transaction.atomic():
+        fork = run_fork(run=run, seq=point.seq)
+        [channel] = Channel.objects.filter(run=fork)
+        assert (channel.name, channel.next_seq) == ("news", 2)
+        assert list(ChannelMessage.objects.filter(channel=channel).values_list("seq", "sender", "content")) == [
+            (1, "lead", "one"), (2, "lead", "two")]
+        assert list(Subscription.objects.filter(channel=channel).values_list("agent", "last_acked")) == [
+            ("lead", 1)]
+        assert [(e.type, e.data) for e in events(fork) if e.type.startswith("channel_")] == [
+            ("channel_publish", {"channel": "news", "seq": 1, "content": "one", "restored": True}),
+            ("channel_publish", {"channel": "news", "seq": 2, "content": "two", "restored": True}),
+            ("channel_subscribe", {"channel": "news", "received": [], "last_acked": 1, "restored": True})]
+    fork = finish(fork)
+    assert (fork.status, fork.result) == ("succeeded", "done")
+    assert list(ChannelMessage.objects.filter(channel__run=fork).values_list("seq", "content")) == [
+        (1, "one"), (2, "two"), (3, "three")]
+    [read] = [e.data for e in events(fork, "channel_subscribe") if not e.data.get("restored")]
+    assert (read["received"], read["last_acked"]) == ([2, 3], 3)
+    # The parent's channel is its own still.
+    assert list(ChannelMessage.objects.filter(channel__run=run).values_list("seq", "content")) == [
+        (1, "one"), (2, "two"), (3, "three")]
+    assert list(Subscription.objects.filter(channel__run=run).values_list("last_acked", flat=True)) == [3]
+    assert recorded(run) == before
+    # A fork of the fork, at its restored state (before its lead's first turn), restores the same.
+    with transaction.atomic():
+        again = run_fork(run=fork, seq=events(fork, "channel_subscribe")[0].seq)
+        assert list(ChannelMessage.objects.filter(channel__run=again).values_list("seq", "content")) == [
+            (1, "one"), (2, "two")]
+        assert list(Subscription.objects.filter(channel__run=again).values_list("last_acked", flat=True)) == [1]
+        transaction.set_rollback(True)
+
+
 # -- refusals ----------------------------------------------------------------------------------
 
 
@@ -231,17 +313,6 @@ def _finished_run(team, *, status="succeeded", workflow="") -> Run:
     event_append(run_id=run.id, type="run_start", agent="lead", data={})
     event_append(run_id=run.id, type="llm_response", agent="lead", data={"text": "hi"})
     return Run.objects.get(pk=run.pk)
-
-
-@pytest.mark.parametrize("status", ["queued", "running", "waiting"])
-def test_a_run_still_going_is_a_409(team_a, api_for, status):
-    agent(team_a, "Lead")
-    run = _finished_run(team_a, status=status)
-    response = api_for(team_a, "operator").post(f"/api/runs/{run.id}/fork", {"seq": 1})
-    assert response.status_code == 409
-    assert response.json() == {"detail": f"run {run.id} is {status}: only a succeeded, failed or cancelled run "
-                                         "can be forked (cancel it first, or wait for it to end)"}
-    assert Run.objects.count() == 1
 
 
 def test_another_teams_run_is_a_404_and_viewers_may_not_fork(team_a, team_b, api_for):
@@ -345,9 +416,8 @@ def test_the_monitor_offers_forks_to_operators_only_and_answers_a_refusal_on_the
     assert refused(run, {"seq": "2", "edit": "1", "tool_result": "42"}) == (
         "Fork refused: event 2 is a llm_response event: tool_result replaces a tool call's result, so fork from a "
         "tool_call or tool_result event")
-    assert refused(busy, {"seq": "1"}) == (
-        f"Fork refused: run {busy.id} is running: only a succeeded, failed or cancelled run can be forked (cancel "
-        "it first, or wait for it to end)")
+    # A run still going offers the same form (its committed history forks).
+    assert 'id="fork-form" class="card" hidden>' in operator.get(f"/runs/{busy.id}/").content.decode()
     # A workflow run offers the same form (its steps in progress resume: a tool event takes another result too).
     flow = _finished_run(team_a, workflow="pipeline")
     assert 'id="fork-form" class="card" hidden>' in operator.get(f"/runs/{flow.id}/").content.decode()

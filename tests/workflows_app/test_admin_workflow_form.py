@@ -121,7 +121,8 @@ def test_edited_fields_round_trip_through_the_markdown(agents, make_member):
 
 
 def test_keys_without_a_field_are_kept_and_follow_a_renamed_step(agents, make_member):
-    row = save_definition(WORKFLOW, agents, RICH)
+    row = save_definition(WORKFLOW, agents, RICH.replace("  max_retries: 2\n", "  max_retries: 2\n  approval:\n"
+                                                                              "  - vfs_write\n"))
     client = client_for(make_member(agents, "editor"))
     page = client.get(change_url(row))
     # "research" renamed "dig" (its dependents and loop follow), and a step added at a new row number
@@ -135,6 +136,7 @@ def test_keys_without_a_field_are_kept_and_follow_a_renamed_step(agents, make_me
     row.refresh_from_db()
     assert [step["id"] for step in row.spec["steps"]] == ["dig", "review", "write", "publish"]
     assert row.spec["steps"][0]["output_schemas"] == {"notes": {"type": "string"}}
+    assert row.spec["steps"][0]["approval"] == ["vfs_write"]
     assert row.spec["steps"][3] == {"id": "publish", "agent": "reviewer", "depends_on": ["write"]}
     assert row.body == "Notes for people: run it weekly."
     assert row.content.endswith("max_rounds: 3\n---\n\nNotes for people: run it weekly.\n")

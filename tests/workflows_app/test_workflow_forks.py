@@ -260,6 +260,35 @@ def test_a_step_resumed_keeps_the_outputs_it_had_set_by_the_fork_point(team_a, c
     assert recorded(run) == before
 
 
+@pytest.mark.worker
+def test_a_running_workflow_run_forks_from_its_committed_history(team_a, celery_worker_process, runs_settled):
+    from tests.runs import wait_until
+
+    agent(team_a, "Researcher")
+    agent(team_a, "Writer")
+    define(team_a, WORKFLOW, TWO_STEPS)
+    # The researcher sets its output, then thinks for 4 s: the fork is taken meanwhile.
+    script = {"researcher": [{"tool_calls": [{"name": "set_output", "arguments": {"name": "findings",
+                                                                                  "value": "bees dance"}}]},
+                             {"text": "done", "latency_ms": 4000}],
+              "writer": [{"text": "Report: bees dance.", "expect": ["Write up: bees dance"]}]}
+    run = workflow_run_start(team=team_a, workflow="two-steps", inputs={"topic": "bees"}, script=script)
+    wait_until(lambda: len(events(run, "llm_request")) == 2, 30, "the researcher's second model call")
+    point = [e for e in events(run, "tool_result") if e.data["name"] == "set_output"][0]
+    fork = run_fork(run=run, seq=point.seq)
+    assert Run.objects.get(pk=run.pk).status == "running"
+    fork, run = finish(fork), finish(run)
+    assert (fork.status, run.status) == ("succeeded", "succeeded")
+    # The step in progress resumed with the output it had set; the next step got it.
+    assert [(step["id"], step["status"], step["outputs"]) for step in workflow_steps(fork)] == [
+        ("research", "succeeded", {"findings": "bees dance"}), ("write", "succeeded",
+                                                               {"report": "Report: bees dance."})]
+    assert [(e.agent, e.data.get("restored", False)) for e in events(fork, "step_start")] == [
+        ("researcher", True), ("writer", False)]
+    assert [e.type for e in events(run) if e.type.startswith("step_")] == [
+        "step_start", "step_complete", "step_start", "step_complete"]
+
+
 def test_a_workflow_run_without_its_state_is_refused(team_a):
     run = Run.objects.create(team=team_a, workflow="pipeline", input="x", status="failed")
     from mas_core.eventlog import event_append
@@ -323,7 +352,73 @@ def test_a_planners_run_forks_from_its_recorded_plan(team_a, api_for, celery_wor
     assert recorded(run) == before
 
 
-def test_a_planners_run_whose_plan_was_adapted_is_refused(team_a):
+@pytest.mark.worker
+def test_a_planners_run_whose_plan_was_adapted_forks_from_the_plan_in_effect_at_its_event(
+        team_a, celery_worker_process, runs_settled):
+    from tests.workflows_app.test_orchestrate import agents, plan, subtask
+
+    agents(team_a, "Planner", "Walker", "Scout", "Pilot")
+    # The walker fails, the planner adapts the plan (air, by the pilot, on map's result); the pilot's answer
+    # needs 42 in the file it reads, which is missing: the adapted subtask fails, and the run with it.
+    script = {
+        "planner": [plan(subtask("land", "walker", "Walk in"), subtask("map", "scout", "Map it")),
+                    plan(subtask("air", "pilot", "Fly over instead", "map")), {"text": "Mapped from the air."}],
+        "walker": [{"error": "auth"}],
+        "scout": [{"text": "mapped", "latency_ms": 300}],
+        "pilot": [call("vfs_read", path="answer.txt"), {"text": "seen from above", "expect": ["answer.txt: 42"]}],
+    }
+    run = finish(orchestrate_run_start(team=team_a, planner="planner", task="Map the valley", script=script,
+                                       subtask_retries=0))
+    parent_steps = [(step["id"], step["status"]) for step in workflow_steps(run)]
+    assert parent_steps == [("land", "failed"), ("map", "succeeded"), ("air", "failed"), ("synthesis", "succeeded")]
+    flow = WorkflowRun.objects.get(run=run)
+    [created, adapted] = events(run, "plan_created") + events(run, "plan_adapted")
+    assert [(plan_["seq"], [step["id"] for step in plan_["steps"]]) for plan_ in flow.spec["plans"]] == [
+        (created.seq, ["land", "map", "synthesis"]), (adapted.seq, ["land", "map", "air", "synthesis"])]
+    before = recorded(run)
+
+    # At the pilot's tool result, with the result it needed: the adapted plan goes on from there.
+    point = [e for e in events(run, "tool_result") if e.data["name"] == "vfs_read"][0]
+    fork = finish(run_fork(run=run, seq=point.seq, tool_result="answer.txt: 42"))
+    assert (fork.status, fork.result) == ("succeeded", "Mapped from the air.")
+    assert [e.agent for e in events(fork, "llm_request")] == ["pilot", "planner"]  # nobody planned again
+    assert not events(fork, "plan_created") and not events(fork, "plan_adapted")
+    assert [(step["id"], step["status"]) for step in workflow_steps(fork)] == [
+        ("land", "failed"), ("map", "succeeded"), ("air", "succeeded"), ("synthesis", "succeeded")]
+    assert WorkflowRun.objects.get(run=fork).adaptations == 1  # none left: as many as the parent had then
+    # Forked again (at its air step, resumed): the same plan, and still no adaptation left.
+    with transaction.atomic():
+        resumed = [e for e in events(fork, "step_start") if e.data["step"] == "air"][0]
+        again = run_fork(run=fork, seq=resumed.seq)
+        flow_again = WorkflowRun.objects.get(run=again)
+        assert [step["id"] for step in flow_again.spec["steps"]] == ["land", "map", "air", "synthesis"]
+        assert flow_again.adaptations == 1
+        assert events(again, "workflow_start")[0].data["kept"] == ["land", "map"]
+        transaction.set_rollback(True)
+
+    # While the planner was adapting: the engine stopped as it was, the planner asked again (afresh: it had
+    # no checkpoint yet), its adapted plan taken in the fork; then the fork ends as its parent did.
+    [adapting] = events(run, "plan_adapting")
+    fork = finish(run_fork(run=run, seq=adapting.seq))
+    assert [e.data["subtasks"] for e in events(fork, "plan_adapted")] == [adapted.data["subtasks"]]
+    assert [(e.data["kept"], e.data["dropped"]) for e in events(fork, "plan_adapted")] == [(["map"], ["land"])]
+    assert [(step["id"], step["status"]) for step in workflow_steps(fork)] == parent_steps
+    # Nothing of the old plan was queued while the planner adapted it: synthesis started once, after air.
+    assert [(e.data["step"], bool(e.data.get("restored"))) for e in events(fork, "step_start")] == [
+        ("land", True), ("map", True), ("air", False), ("synthesis", False)]
+    assert (fork.status, fork.error) == (run.status, run.error)
+    assert [e.agent for e in events(fork, "llm_request")].count("walker") == 0  # the failed subtask: not again
+
+    # Before the adaptation (the walker at work): the first plan, and the fork adapts it as its parent did.
+    point = [e for e in events(run, "step_start") if e.data["step"] == "land"][0]
+    fork = finish(run_fork(run=run, seq=point.seq))
+    assert [e.data["subtasks"] for e in events(fork, "plan_adapted")] == [adapted.data["subtasks"]]
+    assert [(step["id"], step["status"]) for step in workflow_steps(fork)] == parent_steps
+    assert (fork.status, fork.error, WorkflowRun.objects.get(run=fork).adaptations) == (run.status, run.error, 1)
+    assert recorded(run) == before
+
+
+def test_a_planners_run_whose_plan_was_adapted_before_plans_were_kept_is_refused(team_a):
     run = Run.objects.create(team=team_a, agent="planner", input="x", status="failed")
     WorkflowRun.objects.create(run=run, mode="orchestrate", planner="planner", spec={"steps": []}, state={})
     from mas_core.eventlog import event_append
@@ -332,6 +427,7 @@ def test_a_planners_run_whose_plan_was_adapted_is_refused(team_a):
     agent(team_a, "Planner")
     with pytest.raises(ForkError) as refused:
         run_fork(run=run, seq=1)
-    assert str(refused.value) == (f"run {run.id} runs a planner's plan that was adapted after a subtask failed: "
-                                  "only the plan as it was last is recorded, so the run cannot be forked")
+    assert str(refused.value) == (f"run {run.id} runs a planner's plan that was adapted after a subtask failed, and "
+                                  "was recorded before MAS kept each plan: only its last plan is known, so it "
+                                  "cannot be forked")
     assert Run.objects.count() == 1

@@ -1,4 +1,5 @@
-// "Fork from here" on each event of a finished run: the form above the table gets the event's seq
+// "Fork from here" on each event of a run, finished or still going (a running run forks from its history
+// committed by then): the form above the table gets the event's seq
 // (and, for a tool event, an optional result for that tool call) and posts it; the server opens the fork.
 (function () {
   const form = document.getElementById("fork-form");
@@ -27,18 +28,8 @@
 
   document.getElementById("fork-close").addEventListener("click", () => { form.hidden = true; });
 
-  // Offered once the run has ended: at once for a finished run, else when the live page shows its end.
-  const status = document.getElementById("status");
-  const ENDED = ["succeeded", "failed", "cancelled"];
-  let offering = false;
-  function start() {
-    if (offering || !ENDED.includes(status.textContent)) return;
-    offering = true;
-    for (const tr of rows.rows) offer(tr);
-    new MutationObserver((changes) => {
-      for (const change of changes) for (const node of change.addedNodes) if (node.tagName === "TR") offer(node);
-    }).observe(rows, { childList: true });
-  }
-  start();
-  if (!offering) new MutationObserver(start).observe(status, { childList: true, characterData: true, subtree: true });
+  for (const tr of rows.rows) offer(tr);
+  new MutationObserver((changes) => {
+    for (const change of changes) for (const node of change.addedNodes) if (node.tagName === "TR") offer(node);
+  }).observe(rows, { childList: true });
 })();

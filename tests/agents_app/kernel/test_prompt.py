@@ -44,3 +44,15 @@ def test_the_task_is_never_cut():
     task = "t" * 50_000
     text, spilled = build_task_message(ExecutionContext(task=task), tier="small")
     assert text == task and spilled == {}
+
+
+def test_findings_share_the_tiers_budget_and_spill_to_a_file():
+    findings = [f"finding {i}: " + "y" * 280 for i in range(20)]  # ~5.8 KB
+    execution = ExecutionContext(task="T", dependency_results={"a": "short"}, findings=findings)
+    text, spilled = build_task_message(execution, tier="small", spill_prefix="context/step-1/")
+    whole = "\n".join(f"- {item}" for item in findings)
+    assert spilled == {"context/step-1/findings.md": whole}
+    assert "\n## Findings so far\n- finding 0: " in text and "the full text is in `context/step-1/findings.md`" in text
+    assert len(text.encode("utf-8")) < CONTEXT_BUDGETS["small"] + 100
+    text, spilled = build_task_message(execution, tier="large")
+    assert spilled == {} and text.endswith("\n## Findings so far\n" + whole)
