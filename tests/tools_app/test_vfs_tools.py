@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -283,7 +284,28 @@ def test_search_no_match():
 
 def test_search_invalid_regex():
     outcome, _ = run("vfs_search", SEARCH_FILES, pattern="(unclosed")
-    assert error(outcome) == "Invalid regular expression '(unclosed': missing ), unterminated subpattern at position 0"
+    assert error(outcome) == ("Invalid regular expression '(unclosed': missing ): (unclosed "
+                              "(patterns use RE2 syntax: no look-around or backreferences)")
+    outcome, _ = run("vfs_search", SEARCH_FILES, pattern=r"(?<=TODO): \w+")
+    assert error(outcome) == ("Invalid regular expression '(?<=TODO): \\\\w+': invalid perl operator: (?<= "
+                              "(patterns use RE2 syntax: no look-around or backreferences)")
+
+
+def test_search_catastrophic_pattern_answers_at_once():
+    """Python's re would backtrack for hours on this (2**40 ways to split the a's); RE2 is linear."""
+    started = time.perf_counter()
+    outcome, _ = run("vfs_search", {"bomb.txt": "a" * 40 + "!\n" + "a" * 40}, pattern="^(a+)+$")
+    assert time.perf_counter() - started < 1.0
+    assert outcome.content == "bomb.txt:2: " + "a" * 40
+
+
+def test_search_stops_at_its_deadline(monkeypatch):
+    monkeypatch.setattr("tools_app.builtin.vfs_search.SEARCH_TIMEOUT_S", 0.0)
+    outcome, _ = run("vfs_search", {"a.txt": "x\n" * 1000, "b.txt": "x"}, pattern="x")
+    # 255 lines before the first deadline check; b.txt never read
+    assert outcome.content.splitlines()[-2:] == ["[truncated: showing 200 of 255 matching lines]",
+                                                 "[stopped after 0 s: the results are partial]"]
+    assert "b.txt" not in outcome.content
 
 
 def test_search_empty_pattern_lists_files_matching_the_glob():
