@@ -322,3 +322,15 @@ def test_search_is_capped_and_long_lines_cut(monkeypatch):
     )
     outcome, _ = run("vfs_search", {"long.txt": "x" * 300}, pattern="x")
     assert outcome.content == "long.txt:1: " + "x" * 200 + "…"
+
+
+def test_search_pattern_limits():
+    from tools_app.builtin import vfs_search
+
+    assert vfs_search.SEARCH_TIMEOUT_S == 10.0
+    outcome, _ = run("vfs_search", SEARCH_FILES, pattern="a" * 1001)
+    assert error(outcome) == f"Invalid regular expression {'a' * 1001!r}: the pattern is 1001 characters long; " \
+                             "at most 1000 are allowed"
+    outcome, _ = run("vfs_search", SEARCH_FILES, pattern="(x{1000}){20}")
+    assert error(outcome).startswith("Invalid regular expression '(x{1000}){20}': ")
+    assert run("vfs_search", SEARCH_FILES, pattern="a" * 1000)[0].ok is True

@@ -133,3 +133,14 @@ def test_redirect_to_private_address_is_refused(server, allow_local, path, targe
 def test_allow_list_accepts_cidrs(server, settings):
     settings.MAS_WEB_FETCH_ALLOW = ["127.0.0.0/8"]
     assert fetch(url=f"{server}/page").ok is True
+
+
+def test_html_is_converted_in_chunks_and_stops_once_it_has_enough():
+    from tools_app.builtin.web_fetch import HTML_CHUNK_CHARS, _html_to_text
+
+    page = "<html><body>" + "<p>tide and moon</p>" * 200_000 + "</body></html>"  # 4 MB of HTML
+    text = _html_to_text(page, max_chars=1_000)
+    # The conversion ends within a chunk of the limit: about 64 KB of HTML read, not the 4 MB.
+    assert 1_000 < len(text) < HTML_CHUNK_CHARS
+    assert text.startswith("tide and moon\n\ntide and moon")
+    assert _html_to_text(PAGE.decode(), max_chars=1_000) == "# Hello\n\nWorld **bold**"
