@@ -138,3 +138,26 @@ def test_a_cancelled_handler_is_cancelled_through_the_watchdog():
         return task.cancelled()
 
     assert asyncio.run(cancel_it()) is True
+
+
+def test_an_mcp_tools_schema_pattern_meets_the_models_argument_in_linear_time():
+    """An MCP server's input schema may carry a catastrophic `pattern`; the model's argument is checked by RE2."""
+    from types import SimpleNamespace
+
+    from tools_app.mcp.bridge import bridged_tool
+    from tools_app.mcp.client import DiscoveredTool
+
+    schema = {"type": "object", "properties": {"q": {"type": "string", "pattern": "^(a+)+$"}}, "required": ["q"]}
+    connection = SimpleNamespace(config=SimpleNamespace(slug="srv"))  # never called: only arguments are checked
+
+    async def emit(*args, **kwargs):
+        return None
+
+    registry = ToolRegistry()
+    registry.register(bridged_tool(connection, DiscoveredTool("find", "Finds.", schema), emit))
+    ctx = ToolContext(run_id="r", agent="a", session_id="s", workspace=InMemoryWorkspace())
+    started = time.perf_counter()
+    outcome = asyncio.run(registry.call("mcp__srv__find", {"q": BOMB}, ctx))
+    assert time.perf_counter() - started < 1.0
+    assert (outcome.ok, outcome.error_kind) == (False, "invalid_arguments")
+    assert f"q: {BOMB!r} does not match '^(a+)+$'" in outcome.content

@@ -333,4 +333,7 @@ def test_search_pattern_limits():
                              "at most 1000 are allowed"
     outcome, _ = run("vfs_search", SEARCH_FILES, pattern="(x{1000}){20}")
     assert error(outcome).startswith("Invalid regular expression '(x{1000}){20}': ")
+    outcome, _ = run("vfs_search", SEARCH_FILES, pattern=r"[^\n]{1000}" * 3)
+    assert error(outcome).endswith(": the pattern compiles to 24004 instructions; at most 20000 are allowed "
+                                   "(large counted repetitions such as {1000} multiply it)")
     assert run("vfs_search", SEARCH_FILES, pattern="a" * 1000)[0].ok is True
