@@ -21,6 +21,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.validators import extend, validator_for
 
 from mas_core.patterns import PatternError
+from mas_core.patterns import compiled as compiled_pattern
 from mas_core.patterns import search as pattern_search
 
 MAX_SCHEMA_CHARS = 16_000
@@ -70,12 +71,31 @@ def schema_problem(schema: Any) -> str | None:
         validator.check_schema(schema)
     except jsonschema.SchemaError as error:
         return f"is not a valid JSON Schema: {_short(error.message)} (at {error.json_path})"
+    for pattern in _patterns(schema):
+        try:
+            compiled_pattern(pattern)
+        except PatternError as error:
+            return f"pattern {_short(pattern, 100)!r} cannot be used: {error}"
     for ref in _refs(schema):
         if not ref.startswith("#"):
             return f"$ref {ref!r} points outside the schema: only local references (#/…) are resolved"
         if not _resolves(schema, ref):
             return f"$ref {ref!r} points to nothing in the schema"
     return None
+
+
+def _patterns(schema: Any) -> list[str]:
+    """Every ``pattern`` keyword's text in ``schema`` (a property that is itself named "pattern" has a mapping)."""
+    found, todo = [], [schema]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("pattern"), str):
+                found.append(item["pattern"])
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return found
 
 
 def _anchors(value: Any) -> set[str]:

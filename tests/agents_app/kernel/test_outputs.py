@@ -192,3 +192,12 @@ def test_schema_patterns_match_with_re2_in_linear_time():
         "$: the schema's pattern '(?=x)y' cannot be used: invalid perl operator: (?= "
         "(patterns use RE2 syntax: no look-around or backreferences)"]
     assert value_errors({"type": "string", "pattern": r"^\d{3}-\w+$"}, "123-abc") == []
+
+
+def test_a_schema_whose_pattern_re2_cannot_use_is_refused_when_saved():
+    from mas_core.outputs import schema_problem
+
+    assert schema_problem({"type": "object", "properties": {"id": {"type": "string", "pattern": r"^(\w)\1$"}}}) == (
+        "pattern '^(\\\\w)\\\\1$' cannot be used: invalid escape sequence: \\1 "
+        "(patterns use RE2 syntax: no look-around or backreferences)")
+    assert schema_problem({"type": "object", "properties": {"pattern": {"type": "string", "pattern": "^a+$"}}}) is None
