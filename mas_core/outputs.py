@@ -16,16 +16,18 @@ import re
 from typing import Any
 
 import jsonschema
-import regex
 from referencing.exceptions import Unresolvable
 from jsonschema.exceptions import ValidationError
 from jsonschema.validators import extend, validator_for
+
+from mas_core.patterns import PatternError
+from mas_core.patterns import compiled as compiled_pattern
+from mas_core.patterns import search as pattern_search
 
 MAX_SCHEMA_CHARS = 16_000
 MAX_SCHEMA_DEPTH = 20
 MAX_ERRORS = 8  # listed to the model; the rest are counted
 MAX_ERROR_CHARS = 300
-REGEX_TIMEOUT_S = 0.5  # a team's `pattern` meets model output: a catastrophic one must not hang the worker
 FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 # The tool error kind of a set_output value its schema refuses (the kernel counts corrective turns by it).
@@ -69,12 +71,31 @@ def schema_problem(schema: Any) -> str | None:
         validator.check_schema(schema)
     except jsonschema.SchemaError as error:
         return f"is not a valid JSON Schema: {_short(error.message)} (at {error.json_path})"
+    for pattern in _patterns(schema):
+        try:
+            compiled_pattern(pattern)
+        except PatternError as error:
+            return f"pattern {_short(pattern, 100)!r} cannot be used: {error}"
     for ref in _refs(schema):
         if not ref.startswith("#"):
             return f"$ref {ref!r} points outside the schema: only local references (#/…) are resolved"
         if not _resolves(schema, ref):
             return f"$ref {ref!r} points to nothing in the schema"
     return None
+
+
+def _patterns(schema: Any) -> list[str]:
+    """Every ``pattern`` keyword's text in ``schema`` (a property that is itself named "pattern" has a mapping)."""
+    found, todo = [], [schema]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("pattern"), str):
+                found.append(item["pattern"])
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return found
 
 
 def _anchors(value: Any) -> set[str]:
@@ -115,25 +136,28 @@ def is_text_schema(schema: dict[str, Any]) -> bool:
 
 
 def _pattern(validator, pattern, instance, schema):
+    # A team's (or an MCP server's) `pattern` meets a model's text: RE2, linear whatever the pattern.
     if not validator.is_type(instance, "string"):
         return
     try:
-        found = regex.search(pattern, instance, timeout=REGEX_TIMEOUT_S)
-    except TimeoutError:
-        yield ValidationError(f"the text took too long to match {pattern!r}")
+        found = pattern_search(pattern, instance)
+    except PatternError as error:
+        yield ValidationError(f"the schema's pattern {pattern!r} cannot be used: {error}")
         return
-    if found is None:
+    if not found:
         yield ValidationError(f"{_short(repr(instance), 100)} does not match {pattern!r}")
 
 
 _validators: dict[type, type] = {}
 
 
-def _validator(schema: dict[str, Any]):
+def validator(schema: dict[str, Any]):
+    """A jsonschema validator for ``schema`` whose ``pattern`` keyword matches with RE2 (mas_core.patterns)."""
     base = validator_for(schema)
     if base not in _validators:
         _validators[base] = extend(base, {"pattern": _pattern})
     return _validators[base](schema)
+
 
 
 def _short(text: str, limit: int = MAX_ERROR_CHARS) -> str:
@@ -162,7 +186,7 @@ def value_errors(schema: dict[str, Any], value: Any) -> list[str]:
     """What is wrong with ``value`` under ``schema``: one line per error, with its path (``$.a[0]``)."""
     candidate, note = value_of(schema, value)
     try:
-        found = list(itertools.islice(_validator(schema).iter_errors(candidate), 50))
+        found = list(itertools.islice(validator(schema).iter_errors(candidate), 50))
     except Unresolvable as error:  # a local $ref that leads nowhere
         return [f"$: the schema cannot be applied: {_short(str(error))}"]
     except RecursionError:  # a value (or a recursive $ref) deeper than Python's stack
@@ -218,5 +242,5 @@ def correction(errors: str) -> str:
             "an answer that still does not match fails the task.")
 
 
-__all__ = ["INVALID_OUTPUT", "answer_check", "answer_format", "correction", "describe", "is_text_schema", "schema_problem",
+__all__ = ["INVALID_OUTPUT", "answer_check", "validator", "answer_format", "correction", "describe", "is_text_schema", "schema_problem",
            "schema_text", "value_errors", "value_of"]

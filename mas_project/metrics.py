@@ -16,6 +16,8 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 
+from mas_core import looplag
+
 LOCAL = {"127.0.0.1", "::1"}
 
 
@@ -74,6 +76,12 @@ def render() -> str:
     if depth is not None:
         metric("mas_queue_depth", "gauge", "Tasks waiting in the Celery queue.",
                [(f'{{queue="{settings.CELERY_TASK_DEFAULT_QUEUE}"}}', depth)])
+    blocked = looplag.totals()
+    metric("mas_loop_blocked_total", "counter",
+           f"Tool handler slices that held a worker's event loop longer than {looplag.BLOCKED_S * 1000:g} ms, by tool.",
+           [(f'{{tool="{tool}"}}', count) for tool, (count, _) in blocked.items()])
+    metric("mas_loop_blocked_seconds_total", "counter", "Seconds those slices held the event loop, by tool.",
+           [(f'{{tool="{tool}"}}', round(seconds, 3)) for tool, (_, seconds) in blocked.items()])
     with connection.cursor() as cursor:
         cursor.execute("SELECT min(last) FROM (SELECT max(e.created_at) AS last FROM agents_app_event e "
                        "JOIN agents_app_run r ON r.id = e.run_id WHERE r.status = 'running' GROUP BY e.run_id) t")

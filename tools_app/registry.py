@@ -22,6 +22,7 @@ import psycopg
 from pydantic import BaseModel, ValidationError
 
 from mas_core.llm_types import ToolSchema
+from mas_core.looplag import watched
 from tools_app.catalog import BUILTIN_TOOLS, SAFE_DEFAULT_TOOLS
 from tools_app.plugin import Tool, ToolAborted, ToolContext, ToolError, ToolSuspended
 
@@ -220,7 +221,13 @@ class ToolRegistry:
         ]
 
     async def call(self, name: str, raw_arguments: Any, ctx: ToolContext) -> ToolOutcome:
-        """Validate, run, serialise. Pass ``ToolCall.raw_arguments`` when the model's JSON did not parse."""
+        """Validate, run, serialise. Pass ``ToolCall.raw_arguments`` when the model's JSON did not parse.
+
+        The loop-lag watchdog (``mas_core.looplag``) times every slice of the call that holds the loop.
+        """
+        return await watched(self._call(name, raw_arguments, ctx), tool=name, run_id=ctx.run_id)
+
+    async def _call(self, name: str, raw_arguments: Any, ctx: ToolContext) -> ToolOutcome:
         tool = self._tools.get(name)
         if tool is None:
             available = ", ".join(self._tools) or "none"

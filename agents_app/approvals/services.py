@@ -24,6 +24,7 @@ from agents_app.execution.runs import _dispatch, _run_locked
 from agents_app.models import Activation, ApprovalRequest, Run, Session, Team
 from agents_app.models.approvals import RequestKind, RequestStatus
 from agents_app.models.runs import FINISHED_RUN_STATUSES, ActivationStatus, RunStatus
+from mas_core.outputs import validator as schema_validator
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ def _check(request: ApprovalRequest, *, decision: str, arguments: Any, message: 
             raise InvalidDecision("arguments: a JSON object, the call's arguments as they should run")
         if request.schema:
             error = jsonschema.exceptions.best_match(
-                jsonschema.validators.validator_for(request.schema)(request.schema).iter_errors(arguments))
+                schema_validator(request.schema).iter_errors(arguments))
             if error is not None:
                 where = ".".join(str(part) for part in error.absolute_path) or "arguments"
                 raise InvalidDecision(f"arguments do not match the parameters of {request.tool}: "

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import logging
+import tracemalloc
 
 import pytest
 
@@ -211,3 +214,97 @@ def test_json_with_more_values_than_the_limit_is_400_before_it_is_parsed(team_a,
 )
 def test_json_shape_is_read_from_the_bytes(raw, problem):
     assert json_shape_problem(raw, max_depth=3, max_values=7) == problem
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 5, 8, 16 * 1024])
+@pytest.mark.parametrize(
+    "raw, problem",
+    [
+        (b'{"a": [1, 2], "b": {"c": 3}}', None),
+        (b'{"a": [1, 2], "b": {"c": 3}, "d": 4, "e": 5}',
+         "the JSON body holds more than 7 values (limit MAS_MAX_JSON_VALUES)"),
+        (b"[[[1]]]", None),
+        (b"[[[[1]]]]", "the JSON body is nested more than 3 levels deep (limit MAS_MAX_JSON_DEPTH)"),
+        (b'{"a": "[[[[,,,,,,,,{{{{", "b": "\\"[[[[\\\\"}', None),
+        (b'["\\\\\\\\\\\\", "\\\\\\"],[,", "x\\\\"]', None),  # runs of backslashes, escaped and not
+        (b'["\\\\\\\\\\\\", "\\\\\\"],[,", "x\\\\", 1, 2, 3, 4, 5]',
+         "the JSON body holds more than 7 values (limit MAS_MAX_JSON_VALUES)"),
+    ],
+)
+def test_json_shape_is_the_same_read_window_by_window(raw, problem, window, monkeypatch):
+    """Strings and escapes that straddle two windows are still text, whatever the window's size."""
+    monkeypatch.setattr("mas_core.api_errors.SCAN_WINDOW_BYTES", window)
+    assert json_shape_problem(raw, max_depth=3, max_values=7) == problem
+
+
+def _allocated_by(request) -> tuple[object, int, int]:
+    """What ``request()`` returned (not the response: the test client's response keeps the request and its
+    body), and the peak and retained bytes Python allocated meanwhile."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        response = request()
+        gc.collect()
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return response, peak - before, current - before
+
+
+@pytest.fixture
+def uncaptured_request_log():
+    """pytest keeps every log record of a test, and django.request's carry the request (and its body):
+    that is the test's memory, not the server's, whose handlers format a record and let it go."""
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+def test_a_refused_run_body_is_refused_before_it_costs_memory(team_a, api_for, uncaptured_request_log):
+    """Issue 23, point 5: a 1.9 MB POST /api/runs of short values grew the server by 30-35 MB to refuse it.
+
+    The peak counts everything the request allocated in this process (the test client's copies of the body
+    included, about 2 MB each); blanking the strings of the whole body at once took 68 MB alone.
+    """
+    from agents_app.models import Run
+
+    api = api_for(team_a, "operator")
+    raw = b'{"agent": "lead", "input": "t", "script": {"lead": [' + b",".join([b'{"text":"a"}'] * 150_000) + b"]}}"
+    assert 1.8 * MB < len(raw) < 2 * MB
+    api.post("/api/runs", {"agent": "lead"})  # warm: the first request's imports and caches are not the body's
+
+    def refused():
+        response = api.post("/api/runs", raw, content_type=JSON)
+        return response.status_code, json.loads(response.content)  # (response.json() ties the two in a cycle)
+
+    answer, peak, retained = _allocated_by(refused)
+    assert answer == (
+        400, {"detail": "the JSON body holds more than 100000 values (limit MAS_MAX_JSON_VALUES)"})
+    assert peak < 10 * MB, peak
+    assert retained < 1 * MB, retained
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)  # committed as a server commits: a test transaction keeps every
+def test_accepted_run_bodies_leave_nothing_behind(team_a, api_for, uncaptured_request_log):  # on_commit hook
+    from agents_app.models import Run
+    from tests.runs import agent
+
+    agent(team_a, "Lead")
+    api = api_for(team_a, "operator")
+    task = "word, [and] {more}; " * 9_000  # 180,000 characters of commas and brackets inside one string
+    script = {"lead": [{"text": f"turn {n}: " + "x" * 60} for n in range(20_000)]}
+    body = json.dumps({"agent": "lead", "input": task, "script": script})
+    assert 1 * MB < len(body) < 2 * MB
+    api.post("/api/runs", body, content_type=JSON)  # warm: first-call caches (schemas, settings) are not growth
+    statuses = []
+
+    def eight():
+        for _ in range(8):
+            statuses.append(api.post("/api/runs", body, content_type=JSON).status_code)
+
+    _, _, retained = _allocated_by(eight)
+    assert statuses == [201] * 8
+    assert retained < 2 * MB, retained
+    assert Run.objects.filter(team=team_a, input=task).count() == 9

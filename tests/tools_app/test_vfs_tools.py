@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -283,7 +284,28 @@ def test_search_no_match():
 
 def test_search_invalid_regex():
     outcome, _ = run("vfs_search", SEARCH_FILES, pattern="(unclosed")
-    assert error(outcome) == "Invalid regular expression '(unclosed': missing ), unterminated subpattern at position 0"
+    assert error(outcome) == ("Invalid regular expression '(unclosed': missing ): (unclosed "
+                              "(patterns use RE2 syntax: no look-around or backreferences)")
+    outcome, _ = run("vfs_search", SEARCH_FILES, pattern=r"(?<=TODO): \w+")
+    assert error(outcome) == ("Invalid regular expression '(?<=TODO): \\\\w+': invalid perl operator: (?<= "
+                              "(patterns use RE2 syntax: no look-around or backreferences)")
+
+
+def test_search_catastrophic_pattern_answers_at_once():
+    """Python's re would backtrack for hours on this (2**40 ways to split the a's); RE2 is linear."""
+    started = time.perf_counter()
+    outcome, _ = run("vfs_search", {"bomb.txt": "a" * 40 + "!\n" + "a" * 40}, pattern="^(a+)+$")
+    assert time.perf_counter() - started < 1.0
+    assert outcome.content == "bomb.txt:2: " + "a" * 40
+
+
+def test_search_stops_at_its_deadline(monkeypatch):
+    monkeypatch.setattr("tools_app.builtin.vfs_search.SEARCH_TIMEOUT_S", 0.0)
+    outcome, _ = run("vfs_search", {"a.txt": "x\n" * 1000, "b.txt": "x"}, pattern="x")
+    # 255 lines before the first deadline check; b.txt never read
+    assert outcome.content.splitlines()[-2:] == ["[truncated: showing 200 of 255 matching lines]",
+                                                 "[stopped after 0 s: the results are partial]"]
+    assert "b.txt" not in outcome.content
 
 
 def test_search_empty_pattern_lists_files_matching_the_glob():
@@ -300,3 +322,18 @@ def test_search_is_capped_and_long_lines_cut(monkeypatch):
     )
     outcome, _ = run("vfs_search", {"long.txt": "x" * 300}, pattern="x")
     assert outcome.content == "long.txt:1: " + "x" * 200 + "…"
+
+
+def test_search_pattern_limits():
+    from tools_app.builtin import vfs_search
+
+    assert vfs_search.SEARCH_TIMEOUT_S == 10.0
+    outcome, _ = run("vfs_search", SEARCH_FILES, pattern="a" * 1001)
+    assert error(outcome) == f"Invalid regular expression {'a' * 1001!r}: the pattern is 1001 characters long; " \
+                             "at most 1000 are allowed"
+    outcome, _ = run("vfs_search", SEARCH_FILES, pattern="(x{1000}){20}")
+    assert error(outcome).startswith("Invalid regular expression '(x{1000}){20}': ")
+    outcome, _ = run("vfs_search", SEARCH_FILES, pattern=r"[^\n]{1000}" * 3)
+    assert error(outcome).endswith(": the pattern compiles to 24004 instructions; at most 20000 are allowed "
+                                   "(large counted repetitions such as {1000} multiply it)")
+    assert run("vfs_search", SEARCH_FILES, pattern="a" * 1000)[0].ok is True

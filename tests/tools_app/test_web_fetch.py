@@ -16,6 +16,10 @@ from tools_app.workspace_memory import InMemoryWorkspace
 PAGE = b"<html><head><title>T</title><script>var x=1;</script></head><body><h1>Hello</h1><p>World <b>bold</b></p></body></html>"
 
 
+BIG_PAGE = b"<html><body>" + b"<div><p>tide <i>and</i> moon</p><ul><li>a</li></ul></div>" * 80_000 + b"</body></html>"
+BIG_JSON = json.dumps([{"n": n, "text": "tide and moon"} for n in range(120_000)]).encode()
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     hits: list[str] = []
 
@@ -45,6 +49,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._send(302, "text/plain", b"", {"Location": "http://10.0.0.1/secret"})
         elif self.path == "/to-metadata":
             self._send(302, "text/plain", b"", {"Location": "http://169.254.169.254/latest/meta-data/"})
+        elif self.path == "/big":
+            self._send(200, "text/html", BIG_PAGE)
+        elif self.path == "/big.json":
+            self._send(200, "application/json", BIG_JSON)
         elif self.path == "/binary":
             self._send(200, "image/png", b"\x89PNG....")
         else:
@@ -133,3 +141,28 @@ def test_redirect_to_private_address_is_refused(server, allow_local, path, targe
 def test_allow_list_accepts_cidrs(server, settings):
     settings.MAS_WEB_FETCH_ALLOW = ["127.0.0.0/8"]
     assert fetch(url=f"{server}/page").ok is True
+
+
+def test_html_is_converted_in_chunks_and_stops_once_it_has_enough():
+    from tools_app.builtin.web_fetch import HTML_CHUNK_CHARS, _html_to_text
+
+    page = "<html><body>" + "<p>tide and moon</p>" * 200_000 + "</body></html>"  # 4 MB of HTML
+    text = _html_to_text(page, max_chars=1_000)
+    # The conversion ends within a chunk of the limit: about 64 KB of HTML read, not the 4 MB.
+    assert 1_000 < len(text) < HTML_CHUNK_CHARS
+    assert text.startswith("tide and moon\n\ntide and moon")
+    assert _html_to_text(PAGE.decode(), max_chars=1_000) == "# Hello\n\nWorld **bold**"
+
+
+def test_big_pages_are_converted_off_the_event_loop(server, allow_local, caplog):
+    """4 MB of HTML and 4 MB of JSON: converted on a thread, so the loop-lag watchdog sees no slice over 100 ms."""
+    import logging
+
+    assert len(BIG_PAGE) > 4_000_000 and len(BIG_JSON) > 4_000_000
+    with caplog.at_level(logging.WARNING, logger="mas_core.looplag"):
+        page = fetch(url=f"{server}/big", max_length=50_000)
+        data = fetch(url=f"{server}/big.json", max_length=50_000)
+    assert page.ok and page.content.startswith("tide _and_ moon\n\n  * a\n\n")
+    assert page.content.endswith("\n[truncated: content longer than 50000 characters]")
+    assert data.ok and data.content.startswith('[\n {\n  "n": 0,\n  "text": "tide and moon"\n },')
+    assert [record.tool for record in caplog.records if record.name == "mas_core.looplag"] == []

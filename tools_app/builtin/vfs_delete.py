@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from mas_core.patterns import off_loop
 from tools_app.paths import is_agent_file, missing_file_message, normalise_path
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
 from tools_app.registry import ToolResult
@@ -19,7 +20,7 @@ class VfsDelete(Tool):
     async def run(self, args: Parameters, ctx: ToolContext) -> ToolResult:
         path = normalise_path(args.path)
         if not await ctx.workspace.delete(path):
-            raise ToolError(missing_file_message(path, await ctx.workspace.paths()))
+            raise ToolError(await off_loop(missing_file_message, path, await ctx.workspace.paths()))
         note = ""
         service = ctx.services.get("unregister_agent")
         if is_agent_file(path) and service is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from mas_core.patterns import off_loop
 from tools_app.builtin.vfs_write import register_if_agent
 from tools_app.paths import missing_file_message, normalise_path
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
@@ -28,7 +29,7 @@ class VfsEdit(Tool):
             raise ToolError("old must not be empty: give the exact text to replace")
         content = await ctx.workspace.read(path)
         if content is None:
-            raise ToolError(missing_file_message(path, await ctx.workspace.paths()))
+            raise ToolError(await off_loop(missing_file_message, path, await ctx.workspace.paths()))
         count = content.count(args.old)
         if count == 0:
             hint = ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from mas_core.patterns import off_loop
 from tools_app.paths import missing_file_message, normalise_path
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
 
@@ -27,7 +28,7 @@ class VfsRead(Tool):
         path = normalise_path(args.path)
         content = await ctx.workspace.read(path)
         if content is None:
-            raise ToolError(missing_file_message(path, await ctx.workspace.paths()))
+            raise ToolError(await off_loop(missing_file_message, path, await ctx.workspace.paths()))
         if not content:
             return f"{path} is empty."
         if args.offset == 0 and args.max_chars is None:

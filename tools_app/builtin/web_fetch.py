@@ -9,6 +9,7 @@ import html2text
 import httpx
 from pydantic import Field
 
+from mas_core.patterns import off_loop
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
 from tools_app.web.guard import BlockedAddress, resolve_checked
 
@@ -18,11 +19,42 @@ TIMEOUT = httpx.Timeout(15.0, connect=5.0)
 DEFAULT_LENGTH = 20_000
 
 
-def _html_to_text(html: str) -> str:
-    converter = html2text.HTML2Text()
+HTML_CHUNK_CHARS = 64 * 1024
+
+
+class _BoundedText(html2text.HTML2Text):
+    """html2text that counts what it has written, so the caller can stop feeding once it has enough."""
+
+    written = 0
+
+    def outtextf(self, s: str) -> None:
+        self.written += len(s)
+        super().outtextf(s)
+
+
+def _html_to_text(html: str, *, max_chars: int) -> str:
+    """Readable text of ``html``, fed in chunks and stopped once ``max_chars`` of text exist (CPU-bound: run it
+    off the event loop, see ``_readable``)."""
+    converter = _BoundedText()
     converter.ignore_images = True
     converter.body_width = 0
-    return converter.handle(html).strip()
+    for start in range(0, len(html), HTML_CHUNK_CHARS):
+        converter.feed(html[start:start + HTML_CHUNK_CHARS])
+        if converter.written > max_chars:
+            break
+    return converter.optwrap(converter.finish()).strip()
+
+
+def _readable(text: str, ctype: str, max_chars: int) -> str:
+    """The body as the model reads it: HTML converted, JSON indented, other text as is."""
+    if ctype in ("text/html", "application/xhtml+xml"):
+        return _html_to_text(text, max_chars=max_chars)
+    if ctype == "application/json" or ctype.endswith("+json"):
+        try:
+            return json.dumps(json.loads(text), ensure_ascii=False, indent=1)
+        except (ValueError, RecursionError):
+            return text
+    return text
 
 
 async def _get(client: httpx.AsyncClient, url: str) -> httpx.Response:
@@ -85,16 +117,12 @@ class WebFetch(Tool):
         if response.status_code >= 400:
             raise ToolError(f"web_fetch error: HTTP {response.status_code} from {url}")
         ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
-        text = bytes(body).decode(response.encoding or "utf-8", errors="replace")
-        if ctype in ("text/html", "application/xhtml+xml"):
-            text = _html_to_text(text)
-        elif ctype == "application/json" or ctype.endswith("+json"):
-            try:
-                text = json.dumps(json.loads(text), ensure_ascii=False, indent=1)
-            except ValueError:
-                pass
-        elif not (ctype.startswith("text/") or ctype in ("application/xml", "")):
+        is_json = ctype == "application/json" or ctype.endswith("+json")
+        if not (is_json or ctype.startswith("text/") or ctype in ("application/xhtml+xml", "application/xml", "")):
             raise ToolError(f"web_fetch error: {url} returned {ctype}, which is not text")
+        # Up to 5 MB to decode, convert or indent: CPU work, done off the event loop the worker's sessions share.
+        text = await off_loop(lambda: _readable(bytes(body).decode(response.encoding or "utf-8", errors="replace"),
+                                                ctype, args.max_length))
         if len(text) > args.max_length or cut:
             text = text[: args.max_length] + f"\n[truncated: content longer than {args.max_length} characters]"
         return text

@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 from pydantic import create_model, model_validator
 
+from mas_core.outputs import validator as schema_validator
 from tools_app.mcp.client import Connection, DiscoveredTool, Emit, MCPError, ServerConfig, bridged_name
 from tools_app.mcp.client import breaker_check, breaker_record
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
@@ -77,7 +78,8 @@ def bridged_tool(connection: Connection, tool: DiscoveredTool, emit: Emit) -> To
     properties = schema.get("properties") or {}
     required = set(schema.get("required") or [])
     fields = {name: (Any, ... if name in required else None) for name in properties}
-    validator = jsonschema.validators.validator_for(schema)(schema)  # compiled once, not per call
+    # Compiled once, not per call; its `pattern` keyword matches with RE2 (a server's pattern meets the model's text).
+    validator = schema_validator(schema)
 
     def check(cls, values):
         if isinstance(values, dict):

@@ -1,5 +1,6 @@
 """Typed outputs in the plain-Python session loop: one corrective turn, then validation_failed — across a crash."""
 
+import time
 import asyncio
 
 import pytest
@@ -179,3 +180,24 @@ def test_values_are_read_as_json_unless_the_schema_wants_text():
         "$: " + f"{nested!r} is not of type 'object'"[:299] + "…"]
     assert value_errors({"type": "string", "pattern": "^(a+)+$"}, "a" * 40 + "b") == [
         "$: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab' does not match '^(a+)+$'"]
+
+
+def test_schema_patterns_match_with_re2_in_linear_time():
+    """A catastrophic `pattern` over a long model text answers at once (Python's re would run for hours)."""
+    started = time.perf_counter()
+    assert value_errors({"type": "string", "pattern": "^(a+)+$"}, "a" * 5000 + "!") == [
+        "$: " + repr("a" * 5000 + "!")[:99] + "… does not match '^(a+)+$'"]
+    assert time.perf_counter() - started < 1.0
+    assert value_errors({"type": "string", "pattern": "(?=x)y"}, "xy") == [
+        "$: the schema's pattern '(?=x)y' cannot be used: invalid perl operator: (?= "
+        "(patterns use RE2 syntax: no look-around or backreferences)"]
+    assert value_errors({"type": "string", "pattern": r"^\d{3}-\w+$"}, "123-abc") == []
+
+
+def test_a_schema_whose_pattern_re2_cannot_use_is_refused_when_saved():
+    from mas_core.outputs import schema_problem
+
+    assert schema_problem({"type": "object", "properties": {"id": {"type": "string", "pattern": r"^(\w)\1$"}}}) == (
+        "pattern '^(\\\\w)\\\\1$' cannot be used: invalid escape sequence: \\1 "
+        "(patterns use RE2 syntax: no look-around or backreferences)")
+    assert schema_problem({"type": "object", "properties": {"pattern": {"type": "string", "pattern": "^a+$"}}}) is None
