@@ -242,7 +242,12 @@ LOGGING = {
                              "filters": ["context", "redact"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("MAS_LOG_LEVEL", "INFO")},
     # Celery's own INFO lines (every task received and finished) would drown the sessions' lines.
-    "loggers": {"pgserver": {"level": "WARNING"}, "celery": {"level": os.environ.get("MAS_CELERY_LOG_LEVEL", "WARNING")}},
+    # Django's own handlers on "django" and "django.server" (its DEFAULT_LOGGING: a console without the
+    # redact filter, the admins' mail) are replaced: their lines go through ours, so every line a process
+    # writes passes RedactFilter — no credential, no team secret (tests/mas_project/test_credentials_in_logs.py).
+    "loggers": {"pgserver": {"level": "WARNING"}, "celery": {"level": os.environ.get("MAS_CELERY_LOG_LEVEL", "WARNING")},
+                "django": {"handlers": [], "level": "INFO", "propagate": True},
+                "django.server": {"handlers": [], "level": "INFO", "propagate": True}},
 }
 
 # web_fetch may reach these hosts/CIDRs even when they are private or loopback (comma-separated).
