@@ -104,6 +104,23 @@ class ApiToken(models.Model):
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user}, {self.team})"
 
+class PasswordLinkNonce(models.Model):
+    """The one set-password link of a user that works: each new link draws a new nonce, which the link's
+    token is signed over (``mas_core.teams.set_password_links``), so every older link stops working."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    nonce = models.CharField(max_length=64)
+    issued_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        app_label = APP_LABEL
+        verbose_name = "set-password link"
+        verbose_name_plural = "set-password links"
+
+    def __str__(self) -> str:
+        return f"set-password link of {self.user}"
+
+
 class Definition(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     slug = models.SlugField(max_length=100)

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.contrib.auth.tokens import default_token_generator
+from django.contrib.auth.tokens import PasswordResetTokenGenerator
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from mas_core.models import ROLE_CAPABILITIES, ApiToken, Membership, Role, Team
+from mas_core.models import ROLE_CAPABILITIES, ApiToken, Membership, PasswordLinkNonce, Role, Team
 
 TOKEN_PREFIX = "mas_"
 
@@ -118,14 +118,30 @@ def user_create(*, username: str, password: str | None = None, email: str = ""):
     return user
 
 
+class SetPasswordLinks(PasswordResetTokenGenerator):
+    """Django's reset tokens, signed also over the user's current link nonce (``PasswordLinkNonce``).
+
+    Django's own are bound to the password hash, last login and the second they were made: two links made
+    in the same second were the same link, and issuing a new one left the older ones working.
+    """
+
+    def _make_hash_value(self, user, timestamp):
+        nonce = PasswordLinkNonce.objects.filter(user_id=user.pk).values_list("nonce", flat=True).first()
+        return super()._make_hash_value(user, timestamp) + (nonce or "")
+
+
+set_password_links = SetPasswordLinks()
+
+
 def password_link_create(*, user) -> str:
     """The path of ``user``'s one-time set-password page (Django's password reset confirmation).
 
-    The token is bound to the current password hash and last login, so it stops
-    working once the password is set, and after ``PASSWORD_RESET_TIMEOUT``.
+    Only the newest link works: each draws a new nonce its token is signed over. It also stops working once
+    the password is set (the token is bound to the password hash), and after ``PASSWORD_RESET_TIMEOUT``.
     """
+    PasswordLinkNonce.objects.update_or_create(user=user, defaults={"nonce": secrets.token_urlsafe(32)})
     uidb64 = urlsafe_base64_encode(force_bytes(user.pk))
-    token = default_token_generator.make_token(user)
+    token = set_password_links.make_token(user)
     return reverse("password_reset_confirm", kwargs={"uidb64": uidb64, "token": token})
 
 

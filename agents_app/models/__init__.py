@@ -7,6 +7,7 @@ from mas_core.models import (  # noqa: F401
     DefinitionVersion,
     Event,
     Membership,
+    PasswordLinkNonce,
     Role,
     Team,
 )

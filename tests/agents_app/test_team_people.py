@@ -277,3 +277,31 @@ def test_reissue_is_for_team_admins_only(team_a, team_b, make_member):
                            {"action": "reissue_password_link", "_selected_action": [fresh.pk]}, follow=True)
     assert LINK_RE.findall(response.content.decode()) == []
     assert "reissue_password_link" not in viewer.get(url("membership", "changelist")).content.decode()
+
+
+# -- only the newest set-password link works (issue 23, point 6) ---------------------------------------
+
+
+def test_a_new_set_password_link_revokes_the_older_ones_even_within_the_same_second(team_a):
+    fresh = membership_add(team=team_a, username="rosa", role="viewer", new_account=True)
+    links = [fresh.password_link] + [password_link_create(user=fresh.membership.user) for _ in range(2)]
+    assert len(set(links)) == 3  # issued within the same second, yet three different links
+    for older in links[:2]:
+        assert Client().get(older, follow=True).context["validlink"] is False
+    set_password(links[2])
+    rosa = User.objects.get(username="rosa")
+    assert rosa.check_password(NEW_PASSWORD)
+    # Used: it stops working too, and no older link came back to life.
+    for link in links:
+        assert Client().get(link, follow=True).context["validlink"] is False
+    rosa.refresh_from_db()
+    assert rosa.check_password(NEW_PASSWORD)
+
+
+def test_reissuing_in_the_admin_revokes_the_link_handed_out_first(team_a, make_member):
+    first = membership_add(team=team_a, username="sven", role="viewer", new_account=True).password_link
+    response = reissue(client_for(make_member(team_a, "admin")), Membership.objects.get(user__username="sven"))
+    [(uidb64, token)] = LINK_RE.findall(response.content.decode())
+    assert Client().get(first, follow=True).context["validlink"] is False
+    set_password(f"/accounts/reset/{uidb64}/{token}/")
+    assert User.objects.get(username="sven").check_password(NEW_PASSWORD)
