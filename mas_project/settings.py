@@ -200,6 +200,9 @@ LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/runs/"
 # Seconds between a monitor socket's pings (each also catches up from the database).
 MAS_WS_PING_S = float(os.environ.get("MAS_WS_PING_S", 15))
+# Seconds between a monitor socket's checks that its token, membership or session still holds; one that no
+# longer does is closed 4401 (agents_app/consumers.py).
+MAS_WS_ACCESS_CHECK_S = float(os.environ.get("MAS_WS_ACCESS_CHECK_S", 1))
 
 # Payload sizes are bounded (SPEC §7).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("MAS_MAX_REQUEST_BYTES", 2 * 1024 * 1024))
