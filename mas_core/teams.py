@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
+from django.conf import settings
 from django.contrib.auth.models import Group
 from django.contrib.auth.tokens import PasswordResetTokenGenerator
 from django.db import transaction
@@ -15,7 +17,7 @@ from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from mas_core.models import ROLE_CAPABILITIES, ApiToken, Membership, PasswordLinkNonce, Role, Team
+from mas_core.models import ROLE_CAPABILITIES, ApiToken, Invitation, Membership, PasswordLinkNonce, Role, Team
 
 TOKEN_PREFIX = "mas_"
 
@@ -190,6 +192,73 @@ def membership_add(*, team: Team, username: str, role: str, new_account: bool = 
     return AddedMember(membership=membership_set(team=team, user=user, role=role), password_link=link)
 
 
+# -- invitations ---------------------------------------------------------------------------------------
+
+INVITATION_PREFIX = "inv_"
+INVALID_INVITATION = "this invitation link is not valid: it was used already, it expired, or it never existed"
+
+
+class InvitationError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class IssuedInvitation:
+    link: str  # path of the invitation page; shown once, never stored
+    row: Invitation
+
+
+def invitation_create(*, team: Team, role: str, created_by=None) -> IssuedInvitation:
+    """A single-use link making its bearer a ``role`` of ``team``; it expires with ``PASSWORD_RESET_TIMEOUT``."""
+    if role not in ROLE_CAPABILITIES:
+        raise ValueError(f"unknown role {role!r}")
+    token = INVITATION_PREFIX + secrets.token_urlsafe(32)
+    row = Invitation.objects.create(
+        team=team, role=role, token_hash=_token_hash(token), created_by=created_by,
+        expires_at=timezone.now() + timedelta(seconds=settings.PASSWORD_RESET_TIMEOUT))
+    return IssuedInvitation(link=reverse("invitation", kwargs={"token": token}), row=row)
+
+
+def _pending(token: str):
+    if not token.startswith(INVITATION_PREFIX) or len(token) > 100:
+        return Invitation.objects.none()
+    return Invitation.objects.filter(token_hash=_token_hash(token), accepted_at__isnull=True,
+                                     expires_at__gt=timezone.now())
+
+
+def invitation_pending(token: str) -> Invitation | None:
+    """The invitation of ``token`` if it can still be accepted (with its team)."""
+    return _pending(token).select_related("team").first()
+
+
+@transaction.atomic
+def invitation_accept(*, token: str, user) -> Membership:
+    """Make ``user`` a member as the invitation says, once: the row is locked, then marked accepted.
+
+    A user who is already a member of the team is refused and the invitation stays usable (for someone else):
+    an invitation never changes a role.
+    """
+    invitation = _pending(token).select_for_update().select_related("team").first()
+    if invitation is None:
+        raise InvitationError(INVALID_INVITATION)
+    if Membership.objects.filter(team=invitation.team, user=user).exists():
+        raise InvitationError(f"you are already a member of {invitation.team.slug}")
+    membership = membership_set(team=invitation.team, user=user, role=invitation.role)
+    invitation.accepted_by, invitation.accepted_at = user, timezone.now()
+    invitation.save(update_fields=["accepted_by", "accepted_at"])
+    return membership
+
+
+@transaction.atomic
+def invitation_accept_new_account(*, token: str, username: str, password: str):
+    """Create the account the invitation's bearer chose and accept the invitation with it, or neither."""
+    if invitation_pending(token) is None:
+        raise InvitationError(INVALID_INVITATION)
+    user = user_create(username=username, password=password)
+    invitation_accept(token=token, user=user)
+    return user
+
+
 __all__ = [
     "Role",
     "team_create",
@@ -202,6 +271,10 @@ __all__ = [
     "password_link_create",
     "password_link_reissue",
     "membership_add",
+    "invitation_create",
+    "invitation_pending",
+    "invitation_accept",
+    "invitation_accept_new_account",
 ]
 
 

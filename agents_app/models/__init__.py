@@ -6,6 +6,7 @@ from mas_core.models import (  # noqa: F401
     Definition,
     DefinitionVersion,
     Event,
+    Invitation,
     Membership,
     PasswordLinkNonce,
     Role,
