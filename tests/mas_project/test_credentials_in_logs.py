@@ -38,9 +38,10 @@ def authorizations(token: str) -> dict[str, str]:
 
 
 def writing_handlers() -> list[logging.Handler]:
-    """Every handler of every logger that writes somewhere."""
+    """Every handler of every logger that writes somewhere (pytest's own capture handlers aside)."""
     loggers = [logging.root] + [lg for lg in logging.root.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
-    return [h for lg in loggers for h in lg.handlers if not isinstance(h, logging.NullHandler)]
+    return [h for lg in loggers for h in lg.handlers
+            if not isinstance(h, logging.NullHandler) and not type(h).__module__.startswith("_pytest")]
 
 
 def test_every_handler_that_writes_passes_the_redact_filter():
