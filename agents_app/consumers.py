@@ -30,7 +30,8 @@ the replay is done, ``{"message": "ping", "last_seq": n}``, and on ``/ws/runs/``
 
 Close codes: 4401 not authenticated (a browser's session cookie counts only
 from one of our own pages: its ``Origin`` must pass Django's CSRF origin
-check, see ``mas_core/ws_security.py``), 4429 a wrong token from an
+check, see ``mas_core/ws_security.py``), or no longer (``AccessWatch``: the
+token revoked, the member removed, signed out; within ``MAS_WS_ACCESS_CHECK_S``), 4429 a wrong token from an
 address past ``MAS_AUTH_FAILURES_PER_MIN`` failed token authentications this
 minute (HTTP and websockets count together; the reason says when to retry),
 4404 no such run in the caller's team (or no such team, or a path under
@@ -87,7 +88,12 @@ class AccessWatch:
     async def watch_access(self) -> None:
         while True:
             await asyncio.sleep(_access_check_s())
-            if not await self.access_holds():
+            try:
+                holds = await self.access_holds()
+            except Exception:  # noqa: BLE001 - the database is away (a restart): asked again next period
+                logger.warning("websocket access check failed", exc_info=True)
+                continue
+            if not holds:
                 await self.close_for_access()
                 return
 

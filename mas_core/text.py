@@ -40,7 +40,10 @@ def describe(char: str) -> str:
 
 
 def visible_text(text: str, what: str = "text") -> str:
-    """``text`` unchanged when it has no hidden character; else ValueError naming the character."""
+    """``text`` unchanged when it has no hidden character; else ValueError naming the character. Anything
+    but a string (a PATCH's ``null``) passes through: what may be missing is decided elsewhere."""
+    if not isinstance(text, str):
+        return text
     char = hidden_character(text)
     if char is not None:
         kind = "a direction control" if char in BIDI_CONTROLS else "an invisible or control character"
