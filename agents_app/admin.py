@@ -21,6 +21,7 @@ from agents_app.models import (
     Agent,
     ApiToken,
     DefinitionVersion,
+    Invitation,
     Membership,
     ModelProvider,
     ProviderModel,
@@ -31,6 +32,7 @@ from agents_app.money import money_display
 from mas_core.teams import (
     api_token_create,
     api_token_revoke,
+    invitation_create,
     membership_add,
     membership_delete,
     membership_set,
@@ -247,7 +249,9 @@ class MembershipForm(forms.ModelForm):
 
 @admin.register(Membership)
 class MembershipAdmin(TeamMemberAdmin):
-    """A team's people: team admins add them (an existing user or a new account), change roles, remove them."""
+    """A team's people: team admins change roles and remove them; they add people with invitations
+    (``InvitationAdmin``). Adding by username (an existing user or a new account) is the superuser's: it
+    answers whether a username exists, which a team admin must not learn of other teams' people."""
 
     form = MembershipForm
     list_display = ("user", "team", "role", "created_at")
@@ -255,6 +259,9 @@ class MembershipAdmin(TeamMemberAdmin):
     list_select_related = ("team", "user")
     search_fields = ("user__username",)
     actions = ("reissue_password_link",)
+
+    def has_add_permission(self, request):
+        return request.user.is_superuser
 
     def get_fields(self, request, obj=None):
         return ("team", "username", "new_account", "role") if obj is None else ("team", "user", "role")
@@ -307,6 +314,51 @@ class MembershipAdmin(TeamMemberAdmin):
             self.message_user(request, format_html(
                 "One-time link for {} to set a password: <code class='mas-password-link'>{}</code>",
                 membership.user, request.build_absolute_uri(link)), messages.SUCCESS)
+
+
+class InvitationForm(forms.ModelForm):
+    class Meta:
+        model = Invitation
+        fields = ("team", "role")
+
+
+@admin.register(Invitation)
+class InvitationAdmin(TeamMemberAdmin):
+    """Team admins invite people: a single-use link, shown once, that makes whoever opens it a member with
+    the chosen role (signed in, or with an account they create there). It expires after three days."""
+
+    form = InvitationForm
+    view_capability = "manage"  # a team's invitations are its admins' business
+    list_display = ("team", "role", "created_by", "created_at", "expires_at", "accepted_by", "accepted_at")
+    list_filter = ("role",)
+    list_select_related = ("team", "created_by", "accepted_by")
+    readonly_fields = ("team", "role", "created_by", "created_at", "expires_at", "accepted_by", "accepted_at")
+
+    def get_fields(self, request, obj=None):
+        return ("team", "role") if obj is None else self.readonly_fields
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.readonly_fields if obj is not None else ()
+
+    def has_change_permission(self, request, obj=None):
+        return False  # single-use and immutable: delete one to withdraw it
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "team":
+            kwargs["queryset"] = teams_with(request, "manage")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request, obj, form, change):
+        issued = invitation_create(team=obj.team, role=obj.role, created_by=request.user)
+        # Shown once, to the admin who hands it over: only its hash is stored.
+        self.message_user(request, format_html(
+            "Invitation to {} as {}: <code class='mas-invitation-link'>{}</code> — give it to the person you "
+            "invite; it works once, until {}.", issued.row.team, issued.row.role,
+            request.build_absolute_uri(issued.link), issued.row.expires_at.strftime("%Y-%m-%d %H:%M UTC")),
+            messages.SUCCESS)
+        obj.pk = issued.row.pk
+        obj.refresh_from_db()
+        obj._state.adding = False
 
 
 class ApiTokenForm(forms.ModelForm):

@@ -30,11 +30,13 @@ the replay is done, ``{"message": "ping", "last_seq": n}``, and on ``/ws/runs/``
 
 Close codes: 4401 not authenticated (a browser's session cookie counts only
 from one of our own pages: its ``Origin`` must pass Django's CSRF origin
-check, see ``mas_core/ws_security.py``), 4429 a wrong token from an
+check, see ``mas_core/ws_security.py``), or no longer (``AccessWatch``: the
+token revoked, the member removed, signed out; within ``MAS_WS_ACCESS_CHECK_S``), 4429 a wrong token from an
 address past ``MAS_AUTH_FAILURES_PER_MIN`` failed token authentications this
 minute (HTTP and websockets count together; the reason says when to retry),
-4404 no such run in the caller's team (or no such team), 4400 a malformed
-``after`` or ``since``, 1011 the channel layer could not be joined (the
+4404 no such run in the caller's team (or no such team, or a path under
+``/ws/`` that names no socket), 4400 a malformed ``after`` or ``since``, or an
+``after`` beyond the run's last event (the reason says which), 1011 the channel layer could not be joined (the
 client retries).
 """
 
@@ -64,10 +66,50 @@ def _ping_s() -> float:
     return float(getattr(settings, "MAS_WS_PING_S", 15))
 
 
+def _access_check_s() -> float:
+    return float(getattr(settings, "MAS_WS_ACCESS_CHECK_S", 1))
+
+
+ACCESS_GONE = "your access to this team ended (token revoked, membership removed or role lowered, or signed out)"
+
+
+class AccessWatch:
+    """Closes a socket 4401 once what let it in no longer holds (``ws_reads._access_holds``), checked every
+    ``MAS_WS_ACCESS_CHECK_S``: a revoked token, a removed member, a token above its member's lowered role,
+    a user signed out or deactivated. A role lowered but still allowed to view keeps its socket: every role
+    may watch its team's runs. Consumers set ``team_id`` and list their other tasks in ``tasks``."""
+
+    team_id: int
+    tasks: list
+
+    async def access_holds(self) -> bool:
+        return await database_sync_to_async(ws_reads._access_holds)(self.scope, self.team_id)
+
+    async def watch_access(self) -> None:
+        while True:
+            await asyncio.sleep(_access_check_s())
+            try:
+                holds = await self.access_holds()
+            except Exception:  # noqa: BLE001 - the database is away (a restart): asked again next period
+                logger.warning("websocket access check failed", exc_info=True)
+                continue
+            if not holds:
+                await self.close_for_access()
+                return
+
+    async def close_for_access(self) -> None:
+        current = asyncio.current_task()
+        for task in [*self.tasks, getattr(self, "flusher", None)]:
+            if task is not None and task is not current:
+                task.cancel()
+        self.revoked = True
+        await self.close(code=4401, reason=ACCESS_GONE)
+
+
 # -- /ws/runs/<id>/ ---------------------------------------------------------------------------
 
 
-class RunEventsConsumer(AsyncWebsocketConsumer):
+class RunEventsConsumer(AccessWatch, AsyncWebsocketConsumer):
     QUEUE = 1000  # live batches a socket may have waiting before it reads from the database instead
 
     async def connect(self) -> None:
@@ -75,6 +117,7 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
         self.last_seq = 0
         self.joined = False
         self.tasks: list[asyncio.Task] = []
+        self.revoked = False
         self.lock = asyncio.Lock()  # live batches and the pinger's catch-up take turns
         self.inbox: asyncio.Queue = asyncio.Queue(self.QUEUE)
         self.dropped = 0  # live batches dropped because the inbox was full (read back from the database)
@@ -88,10 +131,17 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
         try:
             self.last_seq = max(0, int(query.get("after", ["0"])[0] or 0))
         except ValueError:
-            await self.close(code=4400)
+            await self.close(code=4400, reason="after must be a whole number: the last seq the client has")
             return
-        if await database_sync_to_async(ws_reads._run_team)(self.run_id, team_ids) is None:
+        found = await database_sync_to_async(ws_reads._run_team)(self.run_id, team_ids)
+        if found is None:
             await self.close(code=4404)
+            return
+        self.team_id, last = found
+        if self.last_seq > last:
+            # Events the run never had: the client is confused (another run's seq, a typo); answering with the
+            # events after it would silently skip everything up to that number once the run got there.
+            await self.close(code=4400, reason=f"after={self.last_seq} is beyond this run's last event ({last})")
             return
         # Join first, replay second: what is committed meanwhile waits in the inbox.
         try:
@@ -103,7 +153,8 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
         await self.catch_up()
         room_expect(self.run_id, self.last_seq + 1)
         await self.send_json({"message": "replayed", "last_seq": self.last_seq})
-        self.tasks = [asyncio.ensure_future(self.deliver_forever()), asyncio.ensure_future(self.ping_forever())]
+        self.tasks = [asyncio.ensure_future(self.deliver_forever()), asyncio.ensure_future(self.ping_forever()),
+                      asyncio.ensure_future(self.watch_access())]
 
     async def disconnect(self, code) -> None:
         for task in self.tasks:
@@ -116,6 +167,8 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
 
     def offer(self, frames: list[tuple[int, str]]) -> None:
         """A committed batch from the room; when the inbox is full it is dropped (read back later)."""
+        if self.revoked:
+            return
         try:
             self.inbox.put_nowait(frames)
         except asyncio.QueueFull:
@@ -185,7 +238,7 @@ class RunEventsConsumer(AsyncWebsocketConsumer):
 # -- /ws/runs/ --------------------------------------------------------------------------------
 
 
-class TeamRunsConsumer(AsyncWebsocketConsumer):
+class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
     """The team's runs as they change; the team is the token's, or ``?team=<slug>`` among the user's."""
 
     FLUSH_S = 0.25
@@ -194,6 +247,8 @@ class TeamRunsConsumer(AsyncWebsocketConsumer):
         self.group = None
         self.pending: set[str] = set()
         self.flusher: asyncio.Task | None = None
+        self.tasks: list[asyncio.Task] = []
+        self.revoked = False
         await self.accept()
         team_ids, refused = await database_sync_to_async(ws_reads._team_ids)(self.scope)
         if refused is not None:
@@ -218,8 +273,11 @@ class TeamRunsConsumer(AsyncWebsocketConsumer):
         if since is not None:
             for summary in await database_sync_to_async(ws_reads._runs_since)(self.team_id, since):
                 await self.send(text_data=json.dumps({"message": "run", "run": summary}, default=str))
+        self.tasks = [asyncio.ensure_future(self.watch_access())]
 
     async def disconnect(self, code) -> None:
+        for task in self.tasks:
+            task.cancel()
         if self.flusher is not None:
             self.flusher.cancel()
         if self.group is not None:
@@ -227,6 +285,8 @@ class TeamRunsConsumer(AsyncWebsocketConsumer):
 
     async def runs_changed(self, message: dict[str, Any]) -> None:
         # Totals change with every model call: send each run at most every FLUSH_S.
+        if self.revoked:
+            return
         self.pending.add(message["run"])
         if self.flusher is None or self.flusher.done():
             self.flusher = asyncio.ensure_future(self.flush_soon())
@@ -236,7 +296,23 @@ class TeamRunsConsumer(AsyncWebsocketConsumer):
         while self.pending:
             await asyncio.sleep(self.FLUSH_S)
             runs, self.pending = self.pending, set()
+            # Checked before each batch too, not only every MAS_WS_ACCESS_CHECK_S: a run started after the
+            # revocation is never sent.
+            if not await self.access_holds():
+                await self.close_for_access()
+                return
             for run_id in sorted(runs):
                 summary = await database_sync_to_async(ws_reads._run_summary)(run_id, self.team_id)
                 if summary is not None:
                     await self.send(text_data=json.dumps({"message": "run", "run": summary}, default=str))
+
+
+# -- any other path -------------------------------------------------------------------------------
+
+
+class NoSuchSocketConsumer(AsyncWebsocketConsumer):
+    """A path no socket lives at: closed 4404, as an unknown run is (Channels' router would raise: a 500)."""
+
+    async def connect(self) -> None:
+        await self.accept()
+        await self.close(code=4404)

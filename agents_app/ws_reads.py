@@ -54,11 +54,41 @@ def _team_ids(scope) -> tuple[list[int], tuple[int, str] | None]:
     return [membership.team_id for membership in memberships(user)], None
 
 
-def _run_team(run_id: str, team_ids: list[int]) -> int | None:
+def _access_holds(scope, team_id: int) -> bool:
+    """Whether what let the socket in still lets it see ``team_id``: the bearer token is not revoked and its
+    member still holds at least its role there; the session user is still active, still signed in with this
+    session and still a member (a superuser: still one). Counts no failed authentication: the socket was
+    authenticated once, this only asks whether that still stands.
+    """
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+
+    from mas_core.models import Membership
+    from mas_core.teams import api_token_authenticate
+
+    token = _bearer(scope)
+    if token is not None:
+        row = api_token_authenticate(token)
+        return row is not None and row.team_id == team_id
+    user, session = scope.get("user"), scope.get("session")
+    if user is None or not user.is_authenticated:
+        return False
+    if session is None or not session.session_key:
+        return False
+    if not settings.SESSION_ENGINE.endswith("signed_cookies") and not session.exists(session.session_key):
+        return False  # signed out (or the session was flushed) since; a signed cookie has no server side
+    current = get_user_model().objects.filter(pk=user.pk, is_active=True).values_list("is_superuser", flat=True)
+    if not current:
+        return False
+    return current[0] or Membership.objects.filter(user_id=user.pk, team_id=team_id).exists()
+
+
+def _run_team(run_id: str, team_ids: list[int]) -> tuple[int, int] | None:
+    """The run's team and its last event's seq, if the run is in one of ``team_ids``."""
     from agents_app.models import Run
 
     try:
-        return Run.objects.filter(pk=run_id, team_id__in=team_ids).values_list("team_id", flat=True).first()
+        return Run.objects.filter(pk=run_id, team_id__in=team_ids).values_list("team_id", "next_seq").first()
     except Exception:  # not a UUID
         return None
 

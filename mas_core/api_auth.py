@@ -15,6 +15,8 @@ see ``ratelimit``), and a role without the operation's capability a
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.http import Http404, HttpRequest
 from ninja.errors import HttpError
@@ -28,6 +30,11 @@ from mas_core import ratelimit
 
 TEAM_HEADER = "X-MAS-Team"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+# Schemes named in the log when a request uses one; any other first word is logged as "other" (a header
+# without a scheme starts with its credential).
+KNOWN_SCHEMES = frozenset({"basic", "digest", "token", "negotiate", "ntlm", "hoba", "mutual", "apikey", "oauth"})
+
+logger = logging.getLogger(__name__)
 
 
 class TokenAuth(HttpBearer):
@@ -36,6 +43,19 @@ class TokenAuth(HttpBearer):
     def __init__(self, capability: str = "view") -> None:
         self.capability = capability
         super().__init__()
+
+    def __call__(self, request: HttpRequest) -> Actor | None:
+        # Not ninja's HttpBearer.__call__: with DEBUG on it logs a header of another scheme whole
+        # ("Unexpected auth - 'Basic cGEt…'"), credential included. Here only the scheme's name is logged.
+        value = request.headers.get(self.header) or ""
+        if not value:
+            return None
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() != self.openapi_scheme:
+            logger.info("authorization scheme not supported",
+                        extra={"scheme": scheme.lower() if scheme.lower() in KNOWN_SCHEMES else "other"})
+            return None
+        return self.authenticate(request, token)
 
     def authenticate(self, request: HttpRequest, token: str) -> Actor | None:
         # The token is checked before the address's failure count: a valid one always works (see ratelimit).

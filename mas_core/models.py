@@ -111,6 +111,49 @@ class ApiToken(models.Model):
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user}, {self.team})"
 
+class Invitation(models.Model):
+    """A single-use link that makes whoever opens it (signed in, or creating their account there) a member of
+    ``team`` with ``role``. Team admins add people this way: they never type a username, so they cannot
+    learn which usernames exist. Only the token's SHA-256 is stored; the link is shown once."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                    related_name="+")
+    accepted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        app_label = APP_LABEL
+        verbose_name = "invitation"
+        verbose_name_plural = "invitations"
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"invitation to {self.team} as {self.role}"
+
+
+class PasswordLinkNonce(models.Model):
+    """The one set-password link of a user that works: each new link draws a new nonce, which the link's
+    token is signed over (``mas_core.teams.set_password_links``), so every older link stops working."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    nonce = models.CharField(max_length=64)
+    issued_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        app_label = APP_LABEL
+        verbose_name = "set-password link"
+        verbose_name_plural = "set-password links"
+
+    def __str__(self) -> str:
+        return f"set-password link of {self.user}"
+
+
 class Definition(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     slug = models.SlugField(max_length=100)

@@ -188,21 +188,46 @@ def exception_lines(exc_info) -> str:
     return text + f"{getattr(kind, '__name__', kind)}: {exception_text(error)}"
 
 
-class RedactFilter(logging.Filter):
-    """Redacts declared team secrets and the current context's secrets from a record, in place.
+# Credentials a log line must never carry, whatever logged them (a library echoing a header, an error
+# quoting a request): the value of an ``Authorization`` header, of any scheme; a credential after an
+# authentication scheme's name; our own API tokens wherever they appear. Only the scheme's name is kept.
+_AUTH_HEADER = re.compile(
+    r"(?i)(\bauthorization[\"']?\s*[:=]\s*[\"']?)(?:([A-Za-z][\w-]*)\s+(?=[^\s\"']))?[^\"'\r\n,}]+")
+_SCHEME_CREDENTIAL = re.compile(
+    r"(?i)\b(bearer|token|basic|digest|negotiate|ntlm|hoba|mutual|scram-sha-\d+|aws4-hmac-sha256|apikey|api-key)"
+    r"(\s+)(?:(?=[\w-]+=\S)[^'\r\n]+|[A-Za-z0-9+/=._~:-]*[0-9+/=._~:-][A-Za-z0-9+/=._~:-]*|[A-Za-z0-9+/=._~-]{20,})")
+_MAS_TOKEN = re.compile(r"\bmas_[A-Za-z0-9_-]{8,}")
 
-    On the console handler (every line the web and the workers write) and on the
+
+def credentials_scrub(text: str) -> str:
+    """``text`` without credentials: header values and scheme credentials become ``[redacted]``, the scheme
+    stays (``Basic [redacted]``), an API token becomes ``mas_[redacted]``."""
+    if not text:
+        return text
+    text = _AUTH_HEADER.sub(lambda m: m.group(1) + (m.group(2) + " " if m.group(2) else "") + REDACTED, text)
+    text = _SCHEME_CREDENTIAL.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    return _MAS_TOKEN.sub("mas_" + REDACTED, text)
+
+
+class RedactFilter(logging.Filter):
+    """Redacts credentials (:func:`credentials_scrub`), declared team secrets and the current context's
+    secrets from a record, in place.
+
+    On every handler of ``LOGGING`` (every line the web and the workers write) and on the
     loggers of the MCP SDK, which print what a server wrote (their records reach
     every handler already redacted).
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
-            redact = current_redactor()
+            secrets = current_redactor()
         except Exception:  # noqa: BLE001 - settings not configured yet: nothing is declared
-            return True
-        if not redact:
-            return True
+            secrets = None
+
+        def redact(text: str) -> str:
+            text = credentials_scrub(text)
+            return secrets(text) if secrets else text
+
         try:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a broken format string is logging's own error to report

@@ -8,10 +8,13 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
 
 from mas_core.outputs import schema_problem
+from mas_core.text import visible_text
 
 TIERS = ("small", "medium", "large")
 Tier = Literal["small", "medium", "large"]
-Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+# A name shows in the admin, the monitor and prompts: no direction controls or invisible characters.
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200),
+                 AfterValidator(lambda value: visible_text(value, "the name"))]
 
 
 class Strict(BaseModel):

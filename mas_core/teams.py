@@ -5,17 +5,19 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
+from django.conf import settings
 from django.contrib.auth.models import Group
-from django.contrib.auth.tokens import default_token_generator
+from django.contrib.auth.tokens import PasswordResetTokenGenerator
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from mas_core.models import ROLE_CAPABILITIES, ApiToken, Membership, Role, Team
+from mas_core.models import ROLE_CAPABILITIES, ApiToken, Invitation, Membership, PasswordLinkNonce, Role, Team
 
 TOKEN_PREFIX = "mas_"
 
@@ -122,14 +124,30 @@ def user_create(*, username: str, password: str | None = None, email: str = ""):
     return user
 
 
+class SetPasswordLinks(PasswordResetTokenGenerator):
+    """Django's reset tokens, signed also over the user's current link nonce (``PasswordLinkNonce``).
+
+    Django's own are bound to the password hash, last login and the second they were made: two links made
+    in the same second were the same link, and issuing a new one left the older ones working.
+    """
+
+    def _make_hash_value(self, user, timestamp):
+        nonce = PasswordLinkNonce.objects.filter(user_id=user.pk).values_list("nonce", flat=True).first()
+        return super()._make_hash_value(user, timestamp) + (nonce or "")
+
+
+set_password_links = SetPasswordLinks()
+
+
 def password_link_create(*, user) -> str:
     """The path of ``user``'s one-time set-password page (Django's password reset confirmation).
 
-    The token is bound to the current password hash and last login, so it stops
-    working once the password is set, and after ``PASSWORD_RESET_TIMEOUT``.
+    Only the newest link works: each draws a new nonce its token is signed over. It also stops working once
+    the password is set (the token is bound to the password hash), and after ``PASSWORD_RESET_TIMEOUT``.
     """
+    PasswordLinkNonce.objects.update_or_create(user=user, defaults={"nonce": secrets.token_urlsafe(32)})
     uidb64 = urlsafe_base64_encode(force_bytes(user.pk))
-    token = default_token_generator.make_token(user)
+    token = set_password_links.make_token(user)
     return reverse("password_reset_confirm", kwargs={"uidb64": uidb64, "token": token})
 
 
@@ -178,6 +196,73 @@ def membership_add(*, team: Team, username: str, role: str, new_account: bool = 
     return AddedMember(membership=membership_set(team=team, user=user, role=role), password_link=link)
 
 
+# -- invitations ---------------------------------------------------------------------------------------
+
+INVITATION_PREFIX = "inv_"
+INVALID_INVITATION = "this invitation link is not valid: it was used already, it expired, or it never existed"
+
+
+class InvitationError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class IssuedInvitation:
+    link: str  # path of the invitation page; shown once, never stored
+    row: Invitation
+
+
+def invitation_create(*, team: Team, role: str, created_by=None) -> IssuedInvitation:
+    """A single-use link making its bearer a ``role`` of ``team``; it expires with ``PASSWORD_RESET_TIMEOUT``."""
+    if role not in ROLE_CAPABILITIES:
+        raise ValueError(f"unknown role {role!r}")
+    token = INVITATION_PREFIX + secrets.token_urlsafe(32)
+    row = Invitation.objects.create(
+        team=team, role=role, token_hash=_token_hash(token), created_by=created_by,
+        expires_at=timezone.now() + timedelta(seconds=settings.PASSWORD_RESET_TIMEOUT))
+    return IssuedInvitation(link=reverse("invitation", kwargs={"token": token}), row=row)
+
+
+def _pending(token: str):
+    if not token.startswith(INVITATION_PREFIX) or len(token) > 100:
+        return Invitation.objects.none()
+    return Invitation.objects.filter(token_hash=_token_hash(token), accepted_at__isnull=True,
+                                     expires_at__gt=timezone.now())
+
+
+def invitation_pending(token: str) -> Invitation | None:
+    """The invitation of ``token`` if it can still be accepted (with its team)."""
+    return _pending(token).select_related("team").first()
+
+
+@transaction.atomic
+def invitation_accept(*, token: str, user) -> Membership:
+    """Make ``user`` a member as the invitation says, once: the row is locked, then marked accepted.
+
+    A user who is already a member of the team is refused and the invitation stays usable (for someone else):
+    an invitation never changes a role.
+    """
+    invitation = _pending(token).select_for_update().select_related("team").first()
+    if invitation is None:
+        raise InvitationError(INVALID_INVITATION)
+    if Membership.objects.filter(team=invitation.team, user=user).exists():
+        raise InvitationError(f"you are already a member of {invitation.team.slug}")
+    membership = membership_set(team=invitation.team, user=user, role=invitation.role)
+    invitation.accepted_by, invitation.accepted_at = user, timezone.now()
+    invitation.save(update_fields=["accepted_by", "accepted_at"])
+    return membership
+
+
+@transaction.atomic
+def invitation_accept_new_account(*, token: str, username: str, password: str):
+    """Create the account the invitation's bearer chose and accept the invitation with it, or neither."""
+    if invitation_pending(token) is None:
+        raise InvitationError(INVALID_INVITATION)
+    user = user_create(username=username, password=password)
+    invitation_accept(token=token, user=user)
+    return user
+
+
 __all__ = [
     "Role",
     "team_create",
@@ -190,6 +275,10 @@ __all__ = [
     "password_link_create",
     "password_link_reissue",
     "membership_add",
+    "invitation_create",
+    "invitation_pending",
+    "invitation_accept",
+    "invitation_accept_new_account",
 ]
 
 

@@ -8,9 +8,9 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from django.urls import path  # noqa: E402
+from django.urls import path, re_path  # noqa: E402
 
-from agents_app.consumers import RunEventsConsumer, TeamRunsConsumer  # noqa: E402
+from agents_app.consumers import NoSuchSocketConsumer, RunEventsConsumer, TeamRunsConsumer  # noqa: E402
 from mas_project.http_limits import UrlLengthLimit, answer_overlong_lines  # noqa: E402
 
 answer_overlong_lines()
@@ -21,6 +21,7 @@ answer_overlong_lines()
 websocket_urlpatterns = [
     path("ws/runs/", TeamRunsConsumer.as_asgi()),
     path("ws/runs/<str:run_id>/", RunEventsConsumer.as_asgi()),
+    re_path(r"", NoSuchSocketConsumer.as_asgi()),  # anything else: 4404, not the router's exception
 ]
 
 application = UrlLengthLimit(ProtocolTypeRouter({

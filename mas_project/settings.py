@@ -200,6 +200,9 @@ LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/runs/"
 # Seconds between a monitor socket's pings (each also catches up from the database).
 MAS_WS_PING_S = float(os.environ.get("MAS_WS_PING_S", 15))
+# Seconds between a monitor socket's checks that its token, membership or session still holds; one that no
+# longer does is closed 4401 (agents_app/consumers.py).
+MAS_WS_ACCESS_CHECK_S = float(os.environ.get("MAS_WS_ACCESS_CHECK_S", 1))
 
 # Payload sizes are bounded (SPEC §7).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("MAS_MAX_REQUEST_BYTES", 2 * 1024 * 1024))
@@ -242,7 +245,12 @@ LOGGING = {
                              "filters": ["context", "redact"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("MAS_LOG_LEVEL", "INFO")},
     # Celery's own INFO lines (every task received and finished) would drown the sessions' lines.
-    "loggers": {"pgserver": {"level": "WARNING"}, "celery": {"level": os.environ.get("MAS_CELERY_LOG_LEVEL", "WARNING")}},
+    # Django's own handlers on "django" and "django.server" (its DEFAULT_LOGGING: a console without the
+    # redact filter, the admins' mail) are replaced: their lines go through ours, so every line a process
+    # writes passes RedactFilter — no credential, no team secret (tests/mas_project/test_credentials_in_logs.py).
+    "loggers": {"pgserver": {"level": "WARNING"}, "celery": {"level": os.environ.get("MAS_CELERY_LOG_LEVEL", "WARNING")},
+                "django": {"handlers": [], "level": "INFO", "propagate": True},
+                "django.server": {"handlers": [], "level": "INFO", "propagate": True}},
 }
 
 # web_fetch may reach these hosts/CIDRs even when they are private or loopback (comma-separated).

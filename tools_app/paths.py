@@ -6,7 +6,8 @@ Rules, in order:
   that "café.md" typed two ways is one file.
 - A leading "/" is the workspace root, not the machine's: "/etc/passwd" is
   the workspace file "etc/passwd". Likewise "./" and repeated slashes go.
-- Refused: "." and ".." segments that climb ("a/../../x" and also "a/../b" —
+- Refused: direction controls and invisible characters (``mas_core.text``:
+  U+202E would show "a\u202Etxt.exe" as "aexe.txt"); "." and ".." segments that climb ("a/../../x" and also "a/../b" —
   no segment may be ".."), backslashes and Windows drives ("C:\\x", "..\\x"),
   NUL and other control characters, segments that look like "..", "." or a
   separator once compatibility-normalised ("．．", "∕"), empty paths, paths
@@ -22,6 +23,7 @@ import difflib
 import re
 import unicodedata
 
+from mas_core.text import BIDI_CONTROLS, describe, hidden_character
 from tools_app.plugin import ToolError
 
 MAX_PATH_LENGTH = 500
@@ -47,6 +49,10 @@ def _clean(raw: object, *, allow_empty: bool) -> tuple[str, list[str], bool]:
     path = unicodedata.normalize("NFC", raw.strip())
     if _CONTROL_RE.search(path):
         raise ToolError(f"path {original!r} contains a control character")
+    hidden = hidden_character(path)
+    if hidden is not None:
+        kind = "a direction control" if hidden in BIDI_CONTROLS else "an invisible character"
+        raise ToolError(f"path {original!r} contains {kind} ({describe(hidden)}); remove it")
     if "\\" in path:
         raise ToolError(f"path {original!r} contains a backslash; use '/' to separate folders")
     if _DRIVE_RE.match(path):

@@ -6,7 +6,9 @@ from mas_core.models import (  # noqa: F401
     Definition,
     DefinitionVersion,
     Event,
+    Invitation,
     Membership,
+    PasswordLinkNonce,
     Role,
     Team,
 )

@@ -64,6 +64,7 @@ from mas_core.definitions.services import (
     validation_context,
 )
 from mas_core.models import Definition, Team
+from mas_core.text import visible_text
 
 logger = logging.getLogger(__name__)
 
@@ -297,6 +298,10 @@ class _Run:
         return rows.first()
 
     def _import(self, kind: Kind, slug: str, path: str, files: storage.ItemFiles, *, created: bool):
+        try:
+            visible_text(slug, "the file name")  # renamed to a slug, it would lose the character silently
+        except ValueError as error:
+            raise DefinitionError(str(error), path=path) from None
         target = slug if _is_slug(slug) else self._slug_for(kind, slug, path)
         parsed = self._parse(kind, files.text, path)
         if kind.name == "mcp" and parsed.spec.transport == "stdio" and not self.team.stdio_mcp_allowed:

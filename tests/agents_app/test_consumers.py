@@ -305,7 +305,8 @@ def test_reconnecting_with_after_resumes_where_the_client_stopped(team_a, member
     assert first == {
         "run": str(run.id), "seq": 4, "type": "llm_request", "agent": "lead", "session": None,
         "data": {"i": 3}, "created_at": first["created_at"]}
-    assert closed == {"type": "websocket.close", "code": 4400}
+    assert closed == {"type": "websocket.close", "code": 4400,
+                      "reason": "after must be a whole number: the last seq the client has"}
 
 
 def test_the_ping_catches_up_events_whose_push_was_lost(team_a, member, settings):

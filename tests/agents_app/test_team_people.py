@@ -99,8 +99,12 @@ def test_a_password_link_of_a_user_with_a_password_stops_once_it_changes(db):
 # -- the admin: a team admin adds people -----------------------------------------------
 
 
-def test_team_admin_adds_a_new_account_and_sees_its_link_once(team_a, team_b, make_member):
-    client = client_for(make_member(team_a, "admin"))
+def superuser_client() -> Client:
+    return client_for(User.objects.create_superuser("root", password="pw-for-tests-1"))
+
+
+def test_a_superuser_adds_a_new_account_and_sees_its_link_once(team_a, team_b):
+    client = superuser_client()
     response = client.post(url("membership", "add"),
                            {"team": team_a.pk, "username": "hana", "new_account": "on", "role": "editor"}, follow=True)
     assert response.status_code == 200
@@ -119,9 +123,9 @@ def test_team_admin_adds_a_new_account_and_sees_its_link_once(team_a, team_b, ma
     assert member.get(reverse("admin:agents_app_agent_add")).status_code == 200  # an editor adds agents
 
 
-def test_team_admin_adding_an_existing_user_shows_no_link(team_a, make_member):
+def test_a_superuser_adding_an_existing_user_shows_no_link(team_a):
     user_create(username="ivan", password="pw-for-tests-1")
-    client = client_for(make_member(team_a, "admin"))
+    client = superuser_client()
     response = client.post(url("membership", "add"), {"team": team_a.pk, "username": "ivan", "role": "viewer"},
                            follow=True)
     assert response.status_code == 200
@@ -135,9 +139,9 @@ def test_team_admin_adding_an_existing_user_shows_no_link(team_a, make_member):
     ("no spaces please", "Enter a valid username. This value may contain only letters, numbers, and @/./+/-/_ "
                          "characters."),
 ])
-def test_new_account_form_errors(team_a, make_member, username, error):
+def test_new_account_form_errors(team_a, username, error):
     user_create(username="jack", password="pw-for-tests-1")
-    client = client_for(make_member(team_a, "admin"))
+    client = superuser_client()
     users_before = User.objects.count()
     response = client.post(url("membership", "add"),
                            {"team": team_a.pk, "username": username, "new_account": "on", "role": "viewer"})
@@ -147,18 +151,8 @@ def test_new_account_form_errors(team_a, make_member, username, error):
     assert not Membership.objects.filter(user__username=username).exists()
 
 
-def test_a_team_admin_cannot_create_an_account_in_another_team(team_a, team_b, make_member):
-    client = client_for(make_member(team_a, "admin"))
-    response = client.post(url("membership", "add"),
-                           {"team": team_b.pk, "username": "kim", "new_account": "on", "role": "admin"})
-    assert response.status_code == 200
-    assert "team" in response.context["adminform"].form.errors
-    assert not User.objects.filter(username="kim").exists()
-    assert not Membership.objects.filter(team=team_b).exists()
-
-
-@pytest.mark.parametrize("role", ["viewer", "editor", "operator"])
-def test_a_member_who_is_not_admin_cannot_add_accounts(team_a, make_member, role):
+@pytest.mark.parametrize("role", ["viewer", "editor", "operator", "admin"])
+def test_a_member_who_is_not_a_superuser_cannot_add_accounts_by_username(team_a, make_member, role):
     client = client_for(make_member(team_a, role))
     response = client.post(url("membership", "add"),
                            {"team": team_a.pk, "username": "lena", "new_account": "on", "role": "admin"})
@@ -203,7 +197,7 @@ def test_create_team_with_a_new_admin_prints_a_link_that_signs_them_in(db):
     set_password(lines[2].removeprefix("http://mas.example:8000"))
     client = Client()
     assert client.post("/admin/login/", {"username": "alice", "password": NEW_PASSWORD}).status_code == 302
-    assert client.get(url("membership", "add")).status_code == 200  # she adds people herself
+    assert client.get(url("invitation", "add")).status_code == 200  # she invites people herself
     # Again: nothing changes, no new link, her password stays.
     assert run_command("create_team", "research", "--admin", "alice") == [
         "Team research (existed); admin: alice; stdio MCP servers not allowed.",
@@ -279,3 +273,136 @@ def test_reissue_is_for_team_admins_only(team_a, team_b, make_member):
                            {"action": "reissue_password_link", "_selected_action": [fresh.pk]}, follow=True)
     assert LINK_RE.findall(response.content.decode()) == []
     assert "reissue_password_link" not in viewer.get(url("membership", "changelist")).content.decode()
+
+
+# -- only the newest set-password link works (issue 23, point 6) ---------------------------------------
+
+
+def test_a_new_set_password_link_revokes_the_older_ones_even_within_the_same_second(team_a):
+    fresh = membership_add(team=team_a, username="rosa", role="viewer", new_account=True)
+    links = [fresh.password_link] + [password_link_create(user=fresh.membership.user) for _ in range(2)]
+    assert len(set(links)) == 3  # issued within the same second, yet three different links
+    for older in links[:2]:
+        assert Client().get(older, follow=True).context["validlink"] is False
+    set_password(links[2])
+    rosa = User.objects.get(username="rosa")
+    assert rosa.check_password(NEW_PASSWORD)
+    # Used: it stops working too, and no older link came back to life.
+    for link in links:
+        assert Client().get(link, follow=True).context["validlink"] is False
+    rosa.refresh_from_db()
+    assert rosa.check_password(NEW_PASSWORD)
+
+
+def test_reissuing_in_the_admin_revokes_the_link_handed_out_first(team_a, make_member):
+    first = membership_add(team=team_a, username="sven", role="viewer", new_account=True).password_link
+    response = reissue(client_for(make_member(team_a, "admin")), Membership.objects.get(user__username="sven"))
+    [(uidb64, token)] = LINK_RE.findall(response.content.decode())
+    assert Client().get(first, follow=True).context["validlink"] is False
+    set_password(f"/accounts/reset/{uidb64}/{token}/")
+    assert User.objects.get(username="sven").check_password(NEW_PASSWORD)
+
+
+# -- invitations: a team admin never learns which usernames exist (issue 23, point 8) -------------------
+
+INVITE_RE = re.compile(r"http://testserver(/accounts/invitations/(inv_[A-Za-z0-9_-]+)/)")
+
+
+def test_adding_by_username_answers_a_team_admin_the_same_whether_or_not_the_user_exists(team_a, team_b,
+                                                                                          make_member):
+    elsewhere = make_member(team_b, "viewer", username="taken-name")
+    client = client_for(make_member(team_a, "admin"))
+    answers = {}
+    for username in ("taken-name", "no-such-name"):
+        for new_account in ("on", ""):
+            form = {"team": team_a.pk, "username": username, "new_account": new_account, "role": "viewer"}
+            response = client.post(url("membership", "add"), form)
+            answers[(username, new_account)] = (response.status_code, response.content)
+    assert answers[("taken-name", "on")] == answers[("no-such-name", "on")]
+    assert answers[("taken-name", "")] == answers[("no-such-name", "")]
+    assert {status for status, _ in answers.values()} == {403}
+    assert client.get(url("membership", "add")).status_code == 403
+    assert not Membership.objects.filter(team=team_a, user=elsewhere).exists()
+    assert not User.objects.filter(username="no-such-name").exists()
+
+
+def invite(client, team, role) -> tuple[str, str]:
+    response = client.post(url("invitation", "add"), {"team": team.pk, "role": role}, follow=True)
+    assert response.status_code == 200
+    [(path, token)] = INVITE_RE.findall(response.content.decode())
+    return path, token
+
+
+def test_an_invitation_makes_a_signed_in_user_a_member_once(team_a, team_b, make_member):
+    from agents_app.models import Invitation
+
+    admin_user = make_member(team_a, "admin")
+    path, token = invite(client_for(admin_user), team_a, "editor")
+    invitation = Invitation.objects.get()
+    assert (invitation.team, invitation.role, invitation.created_by, invitation.accepted_at) == (
+        team_a, "editor", admin_user, None)
+    assert token not in invitation.token_hash
+    # Not shown again.
+    assert token not in client_for(admin_user).get(url("invitation", "changelist")).content.decode()
+    guest = make_member(team_b, "viewer", username="uma")
+    guest_client = client_for(guest)
+    page = guest_client.get(path)
+    assert page.status_code == 200 and "as <strong>editor</strong>" in page.content.decode()
+    joined = guest_client.post(path)
+    assert (joined.status_code, joined["Location"]) == (302, "/admin/")
+    assert Membership.objects.get(team=team_a, user=guest).role == "editor"
+    invitation.refresh_from_db()
+    assert invitation.accepted_by == guest and invitation.accepted_at is not None
+    # Once: for anyone else it is gone, and nothing changes.
+    other = make_member(team_b, "viewer", username="vic")
+    again = client_for(other).post(path)
+    assert again.status_code == 404
+    assert "this invitation link is not valid" in again.content.decode().lower()
+    assert not Membership.objects.filter(team=team_a, user=other).exists()
+    assert client_for(guest).get(path).status_code == 404
+
+
+def test_an_invitation_lets_a_newcomer_create_an_account_and_join(team_a, make_member):
+    path, _ = invite(client_for(make_member(team_a, "admin")), team_a, "viewer")
+    newcomer = Client()
+    refused = newcomer.post(path, {"username": "wes", "password1": NEW_PASSWORD, "password2": "other-" + NEW_PASSWORD})
+    assert refused.status_code == 200 and not User.objects.filter(username="wes").exists()
+    done = newcomer.post(path, {"username": "wes", "password1": NEW_PASSWORD, "password2": NEW_PASSWORD})
+    assert (done.status_code, done["Location"]) == (302, "/admin/")
+    wes = User.objects.get(username="wes")
+    assert wes.check_password(NEW_PASSWORD) and wes.is_staff
+    assert list(Membership.objects.filter(user=wes).values_list("team__slug", "role")) == [("alpha", "viewer")]
+    assert newcomer.get(reverse("admin:agents_app_agent_changelist")).status_code == 200  # signed in
+    assert Client().post(path, {"username": "xena", "password1": NEW_PASSWORD,
+                                "password2": NEW_PASSWORD}).status_code == 404
+    assert not User.objects.filter(username="xena").exists()
+
+
+def test_an_invitation_never_changes_a_members_role_and_stays_usable(team_a, make_member):
+    path, _ = invite(client_for(make_member(team_a, "admin")), team_a, "admin")
+    member = make_member(team_a, "viewer")
+    answer = client_for(member).post(path)
+    assert answer.status_code == 400 and "already a member of alpha" in answer.content.decode()
+    assert Membership.objects.get(team=team_a, user=member).role == "viewer"
+    assert client_for(member).get(path).status_code == 200
+
+
+def test_an_expired_invitation_is_refused(team_a, make_member):
+    from django.utils import timezone
+
+    from agents_app.models import Invitation
+
+    path, _ = invite(client_for(make_member(team_a, "admin")), team_a, "viewer")
+    Invitation.objects.update(expires_at=timezone.now())
+    assert Client().get(path).status_code == 404
+
+
+@pytest.mark.parametrize("role", ["viewer", "editor", "operator"])
+def test_only_team_admins_invite_and_only_to_their_own_teams(team_a, team_b, make_member, role):
+    assert client_for(make_member(team_a, role)).get(url("invitation", "add")).status_code == 403
+    admin_client = client_for(make_member(team_a, "admin"))
+    response = admin_client.post(url("invitation", "add"), {"team": team_b.pk, "role": "admin"})
+    assert response.status_code == 200 and "team" in response.context["adminform"].form.errors
+    from agents_app.models import Invitation
+
+    assert not Invitation.objects.exists()

@@ -1,5 +1,6 @@
-"""A team admin adds a person in a real browser (Debian's Chromium, Playwright); the person follows the
-one-time link, sets a password, signs in and finds what their role allows — at a desk's and a phone's width."""
+"""A team admin invites a person in a real browser (Debian's Chromium, Playwright); the person follows the
+single-use link, creates their account there, is signed in and finds what their role allows — at a desk's
+and a phone's width."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ NEW_PASSWORD = "tide-pools-at-dawn-42"
 
 
 @pytest.mark.parametrize(("screen", "role", "can_add"), [(1400, "viewer", False), (390, "editor", True)])
-def test_a_team_admin_adds_a_person_who_sets_a_password_and_signs_in(team_a, team_b, make_member, asgi_server,
-                                                                     chromium, screen, role, can_add):  # noqa: F811
+def test_a_team_admin_invites_a_person_who_creates_an_account_and_signs_in(team_a, team_b, make_member, asgi_server,
+                                                                           chromium, screen, role, can_add):  # noqa: F811
     server = asgi_server.url
     save(team_a, AGENT, "---\nname: Writer\n---\n\nYou write.\n")
     boss = make_member(team_a, "admin", username="boss")
@@ -27,46 +28,37 @@ def test_a_team_admin_adds_a_person_who_sets_a_password_and_signs_in(team_a, tea
 
     admin_page = chromium.new_page(viewport={"width": screen, "height": 900})
     admin_sign_in(admin_page, server, boss.username)
-    admin_page.goto(f"{server}{reverse('admin:agents_app_membership_add')}")
+    admin_page.goto(f"{server}{reverse('admin:agents_app_invitation_add')}")
     # Their only team is preselected, and the only one offered.
     assert admin_page.input_value("select[name=team]") == str(team_a.pk)
     assert admin_page.eval_on_selector_all("select[name=team] option", "os => os.map(o => o.value)") == [
         "", str(team_a.pk)]
-    admin_page.fill("input[name=username]", "newcomer")
-    admin_page.check("input[name=new_account]")
     admin_page.select_option("select[name=role]", role)
     admin_page.click("input[name=_save]")
-    admin_page.wait_for_url(f"{server}{reverse('admin:agents_app_membership_changelist')}", timeout=90_000)
-    link = admin_page.inner_text(".messagelist code.mas-password-link")
-    assert link.startswith(f"{server}/accounts/reset/") and link.endswith("/")
+    admin_page.wait_for_url(f"{server}{reverse('admin:agents_app_invitation_changelist')}", timeout=90_000)
+    link = admin_page.inner_text(".messagelist code.mas-invitation-link")
+    assert link.startswith(f"{server}/accounts/invitations/inv_") and link.endswith("/")
     assert width(admin_page)[0] <= screen
-    admin_page.screenshot(path=str(ARTIFACTS / f"team-admin-added-{screen}.png"), full_page=True)
+    admin_page.screenshot(path=str(ARTIFACTS / f"team-admin-invited-{screen}.png"), full_page=True)
     admin_page.close()
-    newcomer = get_user_model().objects.get(username="newcomer")
-    assert list(Membership.objects.filter(user=newcomer).values_list("team__slug", "role")) == [("alpha", role)]
-    assert not newcomer.has_usable_password()
 
-    # The newcomer, in a browser of their own.
+    # The newcomer, in a browser of their own, chooses a username and a password.
     context = chromium.new_context(viewport={"width": screen, "height": 900})
     page = context.new_page()
     page.goto(link)
-    page.wait_for_url("**/set-password/", timeout=90_000)
-    page.fill("input[name=new_password1]", NEW_PASSWORD)
-    page.fill("input[name=new_password2]", NEW_PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url(f"{server}/accounts/reset/done/", timeout=90_000)
+    page.fill("input[name=username]", "newcomer")
+    page.fill("input[name=password1]", NEW_PASSWORD)
+    page.fill("input[name=password2]", NEW_PASSWORD)
     assert width(page)[0] <= screen
-    newcomer.refresh_from_db()
+    page.click("form.invitation-account button[type=submit]")
+    page.wait_for_url(f"{server}/admin/", timeout=90_000)
+    newcomer = get_user_model().objects.get(username="newcomer")
     assert newcomer.check_password(NEW_PASSWORD)
+    assert list(Membership.objects.filter(user=newcomer).values_list("team__slug", "role")) == [("alpha", role)]
     # The link was for once.
     page.goto(link)
-    assert "The password reset link was invalid" in page.inner_text("body")
+    assert "This invitation link is not valid" in page.inner_text("body")
 
-    page.goto(f"{server}/admin/login/?next=/admin/")
-    page.fill("input[name=username]", "newcomer")
-    page.fill("input[name=password]", NEW_PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url(f"{server}/admin/", timeout=90_000)
     page.goto(f"{server}{reverse('admin:agents_app_agent_changelist')}")
     assert page.inner_text("#result_list tbody").count("writer") >= 1
     assert page.locator(".object-tools a.addlink").count() == (1 if can_add else 0)

@@ -427,7 +427,9 @@ PAGE_ROUTES = {"home": "public", "login": "public", "logout": "public", "monitor
                "monitor-run-delete": "item-post", "monitor-run-fork": "item-post", "monitor-run-file": "item-file",
                "metrics": "public",
                # A new account's one-time set-password link: the token is the key, whoever calls it.
-               "password_reset_confirm": "token", "password_reset_complete": "public"}
+               "password_reset_confirm": "token", "password_reset_complete": "public",
+               # A team admin's invitation: the token is the key; a forged one for B's team joins nothing.
+               "invitation": "invitation"}
 
 
 def page_patterns() -> list[URLPattern]:
@@ -479,6 +481,9 @@ def test_every_page_is_classified_and_keeps_to_the_callers_team(world, team_a, t
             posted = client.post(forged, {"new_password1": "hijacked-pw-1234", "new_password2": "hijacked-pw-1234"})
             assert posted.status_code == 200 and posted.context["validlink"] is False
             assert type(theirs).objects.get(pk=theirs.pk).password == theirs.password
+        elif role == "invitation":
+            forged = reverse(pattern.name, args=["inv_" + "c0ffee" * 7])
+            assert client.get(forged).status_code == 404 and client.post(forged).status_code == 404
     # The landing page lists the caller's runs, never B's.
     home = client.get(reverse("home")).content.decode()
     assert str(a.run.id) in home and str(b.run.id) not in home and MARK not in home
@@ -487,7 +492,7 @@ def test_every_page_is_classified_and_keeps_to_the_callers_team(world, team_a, t
 
 # -- websockets ---------------------------------------------------------------------------------
 
-WS_ROUTES = {"ws/runs/": "team-runs", "ws/runs/<str:run_id>/": "run-events"}
+WS_ROUTES = {"ws/runs/": "team-runs", "ws/runs/<str:run_id>/": "run-events", "": "no-such-socket"}
 
 
 def test_every_websocket_path_is_classified():
@@ -542,6 +547,10 @@ def test_no_websocket_lets_team_a_follow_team_b(team_a, team_b, make_member, mak
         for pattern in websocket_urlpatterns:
             role = WS_ROUTES[str(pattern.pattern)]
             for headers in (bearer, cookie):
+                if role == "no-such-socket":
+                    for path in (f"/ws/teams/{team_b.slug}/", f"/ws/runs/{theirs.id}/events/"):
+                        assert await closed_with(path, headers) == {"type": "websocket.close", "code": 4404}
+                    continue
                 if role == "run-events":
                     for query in ("", "?after=0"):
                         assert await closed_with(f"/ws/runs/{theirs.id}/{query}", headers) == {

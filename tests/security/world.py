@@ -113,10 +113,12 @@ def build_side(team: Team, api, prefix: str, note: str) -> Side:
         model = KINDS[plural].model
         side.objects[model._meta.label_lower] = model.objects.get(team=team, slug=slug)
     from agents_app.models import ApiToken, DefinitionVersion, Membership
+    from mas_core.teams import invitation_create
 
     side.objects["agents_app.definitionversion"] = DefinitionVersion.objects.filter(team=team).first()
     side.objects["agents_app.membership"] = Membership.objects.filter(team=team).first()
     side.objects["agents_app.apitoken"] = ApiToken.objects.filter(team=team).first()
+    side.objects["agents_app.invitation"] = invitation_create(team=team, role="viewer").row
     side.objects["agents_app.team"] = team
     side.objects["agents_app.providermodel"] = side.objects["agents_app.modelprovider"].models.first()
     side.objects["auth.user"] = side.objects["agents_app.membership"].user
