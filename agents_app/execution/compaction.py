@@ -43,8 +43,11 @@ Write = Callable[[str, str], Awaitable[Any]]
 Summarise = Callable[[SessionState, str], Awaitable[str]]  # (state, what to summarise) → the summary
 
 
-def result_path(agent: str, call_id: str) -> str:
-    return f"tool-results/{agent}-{re.sub(r'[^A-Za-z0-9_.-]', '_', call_id)[:100]}.txt"
+def result_path(agent: str, call_id: str, session: str = "") -> str:
+    """Where a long result is kept: named by the agent, its session (tool call ids are the kernel's, unique
+    within a session only) and the call."""
+    name = f"{session[:8]}-{call_id}" if session else call_id
+    return f"tool-results/{agent}-{re.sub(r'[^A-Za-z0-9_.-]', '_', name)[:100]}.txt"
 
 
 def pointer(content: str, *, path: str, head_chars: int = HEAD_CHARS) -> str:
@@ -55,7 +58,7 @@ def pointer(content: str, *, path: str, head_chars: int = HEAD_CHARS) -> str:
 
 
 async def result_kept(*, name: str, call_id: str, arguments: dict[str, Any], content: str, agent: str,
-                      max_bytes: int, write: Write) -> str:
+                      max_bytes: int, write: Write, session: str = "") -> str:
     """A tool's result as the model gets it: as is up to ``max_bytes``, else its head and where the rest is."""
     size = len(content.encode("utf-8"))
     if size <= max_bytes:
@@ -67,7 +70,7 @@ async def result_kept(*, name: str, call_id: str, arguments: dict[str, Any], con
         return (f"{content[:head]}\n[{path}: {size} bytes from offset {start} are more than a tool result may "
                 f"hold ({max_bytes} bytes); these are its first {head} characters. Read on with vfs_read, "
                 f"path {path!r}, offset {start + head} and max_chars]")
-    path = result_path(agent, call_id)
+    path = result_path(agent, call_id, session)
     try:
         await write(path, content)
     except WorkspaceFull as full:
@@ -79,8 +82,10 @@ class Compaction:
     """The compactor of one session (see the module's docstring)."""
 
     def __init__(self, *, agent: str, window: context.Window | None, write: Write, summarise: Summarise,
-                 emit: Callable[[str, dict[str, Any]], Awaitable[None]], keep_turns: int = KEEP_TURNS) -> None:
+                 emit: Callable[[str, dict[str, Any]], Awaitable[None]], keep_turns: int = KEEP_TURNS,
+                 session: str = "") -> None:
         self.agent, self.window, self.write, self.summarise, self.emit = agent, window, write, summarise, emit
+        self.session = session
         self.keep_turns = keep_turns
 
     def tokens(self, state: SessionState, messages: list[Message], tools: list[ToolSchema]) -> int:
@@ -132,7 +137,7 @@ class Compaction:
             for message in turn:
                 if (movable and message.role == "tool" and len(message.content) > MOVE_CHARS
                         and POINTER_MARK not in message.content):
-                    path = result_path(self.agent, message.tool_call_id or f"result-{len(moved)}")
+                    path = result_path(self.agent, message.tool_call_id or f"result-{len(moved)}", self.session)
                     try:
                         await self.write(path, message.content)
                     except WorkspaceFull:

@@ -506,7 +506,7 @@ async def execute_activation(activation_id: str) -> None:
         rejected = _text(call.arguments.get("value")) if outcome.error_kind == INVALID_OUTPUT else None
         content = await result_kept(name=call.name, call_id=call.id, arguments=call.arguments,
                                     content=outcome.content, agent=agent.slug, max_bytes=result_limit,
-                                    write=store.file_write)
+                                    write=store.file_write, session=str(session.id))
         return ToolResult(ok=outcome.ok, content=content, error_kind=outcome.error_kind, rejected=rejected)
 
     limits = agent.spec.limits
@@ -522,7 +522,8 @@ async def execute_activation(activation_id: str) -> None:
                           max_output_tokens=resolved.limits.max_output_tokens, max_tokens=agent.spec.max_tokens,
                           threshold=settings.MAS_CONTEXT_THRESHOLD),
     )
-    compactor = Compaction(agent=agent.slug, window=config.window, write=store.file_write, emit=store.emit,
+    compactor = Compaction(agent=agent.slug, session=str(session.id), window=config.window, write=store.file_write,
+                           emit=store.emit,
                            summarise=_summariser(run=run, resolved=resolved, cursor=cursor, store=store))
     cache = agent.spec.memory.cache
     loop_model = cached_model(model, enabled=cache.enabled, similarity=cache.similarity, ttl_s=cache.ttl_s,

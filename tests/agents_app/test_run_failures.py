@@ -210,7 +210,7 @@ def test_a_checkpoint_the_database_refuses_fails_the_session_cleanly(team_a, cel
     message = ("the database refused the session's checkpoint (NumericValueOutOfRange: numeric field overflow): "
                "its last step's usage is not counted")
     assert session.failure == {"kind": "unknown", "message": message, "suggested_retry": False,
-                               "last_tool_calls": [{"id": "call_lead_0_0", "name": "vfs_write",
+                               "last_tool_calls": [{"id": "tc-1", "provider_id": "call_lead_0_0", "name": "vfs_write",
                                                     "arguments": {"path": "a.md", "content": "kept"}}]}
     assert run.error == f"unknown: {message}"
     # What was written before stays: the file, the first turn's usage; the refused turn's usage is not added.
