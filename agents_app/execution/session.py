@@ -30,6 +30,7 @@ from agents_app.execution.lifecycle import (
     SessionStart,
     execution_context,
     session_begin,
+    session_begin_failed,
     session_settle,
     session_suspend,
 )
@@ -413,7 +414,16 @@ async def _write_refused(store: DatabaseStore, error: WriteRefused, state: Sessi
 
 
 async def execute_activation(activation_id: str) -> None:
-    start = await db(session_begin)(activation_id=activation_id, worker=WORKER)
+    try:
+        start = await db(session_begin)(activation_id=activation_id, worker=WORKER)
+    except DATABASE_ERRORS:
+        raise  # nothing can be recorded now: the sweep sends it again
+    except Exception as error:
+        # Never left dispatched for the sweep to send again forever: tried again a bounded number of times.
+        message = str(error) if isinstance(error, RunError) else f"{type(error).__name__}: {error}"
+        logger.warning("session could not begin", extra={"activation": activation_id, "error": message})
+        await db(session_begin_failed)(activation_id=activation_id, worker=WORKER, error=message)
+        return
     if start is None:
         return
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
