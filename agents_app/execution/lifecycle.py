@@ -19,7 +19,13 @@ from django.db.models import F, Func
 from django.utils import timezone
 
 from agents_app.execution.agents import AgentDefinition, agent_capped, agent_resolve, worker_definition_resolve
-from agents_app.execution.children import CHILD_KINDS, SETTLED_ACTIVATION_STATUSES, _awaited, _child_settled
+from agents_app.execution.children import (
+    CHILD_KINDS,
+    SETTLED_ACTIVATION_STATUSES,
+    _awaited,
+    _child_settled,
+    children_cancel,
+)
 from agents_app.execution.escalation import Escalation, escalation_next
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.runs import DEFAULT_LIMITS, _dispatch, _run_locked, run_dispatch_async
@@ -230,9 +236,14 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
         "status": status, "result": result[:2000], "meta": meta, "failure": failure,
     })
     max_retries = int(run.limits.get("max_retries", DEFAULT_LIMITS["max_retries"]))
+    if status == SessionStatus.FAILED and run.status != RunStatus.CANCELLED:
+        # The children it waits for would work (and spend) for nothing; a retry starts its own.
+        children_cancel(run, activation, session_id=session.id,
+                        reason=f"{session.agent} failed" + (f": {failure.get('kind')}" if failure else ""))
     if status == SessionStatus.OK:
         activation.status, activation.result = ActivationStatus.DONE, result
-    elif status == SessionStatus.CANCELLED or run.status == RunStatus.CANCELLED:
+    elif (status == SessionStatus.CANCELLED or run.status == RunStatus.CANCELLED
+          or activation.status == ActivationStatus.CANCELLED):  # its parent cancelled it meanwhile
         activation.status = ActivationStatus.CANCELLED
     elif (failure and failure.get("suggested_retry") and activation.attempts <= max_retries
           and activation.kind not in {"tool", "step"}):  # a tool's caller (a step's workflow) decides
@@ -294,7 +305,7 @@ def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) ->
         session = Session.objects.raw("SELECT * FROM agents_app_session WHERE id = %s FOR UPDATE", [session_id])[0]
         activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
                                             [session.activation_id])[0]
-        if run.status in FINISHED_RUN_STATUSES:  # cancelled meanwhile
+        if run.status in FINISHED_RUN_STATUSES or activation.status == ActivationStatus.CANCELLED:  # meanwhile
             session.status, session.finished_at = SessionStatus.CANCELLED, timezone.now()
             session.save(update_fields=["status", "finished_at"])
             Activation.objects.filter(pk=activation.pk).update(status=ActivationStatus.CANCELLED)

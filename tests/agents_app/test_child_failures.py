@@ -11,7 +11,9 @@ import json
 
 import pytest
 
+from agents_app.execution.lifecycle import session_settle
 from agents_app.execution.runs import run_start
+from agents_app.execution.store import _monitor_tick
 from agents_app.models import Activation, Session
 from tests.runs import agent, events, finish
 
@@ -63,3 +65,93 @@ def test_a_child_whose_agent_file_goes_bad_while_queued_fails_and_its_parent_get
     assert [(e.data["what"], e.data["attempt"]) for e in events(run, "retry")] == [
         ("session_begin", 2), ("session_begin", 3)]
     assert [e.data["status"] for e in events(run, "session_end") if e.agent == "scout"] == ["failed"]
+
+
+def delegate(task: str) -> dict:
+    return {"name": "delegate", "arguments": {"agent": "helper", "task": task}}
+
+
+def test_a_retried_parent_cancels_the_child_it_waited_for_and_its_retry_may_start_another(
+        team_a, celery_worker_process):
+    agent(team_a, "Lead", "tools:\n- delegate\n- vfs_read\n")
+    agent(team_a, "Helper")
+    script = {
+        "lead": [
+            # The child waits in the queue (one session at a time); five failed reads in a row fail the
+            # lead's session as tool_error, which is retried.
+            {"tool_calls": [delegate("first"), *[{"name": "vfs_read", "arguments": {"path": f"missing-{n}.md"}}
+                                                 for n in range(5)]]},
+            {"tool_calls": [delegate("second")]},
+            {"expect": '"result": "second done"', "text": "Recovered."},
+        ],
+        "helper": [{"expect": "second", "text": "second done"}],
+    }
+    run = finish(run_start(team=team_a, agent="lead", input="x", script=script,
+                           limits={"max_concurrency": 1, "max_fanout": 1, "max_retries": 1}))
+
+    assert (run.status, run.result) == ("succeeded", "Recovered.")
+    children = list(Activation.objects.filter(run=run, agent="helper").order_by("created_at"))
+    assert [(c.input, c.status) for c in children] == [("first", "cancelled"), ("second", "done")]
+    # The cancelled child never ran; the fan-out limit of 1 let the retry start its own.
+    assert list(Session.objects.filter(run=run, agent="helper").values_list("activation_id", "status")) == [
+        (children[1].id, "ok")]
+    first_attempt = Session.objects.get(run=run, agent="lead", attempt=1)
+    [cancelled] = events(run, "children_cancelled")
+    assert (cancelled.agent, cancelled.session_id, cancelled.data) == (
+        "lead", first_attempt.id, {"activations": [str(children[0].id)], "reason": "lead failed: tool_error"})
+    assert [e.data["what"] for e in events(run, "retry")] == ["session"]
+    assert [(e.data["to"], e.data["task"]) for e in events(run, "delegate")] == [("helper", "first"),
+                                                                                 ("helper", "second")]
+
+
+def test_a_failed_parent_cancels_its_waiting_children_and_their_children_keeping_partial_results(team_a):
+    """The database side, with every state a child may be in when its parent fails (no worker needed)."""
+    agent(team_a, "Lead")
+    agent(team_a, "Helper")
+    run = run_start(team=team_a, agent="lead", input="x", script={"lead": [{"text": "unused"}]})
+    root = Activation.objects.get(run=run)
+    Activation.objects.filter(pk=root.pk).update(status="running")
+    lead = Session.objects.create(run=run, activation=root, agent="lead", attempt=1, status="running")
+
+    def child(task, status, *, parent=root, wait=True, call="tc-1"):
+        marks = {"tool_call": f"{lead.id}:{call}", **({"wait": True} if wait else {"notify": True})}
+        return Activation.objects.create(run=run, agent="helper", input=task, kind="delegate", parent=parent,
+                                         status=status, depth=parent.depth + 1, context=marks)
+
+    suspended = child("suspended", "waiting")
+    suspended_session = Session.objects.create(run=run, activation=suspended, agent="helper", attempt=1,
+                                               status="waiting", result="Half way")
+    grandchild = child("deeper", "queued", parent=suspended)
+    running = child("running", "running", call="tc-2")
+    running_session = Session.objects.create(run=run, activation=running, agent="helper", attempt=1,
+                                             status="running", result="")
+    queued = child("queued", "queued", call="tc-3")
+    child("not waited for", "queued", wait=False, call="tc-4")
+    child("finished", "done", call="tc-5")
+
+    failure = {"kind": "stuck", "message": "the same call vfs_list with the same arguments 3 times in a row",
+               "last_tool_calls": [], "suggested_retry": False}
+    session_settle(run_id=run.id, session_id=lead.id, status="failed", result="", meta={}, failure=failure,
+                   ladder=[])
+
+    status = dict(Activation.objects.filter(run=run).values_list("input", "status"))
+    assert status == {"x": "failed", "suspended": "cancelled", "deeper": "cancelled", "running": "cancelled",
+                      "queued": "cancelled", "not waited for": "dispatched", "finished": "done"}  # that one lives on
+    [cancelled] = events(run, "children_cancelled")
+    assert (cancelled.agent, cancelled.session_id, cancelled.data["reason"]) == ("lead", lead.id, "lead failed: stuck")
+    assert sorted(cancelled.data["activations"]) == sorted(map(str, [suspended.id, grandchild.id, running.id,
+                                                                     queued.id]))
+    # The suspended child's session ends now, its partial result kept.
+    suspended_session.refresh_from_db()
+    assert (suspended_session.status, suspended_session.result) == ("cancelled", "Half way")
+    assert [(e.session_id, e.data["status"], e.data["result"]) for e in events(run, "session_end")
+            if e.agent == "helper"] == [(suspended_session.id, "cancelled", "Half way")]
+    # The running one is stopped by its worker's monitor, which sees its activation cancelled …
+    assert _monitor_tick(session_ids=[], watched=[running_session.id, lead.id]) == {running_session.id}
+    # … and however its session ends, the activation stays cancelled: not retried, its partial result kept.
+    session_settle(run_id=run.id, session_id=running_session.id, status="failed", result="partial",
+                   meta={}, failure={**failure, "kind": "tool_error", "suggested_retry": True}, ladder=[])
+    running.refresh_from_db()
+    running_session.refresh_from_db()
+    assert (running.status, running_session.status, running_session.result) == ("cancelled", "failed", "partial")
+    assert [e.data["what"] for e in events(run, "retry")] == []

@@ -145,7 +145,8 @@ def test_depth_and_fanout_limits_refuse_with_a_clear_tool_error(team_a, celery_w
     run = finish(run_start(team=team_a, agent="lead", input="x", script=script,
                            limits={"max_depth": 1, "max_fanout": 1}))
     results = [(e.agent, e.data["ok"], e.data["error_kind"], e.data["content"]) for e in events(run, "tool_result")]
-    assert ("lead", False, "policy_denied", "fan-out limit reached: lead already has 1 children") in results
+    assert ("lead", False, "policy_denied",
+            "fan-out limit reached: lead already has 1 children that have not finished") in results
     assert ("kid", False, "policy_denied",
             "spawn depth limit reached: kid is at depth 1 and the run allows 1") in results
     assert [e.data["to"] for e in events(run, "spawn")] == ["kid"]
