@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Func
+from django.db.models import F, Func, Q
 from django.utils import timezone
 
 from agents_app.execution.agents import agent_resolve
@@ -88,7 +88,7 @@ def _awaited(parent: Activation) -> list[str]:
 
 def children_cancel(run: Run, parent: Activation, *, session_id, reason: str) -> list[str]:
     """Cancel the children the parent's session ``session_id`` started and waits for (it failed, or is to be
-    retried), with everything they started in turn; returns their ids.
+    retried) — its custom tools' workers too — with everything they started in turn; returns their ids.
 
     A suspended child's session ends here, keeping its partial result; a running one stops within a second
     (its worker's monitor sees its activation cancelled) and records its own end. The caller holds the
@@ -96,7 +96,7 @@ def children_cancel(run: Run, parent: Activation, *, session_id, reason: str) ->
     """
     from agents_app.models import ApprovalRequest
 
-    level = list(parent.children.filter(kind__in=CHILD_KINDS, context__wait=True,
+    level = list(parent.children.filter(Q(kind__in=CHILD_KINDS, context__wait=True) | Q(kind="tool"),
                                         context__tool_call__startswith=f"{session_id}:",
                                         status__in=UNSETTLED_ACTIVATION_STATUSES).values_list("id", flat=True))
     cancelled: list = []

@@ -8,13 +8,16 @@ failure report as its tool result.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
-from agents_app.execution.lifecycle import session_settle
+from agents_app.execution.lifecycle import session_begin, session_settle
+from agents_app.execution.reaper import sessions_reap
 from agents_app.execution.runs import run_start
 from agents_app.execution.store import _monitor_tick
-from agents_app.models import Activation, Session
+from agents_app.models import Activation, Run, Session
 from tests.runs import agent, events, finish
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -128,6 +131,8 @@ def test_a_failed_parent_cancels_its_waiting_children_and_their_children_keeping
     queued = child("queued", "queued", call="tc-3")
     child("not waited for", "queued", wait=False, call="tc-4")
     child("finished", "done", call="tc-5")
+    tool_worker = Activation.objects.create(run=run, agent="report", input="tool", kind="tool", parent=root,
+                                            status="running", context={"tool_call": f"{lead.id}:tc-6"})
 
     failure = {"kind": "stuck", "message": "the same call vfs_list with the same arguments 3 times in a row",
                "last_tool_calls": [], "suggested_retry": False}
@@ -136,11 +141,12 @@ def test_a_failed_parent_cancels_its_waiting_children_and_their_children_keeping
 
     status = dict(Activation.objects.filter(run=run).values_list("input", "status"))
     assert status == {"x": "failed", "suspended": "cancelled", "deeper": "cancelled", "running": "cancelled",
-                      "queued": "cancelled", "not waited for": "dispatched", "finished": "done"}  # that one lives on
+                      "queued": "cancelled", "not waited for": "dispatched", "finished": "done",  # that one lives on
+                      "tool": "cancelled"}
     [cancelled] = events(run, "children_cancelled")
     assert (cancelled.agent, cancelled.session_id, cancelled.data["reason"]) == ("lead", lead.id, "lead failed: stuck")
     assert sorted(cancelled.data["activations"]) == sorted(map(str, [suspended.id, grandchild.id, running.id,
-                                                                     queued.id]))
+                                                                     queued.id, tool_worker.id]))
     # The suspended child's session ends now, its partial result kept.
     suspended_session.refresh_from_db()
     assert (suspended_session.status, suspended_session.result) == ("cancelled", "Half way")
@@ -155,3 +161,28 @@ def test_a_failed_parent_cancels_its_waiting_children_and_their_children_keeping
     running_session.refresh_from_db()
     assert (running.status, running_session.status, running_session.result) == ("cancelled", "failed", "partial")
     assert [e.data["what"] for e in events(run, "retry")] == []
+
+
+def test_the_reaper_leaves_a_custom_tools_worker_to_the_caller_that_runs_it_inline(team_a):
+    """Both sessions lost their worker: the caller is resumed, and resumes its tool's worker itself."""
+    agent(team_a, "Lead")
+    run = run_start(team=team_a, agent="lead", input="x", script={"lead": [{"text": "unused"}]})
+    root = Activation.objects.get(run=run)
+    Activation.objects.filter(pk=root.pk).update(status="running")
+    Run.objects.filter(pk=run.pk).update(status="running")
+    silent = timezone.now() - timedelta(minutes=5)
+    lead = Session.objects.create(run=run, activation=root, agent="lead", attempt=1, status="running",
+                                  heartbeat_at=silent, worker="dead:1")
+    tool_worker = Activation.objects.create(
+        run=run, agent="report", input="Report on rows", kind="tool", parent=root, status="running", attempts=1,
+        context={"worker": {"name": "report", "body": "You report."}, "tool_call": f"{lead.id}:tc-1"})
+    worker_session = Session.objects.create(run=run, activation=tool_worker, agent="report", attempt=1,
+                                            status="running", heartbeat_at=silent, worker="dead:1")
+
+    assert sessions_reap() == [str(root.id)]
+    tool_worker.refresh_from_db()
+    assert (tool_worker.status, tool_worker.context.get("resumes")) == ("running", None)  # not sent anywhere
+    assert [(e.session_id, e.data["what"]) for e in events(run, "retry")] == [(lead.id, "session_resume")]
+    # The resumed caller runs it inline: its session is resumed from its checkpoint, not started again.
+    start = session_begin(activation_id=tool_worker.id, worker="alive:2")
+    assert (start.session.id, start.resumed) == (worker_session.id, True)
