@@ -94,7 +94,11 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
             session.worker, session.heartbeat_at, session.status = worker, now, SessionStatus.RUNNING
             session.save(update_fields=["worker", "heartbeat_at", "status"])
         activation.status = ActivationStatus.RUNNING
-        activation.save(update_fields=["status", "attempts"])
+        fields = ["status", "attempts"]
+        if "begin_tries" in activation.context:  # it began after all: tries are counted afresh next time
+            activation.context = {k: v for k, v in activation.context.items() if k != "begin_tries"}
+            fields.append("context")
+        activation.save(update_fields=fields)
         changed: dict[str, Any] = {}
         if run.status == RunStatus.QUEUED:
             changed |= {"status": RunStatus.RUNNING, "started_at": now}
@@ -139,11 +143,16 @@ def session_begin_failed(*, activation_id, worker: str, error: str) -> SessionEn
                 "reason": error[:500]})
             transaction.on_commit(lambda: run_dispatch_async(run_id=run.id, countdown=delay))
             return None
-        # No session could start: a failed one records the report where a parent and the API read it.
-        activation.attempts += 1
+        # The session it would have resumed (a suspended or interrupted one) fails; with none, a failed one is
+        # recorded, so the report is where a parent and the API read it.
+        session = (Session.objects.filter(activation=activation, status__in=[SessionStatus.RUNNING,
+                                                                              SessionStatus.WAITING])
+                   .order_by("-attempt").first())
+        if session is None:
+            activation.attempts += 1
+            session = Session.objects.create(run=run, activation=activation, agent=activation.agent,
+                                             attempt=activation.attempts, tier="", worker=worker)
         activation.save(update_fields=["attempts", "context"])
-        session = Session.objects.create(run=run, activation=activation, agent=activation.agent,
-                                         attempt=activation.attempts, tier="", worker=worker)
         tried = "once" if tries == 1 else f"{tries} times"
         failure = {"kind": "unknown", "last_tool_calls": [], "suggested_retry": False,
                    "message": f"agent {activation.agent} could not be started (tried {tried}): {error[:2000]}"}

@@ -13,11 +13,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents_app.execution.lifecycle import session_begin, session_settle
+from agents_app.execution.errors import RunError
+from agents_app.execution.lifecycle import session_begin, session_begin_failed, session_settle
 from agents_app.execution.reaper import sessions_reap
 from agents_app.execution.runs import run_start
 from agents_app.execution.store import _monitor_tick
-from agents_app.models import Activation, Run, Session
+from agents_app.models import Activation, Run, Session, WorkspaceFile
 from tests.runs import agent, events, finish
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -186,3 +187,22 @@ def test_the_reaper_leaves_a_custom_tools_worker_to_the_caller_that_runs_it_inli
     # The resumed caller runs it inline: its session is resumed from its checkpoint, not started again.
     start = session_begin(activation_id=tool_worker.id, worker="alive:2")
     assert (start.session.id, start.resumed) == (worker_session.id, True)
+
+
+def test_an_agent_file_restored_between_tries_begins_and_its_tries_are_counted_afresh(team_a):
+    agent(team_a, "Lead")
+    run = run_start(team=team_a, agent="lead", input="x", script={"lead": [{"text": "unused"}]})
+    root = Activation.objects.get(run=run)
+    scout = Activation.objects.create(run=run, agent="scout", input="Scout", kind="spawn", parent=root,
+                                      status="dispatched", depth=1, context={"tool_call": "s:tc-1", "wait": True})
+    with pytest.raises(RunError, match="agent 'scout' does not exist in this team or run"):
+        session_begin(activation_id=scout.id, worker="w:1")
+    assert session_begin_failed(activation_id=scout.id, worker="w:1", error="gone") is None
+    scout.refresh_from_db()
+    assert (scout.status, scout.context["begin_tries"], scout.not_before is not None) == ("queued", 1, True)
+    assert not Session.objects.filter(activation=scout).exists()
+    WorkspaceFile.objects.create(run=run, path="agents/scout.md", content=SCOUT, author="lead")
+    start = session_begin(activation_id=scout.id, worker="w:1")
+    scout.refresh_from_db()
+    assert (start.agent.slug, start.resumed, scout.status, scout.attempts) == ("scout", False, "running", 1)
+    assert "begin_tries" not in scout.context
