@@ -26,6 +26,17 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 SCOUT = "---\nname: Scout\ntools: []\n---\n\nYou scout.\n"
 
 
+@pytest.fixture
+def held(monkeypatch):
+    """Nothing is sent to a worker: the rows a test builds stay as it built them (a test of the worker
+    suite in this process may have one running)."""
+    from agents_app.execution import children, lifecycle, runs
+
+    for module in (runs, lifecycle, children):
+        monkeypatch.setattr(module, "run_dispatch_async", lambda **kwargs: None)
+    monkeypatch.setattr(runs, "_send", lambda ids: None)
+
+
 def spawn(task: str = "Scout the north") -> dict:
     return {"name": "spawn_agent", "arguments": {"filename": "scout.md", "content": SCOUT, "task": task}}
 
@@ -108,7 +119,7 @@ def test_a_retried_parent_cancels_the_child_it_waited_for_and_its_retry_may_star
                                                                                  ("helper", "second")]
 
 
-def test_a_failed_parent_cancels_its_waiting_children_and_their_children_keeping_partial_results(team_a):
+def test_a_failed_parent_cancels_its_waiting_children_and_their_children_keeping_partial_results(team_a, held):
     """The database side, with every state a child may be in when its parent fails (no worker needed)."""
     agent(team_a, "Lead")
     agent(team_a, "Helper")
@@ -142,7 +153,7 @@ def test_a_failed_parent_cancels_its_waiting_children_and_their_children_keeping
 
     status = dict(Activation.objects.filter(run=run).values_list("input", "status"))
     assert status == {"x": "failed", "suspended": "cancelled", "deeper": "cancelled", "running": "cancelled",
-                      "queued": "cancelled", "not waited for": "dispatched", "finished": "done",  # that one lives on
+                      "queued": "cancelled", "not waited for": "dispatched", "finished": "done",  # that one goes on
                       "tool": "cancelled"}
     [cancelled] = events(run, "children_cancelled")
     assert (cancelled.agent, cancelled.session_id, cancelled.data["reason"]) == ("lead", lead.id, "lead failed: stuck")
@@ -164,7 +175,7 @@ def test_a_failed_parent_cancels_its_waiting_children_and_their_children_keeping
     assert [e.data["what"] for e in events(run, "retry")] == []
 
 
-def test_the_reaper_leaves_a_custom_tools_worker_to_the_caller_that_runs_it_inline(team_a):
+def test_the_reaper_leaves_a_custom_tools_worker_to_the_caller_that_runs_it_inline(team_a, held):
     """Both sessions lost their worker: the caller is resumed, and resumes its tool's worker itself."""
     agent(team_a, "Lead")
     run = run_start(team=team_a, agent="lead", input="x", script={"lead": [{"text": "unused"}]})
@@ -189,7 +200,7 @@ def test_the_reaper_leaves_a_custom_tools_worker_to_the_caller_that_runs_it_inli
     assert (start.session.id, start.resumed) == (worker_session.id, True)
 
 
-def test_an_agent_file_restored_between_tries_begins_and_its_tries_are_counted_afresh(team_a):
+def test_an_agent_file_restored_between_tries_begins_and_its_tries_are_counted_afresh(team_a, held):
     agent(team_a, "Lead")
     run = run_start(team=team_a, agent="lead", input="x", script={"lead": [{"text": "unused"}]})
     root = Activation.objects.get(run=run)
