@@ -90,9 +90,8 @@ def children_cancel(run: Run, parent: Activation, *, session_id, reason: str) ->
     """Cancel the children the parent's session ``session_id`` started and waits for (it failed, or is to be
     retried) — its custom tools' workers too — with everything they started in turn; returns their ids.
 
-    A suspended child's session ends here, keeping its partial result; a running one stops within a second
-    (its worker's monitor sees its activation cancelled) and records its own end. The caller holds the
-    run's lock.
+    A suspended child's session ends here, keeping its partial result; a running one is stopped by its
+    worker's monitor (which looks every second) and records its own end. The caller holds the run's lock.
     """
     from agents_app.models import ApprovalRequest
 
@@ -149,7 +148,8 @@ def child_spawn(*, activation_id, agent: str, task: str, kind: str, priority: in
             raise LimitExceeded(f"spawn depth limit reached: {parent.agent} is at depth {parent.depth} "
                                 f"and the run allows {max_depth}")
         # Children that have not finished: a failed or retried parent's are cancelled, and count no more.
-        if parent.children.filter(kind__in=CHILD_KINDS, status__in=UNSETTLED_ACTIVATION_STATUSES).count() >= max_fanout:
+        unfinished = parent.children.filter(kind__in=CHILD_KINDS, status__in=UNSETTLED_ACTIVATION_STATUSES)
+        if unfinished.count() >= max_fanout:
             raise LimitExceeded(f"fan-out limit reached: {parent.agent} already has {max_fanout} children that "
                                 f"have not finished")
         agent_resolve(run=run, slug=agent)  # exists?

@@ -31,7 +31,7 @@ from mas_core.eventlog import INSERT_NUMBERED, Entry, entry, events_param, paylo
 from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.kernel.loop import PolicyDenied, SessionState
 from agents_app.llm.scripted import MemoryCursor
-from agents_app.models import Run, Session
+from agents_app.models import Session
 from mas_core.runner import db
 
 logger = logging.getLogger(__name__)
