@@ -12,7 +12,9 @@ import json
 
 import pytest
 
+from agents_app.execution.compaction import result_path
 from agents_app.execution.runs import run_start
+from agents_app.execution.session import _results_scope
 from agents_app.kinds import AGENT, PROVIDER
 from agents_app.models import Activation, ApprovalRequest, Session, WorkspaceFile
 from tests.agents_app.llm.fake_servers import FakeServer, openai_stream, sse
@@ -104,3 +106,22 @@ def test_two_delegations_under_one_provider_id_start_two_children(team_a, celery
     outcomes = [json.loads(e.data["content"])["result"] for e in events(run, "tool_result") if e.agent == "lead"]
     assert outcomes == ["one done", "two done"]
     assert len(server.requests) == 5
+
+
+def test_stored_results_of_the_agents_sessions_in_a_run_have_their_own_names(team_a, monkeypatch):
+    """Call ids repeat from one session to the next (tc-1, …): a result file's name tells the sessions apart."""
+    from agents_app.execution import runs
+
+    monkeypatch.setattr(runs, "run_dispatch_async", lambda **kwargs: None)  # rows only: no worker takes them
+    monkeypatch.setattr(runs, "_send", lambda ids: None)
+    define(team_a, AGENT, "---\nname: Lead\n---\n\nYou lead.\n")
+    run = run_start(team=team_a, agent="lead", input="x", script={"lead": [{"text": "unused"}]})
+    root = Activation.objects.get(run=run)
+    second = Activation.objects.create(run=run, agent="lead", input="again", kind="signal", parent=root)
+    other = Activation.objects.create(run=run, agent="helper", input="help", kind="delegate", parent=root, depth=1)
+    scopes = [_results_scope(activation=root, attempt=1), _results_scope(activation=root, attempt=2),
+              _results_scope(activation=second, attempt=1), _results_scope(activation=other, attempt=1)]
+    assert scopes == ["", ".1.2", ".2", ""]
+    paths = [result_path(agent, "tc-1", scope) for agent, scope in zip(["lead", "lead", "lead", "helper"], scopes)]
+    assert paths == ["tool-results/lead-tc-1.txt", "tool-results/lead.1.2-tc-1.txt", "tool-results/lead.2-tc-1.txt",
+                     "tool-results/helper-tc-1.txt"]
