@@ -17,23 +17,42 @@ Role = Literal["system", "user", "assistant", "tool"]
 
 @dataclass
 class ToolCall:
+    # A provider's answer carries the provider's id here; the kernel loop replaces it with its own (unique in
+    # the session: approvals, children, tool workers, events and files are keyed by it) and keeps the
+    # provider's in ``provider_id``, only to send the call and its result back in the provider's terms.
     id: str
     name: str
     # Parsed JSON arguments; when the model sent something that is not a JSON
     # object, ``arguments`` is {} and ``raw_arguments`` holds what it sent.
     arguments: dict[str, Any]
     raw_arguments: str | None = None
+    provider_id: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         data = {"id": self.id, "name": self.name, "arguments": self.arguments}
         if self.raw_arguments is not None:
             data["raw_arguments"] = self.raw_arguments
+        if self.provider_id:
+            data["provider_id"] = self.provider_id
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ToolCall":
         return cls(id=data["id"], name=data["name"], arguments=data.get("arguments") or {},
-                   raw_arguments=data.get("raw_arguments"))
+                   raw_arguments=data.get("raw_arguments"), provider_id=data.get("provider_id") or "")
+
+
+def wire_call_ids(messages: list["Message"]) -> dict[str, str]:
+    """{kernel id: the id to send the provider} for every tool call in ``messages``: the provider's own id,
+    unless it sent none or repeated one within a turn (then the kernel's, unique in the session)."""
+    ids: dict[str, str] = {}
+    for message in messages:
+        seen: set[str] = set()
+        for call in message.tool_calls:
+            wire = call.provider_id if call.provider_id and call.provider_id not in seen else call.id
+            seen.add(wire)
+            ids[call.id] = wire
+    return ids
 
 
 @dataclass

@@ -146,6 +146,9 @@ MAS_METRICS_TOKEN = os.environ.get("MAS_METRICS_TOKEN", "")
 MAS_RETENTION_DAYS = float(os.environ.get("MAS_RETENTION_DAYS", 90))
 # A session whose worker died this many times is failed rather than resumed again.
 MAS_MAX_RESUMES = int(os.environ.get("MAS_MAX_RESUMES", 3))
+# An activation whose session cannot begin (its agent's file deleted or made invalid meanwhile) is tried this
+# many times in all (backing off like a retry), then failed with that reason: never sent again forever.
+MAS_MAX_BEGIN_TRIES = int(os.environ.get("MAS_MAX_BEGIN_TRIES", 3))
 # Events a watcher wants at once (llm_request, stream_chunk, tool_call) wait at most this long
 # to be written with the session's next write.
 MAS_LIVE_EVENT_DELAY_MS = float(os.environ.get("MAS_LIVE_EVENT_DELAY_MS", 20))

@@ -8,7 +8,8 @@ import json
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Func
+from django.db.models import F, Func, Q
+from django.utils import timezone
 
 from agents_app.execution.agents import agent_resolve
 from agents_app.execution.errors import LimitExceeded, RunError
@@ -89,6 +90,41 @@ def _awaited(parent: Activation) -> list[str]:
     return children + requests
 
 
+def children_cancel(run: Run, parent: Activation, *, session_id, reason: str) -> list[str]:
+    """Cancel the children the parent's session ``session_id`` started and waits for (it failed, or is to be
+    retried) — its custom tools' workers too — with everything they started in turn; returns their ids.
+
+    A suspended child's session ends here, keeping its partial result; a running one is stopped by its
+    worker's monitor (which looks every second) and records its own end. The caller holds the run's lock.
+    """
+    from agents_app.models import ApprovalRequest
+
+    level = list(parent.children.filter(Q(kind__in=CHILD_KINDS, context__wait=True) | Q(kind="tool"),
+                                        context__tool_call__startswith=f"{session_id}:",
+                                        status__in=UNSETTLED_ACTIVATION_STATUSES).values_list("id", flat=True))
+    cancelled: list = []
+    while level and len(cancelled) < 10_000:  # a tree is bounded by the run's depth and fan-out limits
+        cancelled += level
+        level = list(Activation.objects.filter(parent_id__in=level, status__in=UNSETTLED_ACTIVATION_STATUSES)
+                     .values_list("id", flat=True))
+    if not cancelled:
+        return []
+    Activation.objects.filter(pk__in=cancelled, status__in=UNSETTLED_ACTIVATION_STATUSES).update(
+        status=ActivationStatus.CANCELLED)
+    suspended = list(Session.objects.filter(activation_id__in=cancelled, status=SessionStatus.WAITING))
+    ApprovalRequest.objects.filter(session__in=suspended, status="pending").update(status="cancelled")
+    for session in suspended:
+        session.status, session.finished_at = SessionStatus.CANCELLED, timezone.now()
+        session.save(update_fields=["status", "finished_at"])
+        event_emit(run_id=run.id, type="session_end", agent=session.agent, session_id=session.id,
+                   data={"status": "cancelled", "result": session.result[:2000], "meta": session.meta,
+                         "failure": None})
+    ids = [str(pk) for pk in cancelled]
+    event_emit(run_id=run.id, type="children_cancelled", agent=parent.agent, session_id=session_id,
+               data={"activations": ids, "reason": reason[:500]})
+    return ids
+
+
 def child_for_call(*, activation_id, call_key: str) -> Activation | None:
     """The child that tool call ``call_key`` of ``activation_id`` started, if it did (a resumed call)."""
     return Activation.objects.filter(parent_id=activation_id, context__tool_call=call_key).first()
@@ -115,8 +151,11 @@ def child_spawn(*, activation_id, agent: str, task: str, kind: str, priority: in
         if parent.depth + 1 > max_depth:
             raise LimitExceeded(f"spawn depth limit reached: {parent.agent} is at depth {parent.depth} "
                                 f"and the run allows {max_depth}")
-        if parent.children.filter(kind__in=["spawn", "delegate"]).count() >= max_fanout:
-            raise LimitExceeded(f"fan-out limit reached: {parent.agent} already has {max_fanout} children")
+        # Children that have not finished: a failed or retried parent's are cancelled, and count no more.
+        unfinished = parent.children.filter(kind__in=CHILD_KINDS, status__in=UNSETTLED_ACTIVATION_STATUSES)
+        if unfinished.count() >= max_fanout:
+            raise LimitExceeded(f"fan-out limit reached: {parent.agent} already has {max_fanout} children that "
+                                f"have not finished")
         agent_resolve(run=run, slug=agent)  # exists?
         marks = {"tool_call": call_key, "wait": True} if wait else {"tool_call": call_key, "notify": True}
         # A workflow step's approval policy covers the calls made inside the step, its children's too.

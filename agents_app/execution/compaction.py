@@ -43,8 +43,10 @@ Write = Callable[[str, str], Awaitable[Any]]
 Summarise = Callable[[SessionState, str], Awaitable[str]]  # (state, what to summarise) → the summary
 
 
-def result_path(agent: str, call_id: str) -> str:
-    return f"tool-results/{agent}-{re.sub(r'[^A-Za-z0-9_.-]', '_', call_id)[:100]}.txt"
+def result_path(agent: str, call_id: str, scope: str = "") -> str:
+    """Where a long result is kept: named by the agent, ``scope`` (which of the agent's sessions in the run:
+    tool call ids are the kernel's, unique within a session only) and the call."""
+    return f"tool-results/{agent}{re.sub(r'[^A-Za-z0-9_.-]', '_', f'{scope}-{call_id}')[:100]}.txt"
 
 
 def pointer(content: str, *, path: str, head_chars: int = HEAD_CHARS) -> str:
@@ -55,7 +57,7 @@ def pointer(content: str, *, path: str, head_chars: int = HEAD_CHARS) -> str:
 
 
 async def result_kept(*, name: str, call_id: str, arguments: dict[str, Any], content: str, agent: str,
-                      max_bytes: int, write: Write) -> str:
+                      max_bytes: int, write: Write, scope: str = "") -> str:
     """A tool's result as the model gets it: as is up to ``max_bytes``, else its head and where the rest is."""
     size = len(content.encode("utf-8"))
     if size <= max_bytes:
@@ -67,7 +69,7 @@ async def result_kept(*, name: str, call_id: str, arguments: dict[str, Any], con
         return (f"{content[:head]}\n[{path}: {size} bytes from offset {start} are more than a tool result may "
                 f"hold ({max_bytes} bytes); these are its first {head} characters. Read on with vfs_read, "
                 f"path {path!r}, offset {start + head} and max_chars]")
-    path = result_path(agent, call_id)
+    path = result_path(agent, call_id, scope)
     try:
         await write(path, content)
     except WorkspaceFull as full:
@@ -79,8 +81,10 @@ class Compaction:
     """The compactor of one session (see the module's docstring)."""
 
     def __init__(self, *, agent: str, window: context.Window | None, write: Write, summarise: Summarise,
-                 emit: Callable[[str, dict[str, Any]], Awaitable[None]], keep_turns: int = KEEP_TURNS) -> None:
+                 emit: Callable[[str, dict[str, Any]], Awaitable[None]], keep_turns: int = KEEP_TURNS,
+                 scope: str = "") -> None:
         self.agent, self.window, self.write, self.summarise, self.emit = agent, window, write, summarise, emit
+        self.scope = scope
         self.keep_turns = keep_turns
 
     def tokens(self, state: SessionState, messages: list[Message], tools: list[ToolSchema]) -> int:
@@ -132,7 +136,7 @@ class Compaction:
             for message in turn:
                 if (movable and message.role == "tool" and len(message.content) > MOVE_CHARS
                         and POINTER_MARK not in message.content):
-                    path = result_path(self.agent, message.tool_call_id or f"result-{len(moved)}")
+                    path = result_path(self.agent, message.tool_call_id or f"result-{len(moved)}", self.scope)
                     try:
                         await self.write(path, message.content)
                     except WorkspaceFull:

@@ -19,10 +19,16 @@ from django.db.models import F, Func
 from django.utils import timezone
 
 from agents_app.execution.agents import AgentDefinition, agent_capped, agent_resolve, worker_definition_resolve
-from agents_app.execution.children import CHILD_KINDS, SETTLED_ACTIVATION_STATUSES, _awaited, _child_settled
+from agents_app.execution.children import (
+    CHILD_KINDS,
+    SETTLED_ACTIVATION_STATUSES,
+    _awaited,
+    _child_settled,
+    children_cancel,
+)
 from agents_app.execution.escalation import Escalation, escalation_next
 from agents_app.execution.hooks import RUN_HOOKS
-from agents_app.execution.runs import DEFAULT_LIMITS, _dispatch, _run_locked
+from agents_app.execution.runs import DEFAULT_LIMITS, _dispatch, _run_locked, run_dispatch_async
 from agents_app.kernel.prompt import ExecutionContext, WorkspaceEntry
 from agents_app.models import Activation, Run, Session, WorkspaceFile
 from agents_app.models.runs import (
@@ -89,7 +95,11 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
             session.worker, session.heartbeat_at, session.status = worker, now, SessionStatus.RUNNING
             session.save(update_fields=["worker", "heartbeat_at", "status"])
         activation.status = ActivationStatus.RUNNING
-        activation.save(update_fields=["status", "attempts"])
+        fields = ["status", "attempts"]
+        if "begin_tries" in activation.context:  # it began after all: tries are counted afresh next time
+            activation.context = {k: v for k, v in activation.context.items() if k != "begin_tries"}
+            fields.append("context")
+        activation.save(update_fields=fields)
         changed: dict[str, Any] = {}
         if run.status == RunStatus.QUEUED:
             changed |= {"status": RunStatus.RUNNING, "started_at": now}
@@ -103,6 +113,55 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
             "parent": str(activation.parent_id) if activation.parent_id else None,
         })
     return SessionStart(session=session, activation=activation, run=run, agent=definition, resumed=resumed)
+
+
+def session_begin_failed(*, activation_id, worker: str, error: str) -> SessionEnd | None:
+    """:func:`session_begin` raised (the agent's file was deleted or made invalid while the activation was
+    queued, …): try again after a backoff, up to ``MAS_MAX_BEGIN_TRIES`` tries in all, then fail the
+    activation with a failure report — which its waiting parent receives as its tool result.
+
+    A custom tool's worker (run inline by its caller, never dispatched) fails at once. Returns how it
+    ended when it failed, None when it is tried again (or was settled meanwhile).
+    """
+    max_tries = max(1, int(getattr(settings, "MAS_MAX_BEGIN_TRIES", 3)))
+    with transaction.atomic():
+        run = _run_locked(Activation.objects.filter(pk=activation_id).values_list("run_id", flat=True).get())
+        activation = Activation.objects.select_for_update().get(pk=activation_id)
+        if activation.status not in OPEN_ACTIVATION_STATUSES or run.status in FINISHED_RUN_STATUSES:
+            return None
+        tries = int(activation.context.get("begin_tries", 0)) + 1
+        activation.context = {**activation.context, "begin_tries": tries}
+        event_emit(run_id=run.id, type="error", agent=activation.agent, data={
+            "where": "session_begin", "kind": "unknown", "activation": str(activation.id), "try": tries,
+            "message": error[:2000]})
+        if tries < max_tries and activation.kind != "tool":
+            delay = settings.MAS_RETRY_BACKOFF_S * 2 ** (tries - 1)
+            activation.status, activation.dispatched_at = ActivationStatus.QUEUED, None
+            activation.not_before = timezone.now() + timedelta(seconds=delay)
+            activation.save(update_fields=["status", "dispatched_at", "not_before", "context"])
+            event_emit(run_id=run.id, type="retry", agent=activation.agent, data={
+                "what": "session_begin", "activation": str(activation.id), "attempt": tries + 1, "delay_s": delay,
+                "reason": error[:500]})
+            transaction.on_commit(lambda: run_dispatch_async(run_id=run.id, countdown=delay))
+            return None
+        # The session it would have resumed (a suspended or interrupted one) fails; with none, a failed one is
+        # recorded, so the report is where a parent and the API read it.
+        session = (Session.objects.filter(activation=activation, status__in=[SessionStatus.RUNNING,
+                                                                              SessionStatus.WAITING])
+                   .order_by("-attempt").first())
+        if session is None:
+            activation.attempts += 1
+            session = Session.objects.create(run=run, activation=activation, agent=activation.agent,
+                                             attempt=activation.attempts, tier="", worker=worker)
+        activation.save(update_fields=["attempts", "context"])
+        tried = "once" if tries == 1 else f"{tries} times"
+        failure = {"kind": "unknown", "last_tool_calls": [], "suggested_retry": False,
+                   "message": f"agent {activation.agent} could not be started (tried {tried}): {error[:2000]}"}
+        end = _session_finish(run=run, session_id=session.id, status=SessionStatus.FAILED, result="", meta={},
+                              failure=failure, ladder=[])
+        _settled_hooks(run, end.activation, failure=failure)
+        _dispatch(run)
+    return end
 
 
 def nominal_tier(spec: AgentSpec, context: dict[str, Any]) -> str:
@@ -190,9 +249,14 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
         "status": status, "result": result[:2000], "meta": meta, "failure": failure,
     })
     max_retries = int(run.limits.get("max_retries", DEFAULT_LIMITS["max_retries"]))
+    if status == SessionStatus.FAILED and run.status != RunStatus.CANCELLED:
+        # The children it waits for would work (and spend) for nothing; a retry starts its own.
+        children_cancel(run, activation, session_id=session.id,
+                        reason=f"{session.agent} failed" + (f": {failure.get('kind')}" if failure else ""))
     if status == SessionStatus.OK:
         activation.status, activation.result = ActivationStatus.DONE, result
-    elif status == SessionStatus.CANCELLED or run.status == RunStatus.CANCELLED:
+    elif (status == SessionStatus.CANCELLED or run.status == RunStatus.CANCELLED
+          or activation.status == ActivationStatus.CANCELLED):  # its parent cancelled it meanwhile
         activation.status = ActivationStatus.CANCELLED
     elif (failure and failure.get("suggested_retry") and activation.attempts <= max_retries
           and activation.kind not in {"tool", "step"}):  # a tool's caller (a step's workflow) decides
@@ -254,7 +318,7 @@ def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) ->
         session = Session.objects.raw("SELECT * FROM agents_app_session WHERE id = %s FOR UPDATE", [session_id])[0]
         activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
                                             [session.activation_id])[0]
-        if run.status in FINISHED_RUN_STATUSES:  # cancelled meanwhile
+        if run.status in FINISHED_RUN_STATUSES or activation.status == ActivationStatus.CANCELLED:  # meanwhile
             session.status, session.finished_at = SessionStatus.CANCELLED, timezone.now()
             session.save(update_fields=["status", "finished_at"])
             Activation.objects.filter(pk=activation.pk).update(status=ActivationStatus.CANCELLED)

@@ -49,8 +49,11 @@ def sessions_reap() -> list[str]:
     reaped: list[str] = []
     stale_sessions = Session.objects.filter(status=SessionStatus.RUNNING).filter(
         Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
+    # A custom tool's worker runs inline in its caller's session, never on its own: its caller, resumed,
+    # resumes it (or, failed, cancels it). Sent to a worker by itself, its caller would find it taken.
     stale = (stale_sessions.filter(run__status__in=[RunStatus.RUNNING, RunStatus.WAITING],
                                    activation__status=ActivationStatus.RUNNING)
+             .exclude(activation__kind="tool")
              .values_list("activation_id", "run_id", "agent", "id", "worker"))
     for activation_id, run_id, agent, session_id, worker in stale:
         reason = f"worker {worker or '?'} stopped answering"

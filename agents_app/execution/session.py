@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 
 from agents_app.approvals.gate import ApprovalFailed, Gate
 from agents_app.approvals.policy import policy_rules
@@ -30,6 +31,7 @@ from agents_app.execution.lifecycle import (
     SessionStart,
     execution_context,
     session_begin,
+    session_begin_failed,
     session_settle,
     session_suspend,
 )
@@ -315,6 +317,16 @@ def _team_result_limit(team_id: int) -> int:
     return own or settings.MAS_TOOL_RESULT_MAX_BYTES
 
 
+def _results_scope(*, activation: Activation, attempt: int) -> str:
+    """What tells this session's stored tool results from those of the agent's other sessions in the run: ""
+    for the agent's first activation in the run at its first attempt, else ``.<n>`` (its n-th activation)
+    and ``.<attempt>`` — the same in every run that does the same things, unlike the session's id."""
+    earlier = Activation.objects.filter(run_id=activation.run_id, agent=activation.agent).filter(
+        Q(created_at__lt=activation.created_at) | Q(created_at=activation.created_at, pk__lt=activation.pk))
+    ordinal = earlier.count() + 1
+    return "" if (ordinal, attempt) == (1, 1) else f".{ordinal}" + (f".{attempt}" if attempt > 1 else "")
+
+
 def _remembered(start: SessionStart) -> str:
     """The memories most relevant to the task (the agent's own and the team's shared), for its prompt."""
     from memory_app.selectors import memory_prompt_section, memory_search
@@ -413,7 +425,16 @@ async def _write_refused(store: DatabaseStore, error: WriteRefused, state: Sessi
 
 
 async def execute_activation(activation_id: str) -> None:
-    start = await db(session_begin)(activation_id=activation_id, worker=WORKER)
+    try:
+        start = await db(session_begin)(activation_id=activation_id, worker=WORKER)
+    except DATABASE_ERRORS:
+        raise  # nothing can be recorded now: the sweep sends it again
+    except Exception as error:
+        # Never left dispatched for the sweep to send again forever: tried again a bounded number of times.
+        message = str(error) if isinstance(error, RunError) else f"{type(error).__name__}: {error}"
+        logger.warning("session could not begin", extra={"activation": activation_id, "error": message})
+        await db(session_begin_failed)(activation_id=activation_id, worker=WORKER, error=message)
+        return
     if start is None:
         return
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
@@ -479,6 +500,7 @@ async def execute_activation(activation_id: str) -> None:
     offered = await _offered_tools(registry, task=activation.input, services=context.services)
 
     result_limit = await db(_team_result_limit)(run.team_id)
+    scope = await db(_results_scope)(activation=activation, attempt=session.attempt)
 
     async def call_tool(call: ToolCall) -> ToolResult:
         tool_call_ids["current"], tool_call_ids["call"] = f"{session.id}:{call.id}", call.id
@@ -507,7 +529,7 @@ async def execute_activation(activation_id: str) -> None:
         rejected = _text(call.arguments.get("value")) if outcome.error_kind == INVALID_OUTPUT else None
         content = await result_kept(name=call.name, call_id=call.id, arguments=call.arguments,
                                     content=outcome.content, agent=agent.slug, max_bytes=result_limit,
-                                    write=store.file_write)
+                                    write=store.file_write, scope=scope)
         return ToolResult(ok=outcome.ok, content=content, error_kind=outcome.error_kind, rejected=rejected)
 
     limits = agent.spec.limits
@@ -523,7 +545,8 @@ async def execute_activation(activation_id: str) -> None:
                           max_output_tokens=resolved.limits.max_output_tokens, max_tokens=agent.spec.max_tokens,
                           threshold=settings.MAS_CONTEXT_THRESHOLD),
     )
-    compactor = Compaction(agent=agent.slug, window=config.window, write=store.file_write, emit=store.emit,
+    compactor = Compaction(agent=agent.slug, scope=scope, window=config.window, write=store.file_write,
+                           emit=store.emit,
                            summarise=_summariser(run=run, resolved=resolved, cursor=cursor, store=store))
     cache = agent.spec.memory.cache
     loop_model = cached_model(model, enabled=cache.enabled, similarity=cache.similarity, ttl_s=cache.ttl_s,

@@ -23,6 +23,7 @@ from typing import Any, AsyncIterator
 import psycopg
 from django.conf import settings
 from django.db import connections
+from django.db.models import Q
 from django.utils import timezone
 
 from agents_app.execution.journal import Journal, Staged
@@ -30,7 +31,7 @@ from mas_core.eventlog import INSERT_NUMBERED, Entry, entry, events_param, paylo
 from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.kernel.loop import PolicyDenied, SessionState
 from agents_app.llm.scripted import MemoryCursor
-from agents_app.models import Run, Session
+from agents_app.models import Session
 from mas_core.runner import db
 
 logger = logging.getLogger(__name__)
@@ -497,21 +498,24 @@ class SessionMonitor:
             watched = dict(self.sessions)
             try:
                 cancelled = await db(_monitor_tick)(
-                    session_ids=list(watched) if beat else [], run_ids={run for run, _, _ in watched.values()}
+                    session_ids=list(watched) if beat else [], watched=list(watched)
                 )
             except Exception:
                 logger.warning("session monitor tick failed", exc_info=True)
                 continue
             for session_id, (run_id, store, task) in watched.items():
-                if run_id in cancelled and not store.cancel_requested:
+                if session_id in cancelled and not store.cancel_requested:
                     store.cancel_requested = True
                     task.cancel()
 
 
-def _monitor_tick(*, session_ids: list, run_ids: set) -> set:
+def _monitor_tick(*, session_ids: list, watched: list) -> set:
+    """Heartbeat ``session_ids``; the ids of the ``watched`` sessions to stop: their run was cancelled, or their
+    activation (a child whose parent failed)."""
     if session_ids:
         Session.objects.filter(pk__in=session_ids).update(heartbeat_at=timezone.now())
-    return set(Run.objects.filter(pk__in=run_ids, status="cancelled").values_list("pk", flat=True))
+    return set(Session.objects.filter(pk__in=watched).filter(
+        Q(run__status="cancelled") | Q(activation__status="cancelled")).values_list("pk", flat=True))
 
 
 monitor = SessionMonitor()

@@ -60,6 +60,9 @@ class SessionState:
     # and how many times the history was compacted.
     token_ratio: float = 0.0
     compactions: int = 0
+    # The kernel's tool call ids issued so far (``tc-1``, ``tc-2``, …): a provider's ids may repeat, or be
+    # missing, so they never key the session's approvals, children, tool workers, events or files.
+    call_ids_issued: int = 0
 
     def counters(self) -> dict[str, Any]:
         """Everything but the messages (which a store may keep apart, appended as they come)."""
@@ -75,6 +78,15 @@ class SessionState:
         values = dict(data)
         values["messages"] = [Message.from_dict(m) for m in data["messages"]]
         return cls(**values)
+
+    def own_ids(self, calls: list[ToolCall]) -> list[ToolCall]:
+        """The provider's tool calls under ids the kernel issues, each keeping the provider's own id."""
+        owned = []
+        for call in calls:
+            self.call_ids_issued += 1
+            owned.append(ToolCall(id=f"tc-{self.call_ids_issued}", name=call.name, arguments=call.arguments,
+                                  raw_arguments=call.raw_arguments, provider_id=call.id))
+        return owned
 
     def pending_tool_calls(self) -> list[ToolCall]:
         """Tool calls of the last assistant turn whose results are not recorded yet."""
@@ -339,19 +351,20 @@ async def run_session(
             if not response.cached:
                 state.token_ratio = calibrated(chars, response.usage.prompt_tokens, state.token_ratio)
             state.cost_usd = money_str(Decimal(state.cost_usd) + cost)
-            state.messages.append(Message(role="assistant", content=response.text, tool_calls=response.tool_calls))
+            calls = state.own_ids(response.tool_calls)
+            state.messages.append(Message(role="assistant", content=response.text, tool_calls=calls))
             state.elapsed_s = elapsed_before + clock() - started
             await store.emit("llm_response", {
                 "model": response.model or model.model, "finish_reason": response.finish_reason,
-                "text": response.text, "tool_calls": [call.to_dict() for call in response.tool_calls],
+                "text": response.text, "tool_calls": [call.to_dict() for call in calls],
                 "usage": {"prompt_tokens": response.usage.prompt_tokens,
                           "completion_tokens": response.usage.completion_tokens},
                 "cost_usd": money_str(cost), **({"cached": True} if response.cached else {}),
             })
-            await store.checkpoint(state, before_tools=bool(response.tool_calls))
-            if not response.tool_calls:
+            await store.checkpoint(state, before_tools=bool(calls))
+            if not calls:
                 continue  # a final answer: judged at the top of the loop, after a last look for cancellation
-            pending = list(response.tool_calls)
+            pending = calls
 
         progressed = False
         for call in pending:

@@ -26,6 +26,7 @@ from mas_core.llm_types import (
     ProviderError,
     ToolSchema,
     Usage,
+    wire_call_ids,
 )
 
 FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
@@ -40,6 +41,7 @@ def to_wire(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
     """System text (Anthropic takes it apart) and the alternating message list."""
     system = [message.content for message in messages if message.role == "system" and message.content]
     wire: list[dict[str, Any]] = []
+    ids = wire_call_ids(messages)
 
     def add(role: str, blocks: list[dict[str, Any]]) -> None:
         if not blocks:
@@ -55,13 +57,14 @@ def to_wire(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
         if message.role == "system":
             continue
         if message.role == "tool":
-            add("user", [{"type": "tool_result", "tool_use_id": message.tool_call_id or "",
+            call_id = message.tool_call_id or ""
+            add("user", [{"type": "tool_result", "tool_use_id": ids.get(call_id, call_id),
                           "content": message.content}])
         elif message.role == "assistant":
             blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
             for call in message.tool_calls:
                 # A malformed call is sent back as {} — the tool result explains.
-                blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
+                blocks.append({"type": "tool_use", "id": ids[call.id], "name": call.name, "input": call.arguments})
             add("assistant", blocks)
         else:
             add("user", [{"type": "text", "text": message.content}])

@@ -26,6 +26,7 @@ from mas_core.llm_types import (
     ToolCall,
     ToolSchema,
     Usage,
+    wire_call_ids,
 )
 
 FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
@@ -36,6 +37,7 @@ def to_wire(messages: list[Message]) -> tuple[str | None, list[gt.Content]]:
     system = [message.content for message in messages if message.role == "system" and message.content]
     # Tool results must name their function: find it from the call they answer.
     names = {call.id: call.name for message in messages for call in message.tool_calls}
+    ids = wire_call_ids(messages)
     contents: list[gt.Content] = []
 
     def add(role: str, parts: list[gt.Part]) -> None:
@@ -52,10 +54,10 @@ def to_wire(messages: list[Message]) -> tuple[str | None, list[gt.Content]]:
         if message.role == "tool":
             name = message.name or names.get(message.tool_call_id or "", "")
             add("user", [gt.Part(function_response=gt.FunctionResponse(
-                id=message.tool_call_id, name=name, response={"result": message.content}))])
+                id=ids.get(message.tool_call_id or "", message.tool_call_id), name=name, response={"result": message.content}))])
         elif message.role == "assistant":
             parts = [gt.Part(text=message.content)] if message.content else []
-            parts += [gt.Part(function_call=gt.FunctionCall(id=call.id, name=call.name, args=call.arguments))
+            parts += [gt.Part(function_call=gt.FunctionCall(id=ids[call.id], name=call.name, args=call.arguments))
                       for call in message.tool_calls]
             add("model", parts)
         else:

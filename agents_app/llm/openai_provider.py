@@ -25,6 +25,7 @@ from mas_core.llm_types import (
     ProviderError,
     ToolSchema,
     Usage,
+    wire_call_ids,
 )
 
 FINISH = {"stop": "stop", "tool_calls": "tool_calls", "function_call": "tool_calls", "length": "length"}
@@ -32,14 +33,16 @@ FINISH = {"stop": "stop", "tool_calls": "tool_calls", "function_call": "tool_cal
 
 def to_wire_messages(messages: list[Message]) -> list[dict[str, Any]]:
     wire: list[dict[str, Any]] = []
+    ids = wire_call_ids(messages)
     for message in messages:
         if message.role == "tool":
-            wire.append({"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content})
+            call_id = message.tool_call_id or ""
+            wire.append({"role": "tool", "tool_call_id": ids.get(call_id, call_id), "content": message.content})
         elif message.role == "assistant":
             item: dict[str, Any] = {"role": "assistant", "content": message.content or None}
             if message.tool_calls:
                 item["tool_calls"] = [
-                    {"id": call.id, "type": "function",
+                    {"id": ids[call.id], "type": "function",
                      "function": {"name": call.name, "arguments": dumps_arguments(call)}}
                     for call in message.tool_calls
                 ]
@@ -128,8 +131,9 @@ class OpenAIProvider(StreamingProvider):
                     if choice.finish_reason:
                         finish = FINISH.get(choice.finish_reason, "stop")
         tool_calls = [
-            parse_tool_call(call["id"] or f"call_{index}", call["name"], "".join(call["arguments"]))
-            for index, call in sorted(calls.items())
+            # Some compatible servers send no id: "" (the kernel's own id goes back to them instead).
+            parse_tool_call(call["id"], call["name"], "".join(call["arguments"]))
+            for _, call in sorted(calls.items())
         ]
         if tool_calls and finish == "stop":
             finish = "tool_calls"  # some compatible servers say "stop" after tool calls

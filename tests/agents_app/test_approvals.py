@@ -49,7 +49,7 @@ def test_code_exec_waits_for_approval_and_runs_the_edited_code_once(team_a, cele
     assert asked.agent == "coder"
     assert asked.data == {
         "request": str(request.id), "kind": "approval", "agent": "coder",
-        "call": {"id": "call_coder_0_0", "name": "code_exec"},
+        "call": {"id": "tc-1", "name": "code_exec"},
         "arguments": {"language": "python", "code": "open('out.txt', 'a').write('original\\n')"},
         "reason": "the agent policy requires approval for code_exec",
         "deadline": request.deadline.isoformat(), "default": "reject"}

@@ -63,8 +63,9 @@ def test_a_long_session_is_compacted_before_it_passes_the_window_and_keeps_promp
         assert [m.content for m in request.messages[:2]] == ["You are A.", "Do it"]
     assert model.requests[-1].messages[2].content.startswith(SUMMARY_PREFIX)
     # Kept results that were long went to files; the model reads a pointer to them.
-    assert files.files and all(content == f"f{path[16:-4]}.md" + "y" * 3_000 and path.startswith("tool-results/a-c")
-                               for path, content in files.files.items())
+    # Named by the kernel's call ids (tc-1 is the first turn's call, which read f0.md), not the provider's.
+    assert files.files and all(content == f"f{int(path[18:-4]) - 1}.md" + "y" * 3_000
+                               and path.startswith("tool-results/a-tc-") for path, content in files.files.items())
 
 
 def test_context_length_exceeded_compacts_and_retries_once():

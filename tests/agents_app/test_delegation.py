@@ -108,7 +108,8 @@ def test_a_failed_child_hands_back_its_failure_report_and_partial_result(team_a,
     assert outcome == {"agent": "helper", "status": "failed", "result": "Half way", "outputs": {}, "files": [],
                        "failure": {"kind": "stuck", "message": "no final answer after 1 steps",
                                    "suggested_retry": False,
-                                   "last_tool_calls": [{"id": "call_helper_0_0", "name": "vfs_list",
+                                   "last_tool_calls": [{"id": "tc-1", "provider_id": "call_helper_0_0",
+                                                        "name": "vfs_list",
                                                         "arguments": {"prefix": ""}}]}}
 
 

@@ -97,14 +97,14 @@ def test_the_readmes_fork_of_a_failed_run_with_an_edited_tool_result_succeeds_an
     parent_history = [(m.role, m.content, m.tool_call_id) for m in session_messages(
         session_id=Session.objects.get(run=run).id)]
     assert len(parent_history) == 4 and history[:3] == parent_history[:3]
-    assert history[3:] == [("tool", "answer.txt: 42", "call_lead_0_0"), ("assistant", "The answer is 42.", None)]
-    assert parent_history[3][0:3:2] == ("tool", "call_lead_0_0") and "answer.txt" in parent_history[3][1]
+    assert history[3:] == [("tool", "answer.txt: 42", "tc-1"), ("assistant", "The answer is 42.", None)]
+    assert parent_history[3][0:3:2] == ("tool", "tc-1") and "answer.txt" in parent_history[3][1]
     assert [e.type for e in events(fork)] == [
         "run_start", "activation_queued", "session_start", "llm_request", "stream_chunk", "llm_response",
         "session_end", "run_complete"]
     start = events(fork, "run_start")[0].data
     assert (start["forked_from"], start["fork_seq"], start["tool_result"]) == (
-        str(run.id), 7, {"event": 7, "id": "call_lead_0_0", "chars": 14})
+        str(run.id), 7, {"event": 7, "id": "tc-1", "chars": 14})
     assert events(fork, "session_start")[0].data["resumed"] is True
     assert fork.script_cursor == {"lead": 2}
 

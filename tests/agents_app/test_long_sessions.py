@@ -211,13 +211,14 @@ def test_big_results_of_builtin_custom_and_mcp_tools_go_to_workspace_files(team_
     assert results[2]["content"] == long_text[6_000:6_100] + (
         f"\n[big.txt: characters 6000 to 6100 of {len(long_text)}; read on with offset 6100]")
     files = dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content"))
-    # The custom tool's result (its worker agent's answer) and the MCP tool's: stored, pointed to.
-    report_path = "tool-results/lead-call_lead_3_0.txt"
+    # The custom tool's result (its worker agent's answer) and the MCP tool's: stored, pointed to, named by
+    # the kernel's id of the call.
+    report_path = "tool-results/lead-tc-4.txt"
     assert files[report_path] == "R" * 5_000
     assert results[3]["content"].startswith("R" * 1_000 + "\n[result stored in the workspace: 5000 bytes")
     assert report_path in results[3]["content"]
     assert results[4]["content"] == "5"  # small results stay as they are
-    flood_path = "tool-results/lead-call_lead_5_0.txt"
+    flood_path = "tool-results/lead-tc-6.txt"
     assert files[flood_path].startswith("z" * 100_000) and len(files[flood_path]) > 100_000  # the registry's cap
     assert results[5]["content"].startswith("z" * 1_000 + "\n[result stored in the workspace: ")
     assert set(files) == {"big.txt", report_path, flood_path}

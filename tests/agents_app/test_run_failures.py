@@ -145,7 +145,8 @@ def test_depth_and_fanout_limits_refuse_with_a_clear_tool_error(team_a, celery_w
     run = finish(run_start(team=team_a, agent="lead", input="x", script=script,
                            limits={"max_depth": 1, "max_fanout": 1}))
     results = [(e.agent, e.data["ok"], e.data["error_kind"], e.data["content"]) for e in events(run, "tool_result")]
-    assert ("lead", False, "policy_denied", "fan-out limit reached: lead already has 1 children") in results
+    assert ("lead", False, "policy_denied",
+            "fan-out limit reached: lead already has 1 children that have not finished") in results
     assert ("kid", False, "policy_denied",
             "spawn depth limit reached: kid is at depth 1 and the run allows 1") in results
     assert [e.data["to"] for e in events(run, "spawn")] == ["kid"]
@@ -210,7 +211,7 @@ def test_a_checkpoint_the_database_refuses_fails_the_session_cleanly(team_a, cel
     message = ("the database refused the session's checkpoint (NumericValueOutOfRange: numeric field overflow): "
                "its last step's usage is not counted")
     assert session.failure == {"kind": "unknown", "message": message, "suggested_retry": False,
-                               "last_tool_calls": [{"id": "call_lead_0_0", "name": "vfs_write",
+                               "last_tool_calls": [{"id": "tc-1", "provider_id": "call_lead_0_0", "name": "vfs_write",
                                                     "arguments": {"path": "a.md", "content": "kept"}}]}
     assert run.error == f"unknown: {message}"
     # What was written before stays: the file, the first turn's usage; the refused turn's usage is not added.

@@ -200,7 +200,7 @@ def test_a_fork_at_a_tool_event_of_a_step_in_progress_resumes_it_with_the_edited
     parent_history = [(m.role, m.content, m.tool_call_id)
                       for m in session_messages(session_id=parent_writer.id)]
     assert history[:3] == parent_history[:3] and len(parent_history) == 4
-    assert history[3:] == [("tool", "answer.txt: 42", "call_writer_0_0"),
+    assert history[3:] == [("tool", "answer.txt: 42", "tc-1"),
                            ("assistant", "Report: the answer is 42.", None)]
     assert [(step["id"], step["status"], step["attempts"], step["outputs"]) for step in workflow_steps(fork)] == [
         ("research", "succeeded", 1, {"findings": FINDINGS}),

@@ -111,8 +111,11 @@ def test_tool_calls_run_in_order_and_their_results_go_back_to_the_model():
     assert outcome.status == "ok" and outcome.result == "Read it."
     assert tools.calls == [("vfs_read", {"path": "a.md"}), ("vfs_list", {})]
     assert [m.role for m in model.requests[1].messages] == ["system", "user", "assistant", "tool", "tool"]
+    # Under the kernel's ids, each keeping the provider's.
+    assert [(call.id, call.provider_id) for call in model.requests[1].messages[2].tool_calls] == [
+        ("tc-1", "c0"), ("tc-2", "c1")]
     assert [(m.tool_call_id, m.content) for m in model.requests[1].messages[3:]] == [
-        ("c0", "vfs_read done #1"), ("c1", "vfs_list done #2")]
+        ("tc-1", "vfs_read done #1"), ("tc-2", "vfs_list done #2")]
     assert store.types() == ["llm_request", "llm_response", "tool_call", "tool_result", "tool_call", "tool_result",
                              "llm_request", "stream_chunk", "llm_response"]
     assert outcome.meta.tool_calls == 2 and outcome.meta.steps == 2
@@ -146,7 +149,8 @@ def test_the_same_call_three_times_in_a_row_is_stuck():
     assert outcome.failure.kind == "stuck"
     assert outcome.failure.message == "the same call vfs_read with the same arguments 3 times in a row"
     assert len(tools.calls) == 2
-    assert outcome.failure.last_tool_calls[-1] == {"id": "c0", "name": "vfs_read", "arguments": {"path": "a"}}
+    assert outcome.failure.last_tool_calls[-1] == {"id": "tc-3", "provider_id": "c0", "name": "vfs_read",
+                                                    "arguments": {"path": "a"}}
     assert outcome.failure.suggested_retry is False
 
 
