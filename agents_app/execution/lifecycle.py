@@ -1,4 +1,4 @@
-"""A session's life in the database: begin (which agent, which tier), budget, settle, suspend.
+"""A session's life in the database: begin (which agent, which tier), settle, suspend.
 
 Each takes the run's row lock (``runs._run_locked``); a settled session
 dispatches what became ready and tells its parent (``children``) and the
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +18,7 @@ from django.db.models import F, Func
 from django.utils import timezone
 
 from agents_app.execution.agents import AgentDefinition, agent_capped, agent_resolve, worker_definition_resolve
+from agents_app.execution.budget import reservation_release
 from agents_app.execution.children import CHILD_KINDS, SETTLED_ACTIVATION_STATUSES, _awaited, _child_settled
 from agents_app.execution.escalation import Escalation, escalation_next
 from agents_app.execution.hooks import RUN_HOOKS
@@ -32,7 +32,6 @@ from agents_app.models.runs import (
     RunStatus,
     SessionStatus,
 )
-from agents_app.money import money_display, money_str
 from agents_app.specs import AgentSpec
 from mas_core.eventlog import event_append as event_emit
 from mas_core.specs import TIERS
@@ -85,6 +84,7 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
                 heartbeat_at=now,
             )
         else:
+            reservation_release(session)  # a call of the previous claim that never settled
             session.worker, session.heartbeat_at, session.status = worker, now, SessionStatus.RUNNING
             session.save(update_fields=["worker", "heartbeat_at", "status"])
         activation.status = ActivationStatus.RUNNING
@@ -139,28 +139,6 @@ def _stale(session: Session) -> bool:
     return (timezone.now() - session.heartbeat_at).total_seconds() > session_stale_after_s()
 
 
-def budget_check(*, run_id, tier: str, agent: str, session_id) -> str | None:
-    """The reason another model call is refused by the run's budget, or None.
-
-    Emits ``budget_warning`` once when the warning threshold is crossed.
-    """
-    with transaction.atomic():
-        run = Run.objects.select_for_update().only("cost_usd", "budget", "budget_warned", "large_tier_uses").get(
-            pk=run_id)
-        budget = run.budget or {}
-        if (budget.get("warn_cost_usd") is not None and not run.budget_warned
-                and run.cost_usd >= Decimal(str(budget["warn_cost_usd"]))):
-            Run.objects.filter(pk=run_id).update(budget_warned=True)
-            event_emit(run_id=run_id, type="budget_warning", agent=agent, session_id=session_id,
-                       data={"cost_usd": money_str(run.cost_usd), "warn_cost_usd": money_str(budget["warn_cost_usd"])})
-        if budget.get("max_cost_usd") is not None and run.cost_usd >= Decimal(str(budget["max_cost_usd"])):
-            return f"the run's budget of {money_display(budget['max_cost_usd'])} is spent ({money_display(run.cost_usd)})"
-        if (tier == "large" and budget.get("max_large_tier_uses") is not None
-                and run.large_tier_uses >= int(budget["max_large_tier_uses"])):
-            return f"the run may use the large tier {budget['max_large_tier_uses']} time(s)"
-    return None
-
-
 @dataclass
 class SessionEnd:
     retry_in_s: float | None = None  # the activation was re-queued after this delay
@@ -179,6 +157,7 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
     activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
                                         [session.activation_id])[0]
     end = SessionEnd(activation=activation, tier=session.tier)
+    reservation_release(session)
     session.status, session.result, session.meta = status, result, meta
     session.failure, session.finished_at = failure, timezone.now()
     session.save(update_fields=["status", "result", "meta", "failure", "finished_at"])
@@ -250,6 +229,7 @@ def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) ->
         session = Session.objects.raw("SELECT * FROM agents_app_session WHERE id = %s FOR UPDATE", [session_id])[0]
         activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
                                             [session.activation_id])[0]
+        reservation_release(session)
         if run.status in FINISHED_RUN_STATUSES:  # cancelled meanwhile
             session.status, session.finished_at = SessionStatus.CANCELLED, timezone.now()
             session.save(update_fields=["status", "finished_at"])

@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
+from agents_app.execution.budget import RESERVE_SQL, Reservation, budget_warn, refusal, reserve_params, warning_due
 from agents_app.execution.journal import Journal, Staged
 from mas_core.eventlog import INSERT_NUMBERED, Entry, entry, events_param, payloads, push_bounded
 from agents_app.execution.workspace_limit import USED_SQL, workspace_check
@@ -87,7 +88,8 @@ def pool() -> ConnectionPool:
 
 # One statement per write, so a write is one round trip and one commit. ``r`` numbers the
 # events from the run's counter (the row stays locked until commit, so numbers are gap-free
-# and in commit order) and adds the session's usage; ``e`` inserts the events; ``s`` adds the
+# and in commit order), adds the session's usage and releases the reservations of the calls that ended
+# (agents_app.execution.budget); ``e`` inserts the events; ``s`` adds the
 # usage to the session and stores its counters; ``j`` appends the checkpoint's new history entries
 # (idempotent: a write retried after a failure inserts nothing twice), each with the seq of the last
 # event emitted before it was staged (``r.base`` + its offset in this write's events: what a fork cuts
@@ -97,6 +99,7 @@ _WRITE = """
 WITH {file}r AS (
   UPDATE agents_app_run SET next_seq = next_seq + %(n)s{file_count}, prompt_tokens = prompt_tokens + %(pt)s,
     completion_tokens = completion_tokens + %(ct)s, cost_usd = cost_usd + %(cost)s::numeric,
+    reserved_usd = GREATEST(reserved_usd - %(release)s::numeric, 0),
     large_tier_uses = large_tier_uses + %(large)s, history_bytes = history_bytes + %(hb)s,
     script_cursor = CASE WHEN %(pos)s::jsonb IS NULL THEN script_cursor ELSE script_cursor || %(pos)s::jsonb END
   WHERE id = %(run)s::uuid RETURNING next_seq - (%(n)s{file_count}) AS base, history_bytes AS history
@@ -105,6 +108,7 @@ WITH {file}r AS (
 ), s AS (
   UPDATE agents_app_session SET prompt_tokens = prompt_tokens + %(pt)s,
     completion_tokens = completion_tokens + %(ct)s, cost_usd = cost_usd + %(cost)s::numeric,
+    reserved_usd = GREATEST(reserved_usd - %(release)s::numeric, 0),
     state = COALESCE(%(state)s::jsonb, state), heartbeat_at = CASE WHEN %(beat)s THEN now() ELSE heartbeat_at END
   WHERE id = %(session)s::uuid AND %(touch)s
 ), j AS (
@@ -195,6 +199,10 @@ class DatabaseStore:
         self.budget = budget
         self.pending: list[Entry] = []
         self.usage = [0, 0, Decimal(0), 0]
+        # Worst costs reserved for the calls in flight (a compaction's inside its session's call), and
+        # those of calls that ended, released by the next write.
+        self.reservations: list[Decimal] = []
+        self.releasing = Decimal(0)
         self.cancel_requested = False
         self.saved_positions: dict[str, int] = (
             {key: cursor.get(key) for key in (agent, COMPACTOR_KEY) if key in cursor.positions}
@@ -276,16 +284,30 @@ class DatabaseStore:
     async def cancelled(self) -> bool:
         return self.cancel_requested
 
-    async def before_model_call(self, state: SessionState) -> None:
+    async def before_model_call(self, state: SessionState, *, worst_usd: Decimal, tier: str | None = None) -> None:
         if not self.budget:
+            self.reservations.append(Decimal(0))
             return
-        from agents_app.execution.lifecycle import budget_check
-
-        await self.flush()  # the budget reads the run's totals
-        reason = await db(budget_check)(run_id=self.run_id, tier=self.tier, agent=self.agent,
-                                        session_id=self.session_id)
+        if self.usage[2] or self.releasing:
+            await self.flush()  # the budget reads the run's totals
+        large = (self.tier if tier is None else tier) == "large"
+        async with pool().connection() as conn:
+            row = await (await conn.execute(RESERVE_SQL, reserve_params(
+                run_id=self.run_id, session_id=self.session_id, budget=self.budget, worst_usd=worst_usd,
+                large=large))).fetchone()
+        reservation = Reservation(*row)
+        if warning_due(budget=self.budget, reservation=reservation):
+            await self.flush()  # this session's events come before the warning
+            await db(budget_warn)(run_id=self.run_id, agent=self.agent, session_id=self.session_id,
+                                  warn_cost_usd=self.budget["warn_cost_usd"])
+        reason = refusal(budget=self.budget, reservation=reservation, worst_usd=worst_usd)
         if reason:
             raise PolicyDenied(reason)
+        self.reservations.append(worst_usd)
+
+    def after_model_call(self) -> None:
+        if self.reservations:
+            self.releasing += self.reservations.pop()
 
     # writing
 
@@ -335,13 +357,15 @@ class DatabaseStore:
             self.pending_positions = None
             changed = {key: value for key, value in (positions or {}).items()
                        if self.saved_positions.get(key) != value}
-            events, usage = self.pending, self.usage
-            self.pending, self.usage = [], [0, 0, Decimal(0), 0]
+            events, usage, release = self.pending, self.usage, self.releasing
+            self.pending, self.usage, self.releasing = [], [0, 0, Decimal(0), 0], Decimal(0)
             params = {
                 "run": str(self.run_id), "session": str(self.session_id), "agent": self.agent,
                 "n": len(events), "pt": usage[0], "ct": usage[1], "cost": str(usage[2]), "large": usage[3],
+                "release": str(release),
                 "pos": json.dumps(changed) if changed else None, "state": counters,
-                "beat": counters is not None, "touch": bool(counters is not None or usage[0] or usage[1] or usage[2]),
+                "beat": counters is not None,
+                "touch": bool(counters is not None or usage[0] or usage[1] or usage[2] or release),
                 "events": events_param(events),
                 "j_seq": [e[0] for e in entries], "j_kind": [e[1] for e in entries],
                 "j_payload": [e[2] for e in entries], "j_rb": [e[3] for e in entries],
@@ -362,6 +386,7 @@ class DatabaseStore:
                 # Not written: keep the events for the next write (the rows are the truth).
                 self.pending = events + self.pending
                 self.usage = [a + b for a, b in zip(usage, self.usage)]
+                self.releasing += release
                 later = self.pending_marks
                 self.pending_entries, self.pending_marks = entries + self.pending_entries, marks
                 # The later entries' offsets count from the events written now, which go back in front.

@@ -53,6 +53,9 @@ class Run(models.Model):
     prompt_tokens = models.BigIntegerField(default=0)
     completion_tokens = models.BigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0)
+    # The worst cases of the model calls in flight (agents_app.execution.budget): counted against
+    # max_cost_usd with cost_usd, so parallel sessions cannot each make the last allowed call.
+    reserved_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0)
     large_tier_uses = models.PositiveIntegerField(default=0)
     budget_warned = models.BooleanField(default=False)
     next_seq = models.PositiveBigIntegerField(default=0)
@@ -150,6 +153,8 @@ class Session(models.Model):
     prompt_tokens = models.BigIntegerField(default=0)
     completion_tokens = models.BigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0)
+    reserved_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0,
+                                       help_text="This session's part of its run's reserved_usd")
     worker = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)

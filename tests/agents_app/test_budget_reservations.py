@@ -1,0 +1,87 @@
+"""A model call reserves its worst cost against the run's budget before it is made — on a real worker.
+
+Parallel sessions cannot each make the last allowed call; a compaction's summary is reserved at the
+prices of the small model that writes it; a call that fails gives its reservation back.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from agents_app.execution.runs import run_start
+from agents_app.kinds import PROVIDER
+from agents_app.models import Run, Session
+from tests.runs import agent, call, define, events, finish
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+# Output only is priced, so a call's worst cost is exactly its max_tokens at the output price.
+MODELS = ("---\nname: Scripted\ntype: scripted\nmodels:\n"
+          "- name: s-free\n  tier: medium\n"
+          "- name: s-paid\n  tier: medium\n  output_price: 100\n"
+          "- name: s-large\n  tier: large\n  output_price: 1000\n"
+          "- name: s-small\n  tier: small\n  output_price: 1\n---\n")
+
+
+def delegate(agent_slug: str, task: str) -> dict:
+    return {"name": "delegate", "arguments": {"agent": agent_slug, "task": task}}
+
+
+def test_parallel_sessions_cannot_each_make_the_last_allowed_call(team_a, celery_worker_process):
+    """Four helpers start at once; each call may cost $0.01 (100 tokens at $100 per million) and does; the
+    budget of $0.02 lets exactly two of them call, whatever the timing, and is never passed."""
+    define(team_a, PROVIDER, MODELS)
+    agent(team_a, "Lead", "model: scripted:s-free\n")
+    agent(team_a, "Helper", "model: scripted:s-paid\nmax_tokens: 100\n")
+    answer = {"text": "Helped.", "usage": {"prompt_tokens": 0, "completion_tokens": 100}, "latency_ms": 1_500}
+    script = {"lead": [{"tool_calls": [delegate("helper", f"Help {n}") for n in range(4)]}, {"text": "Done."}],
+              "helper": [answer] * 4}
+    run = finish(run_start(team=team_a, agent="lead", input="x", script=script, limits={"max_concurrency": 5},
+                           budget={"max_cost_usd": "0.02"}))
+
+    assert (run.status, run.result) == ("succeeded", "Done.")
+    assert (run.cost_usd, run.reserved_usd) == (Decimal("0.02"), Decimal(0))
+    helpers = Session.objects.filter(run=run, agent="helper")
+    assert sorted(s.status for s in helpers) == ["failed", "failed", "ok", "ok"]
+    assert sorted(s.cost_usd for s in helpers) == [0, 0, Decimal("0.01"), Decimal("0.01")]
+    refused = [s.failure for s in helpers if s.status == "failed"]
+    assert [f["kind"] for f in refused] == ["policy_denied", "policy_denied"]
+    assert all(f["message"].startswith("the run's budget of $0.02 ") for f in refused)
+    assert len([e for e in events(run, "llm_request") if e.agent == "helper"]) == 2  # the refused asked nothing
+    assert not Session.objects.filter(run=run).exclude(reserved_usd=0).exists()
+
+
+def test_a_compaction_summary_is_reserved_at_the_small_models_prices_and_a_failed_call_gives_back(
+        team_a, celery_worker_process):
+    """The agent's large model: each call may cost $0.10 (100 tokens at $1000 per million) and costs $0.001.
+    Its third call is too long for the window: its reservation is given back, the small model's summary
+    (at most 1,024 tokens at $1 per million: $0.001024 — $1.024 at the large model's price, which the
+    budget would refuse) is reserved and written, the call retried. The next call may cost $0.10 again,
+    which the $0.15 budget cannot cover after $0.052 spent: refused before it is made."""
+    define(team_a, PROVIDER, MODELS)
+    agent(team_a, "Lead", "model: scripted:s-large\nmax_tokens: 100\ntools:\n- vfs_write\n")
+    cheap = {"usage": {"prompt_tokens": 0, "completion_tokens": 1}}
+    script = {"lead": [{**call("vfs_write", path="a.md", content="one"), **cheap},
+                       {**call("vfs_write", path="b.md", content="two"), **cheap},
+                       {"error": "context_length"},
+                       {**call("vfs_write", path="c.md", content="three"),
+                        "usage": {"prompt_tokens": 0, "completion_tokens": 50}},
+                       {"text": "never"}],
+              "compactor": [{"text": "Wrote a.md.", "usage": {"prompt_tokens": 0, "completion_tokens": 10}}]}
+    run = finish(run_start(team=team_a, agent="lead", input="Write three files", script=script,
+                           budget={"max_cost_usd": "0.15"}))
+
+    assert run.status == "failed"
+    [session] = Session.objects.filter(run=run)
+    assert session.failure["kind"] == "policy_denied"
+    assert session.failure["message"] == ("the run's budget of $0.15 cannot cover this call: $0.05201 spent, "
+                                          "and the call may cost up to $0.10")
+    summaries = [e.data for e in events(run, "llm_request") if e.data.get("purpose") == "compaction"]
+    assert [(s["model"], s["tier"]) for s in summaries] == [("s-small", "small")]
+    assert [e.data["how"] for e in events(run, "context_compacted")] == ["summary"]
+    assert run.script_cursor == {"lead": 4, "compactor": 1}
+    # 0.001 + 0.001 + the summary's 0.00001 + 0.05; the refused call cost nothing.
+    assert (run.cost_usd, run.reserved_usd, session.reserved_usd) == (Decimal("0.05201"), 0, 0)
+    assert Run.objects.get(pk=run.pk).cost_usd <= Decimal("0.15")
