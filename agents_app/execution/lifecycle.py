@@ -8,6 +8,7 @@ layer above (``hooks.RUN_HOOKS``).
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -81,12 +82,14 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
             session = Session.objects.create(
                 run=run, activation=activation, agent=activation.agent, attempt=activation.attempts,
                 tier=nominal_tier(definition.spec, activation.context), worker=worker,
-                heartbeat_at=now,
+                heartbeat_at=now, claim=uuid.uuid4(),
             )
         else:
             reservation_release(session)  # a call of the previous claim that never settled
+            # A new claim: the writes of the worker that had it (if it still runs) are refused from now on.
             session.worker, session.heartbeat_at, session.status = worker, now, SessionStatus.RUNNING
-            session.save(update_fields=["worker", "heartbeat_at", "status"])
+            session.claim = uuid.uuid4()
+            session.save(update_fields=["worker", "heartbeat_at", "status", "claim"])
         activation.status = ActivationStatus.RUNNING
         activation.save(update_fields=["status", "attempts"])
         changed: dict[str, Any] = {}

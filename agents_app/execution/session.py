@@ -35,7 +35,14 @@ from agents_app.execution.lifecycle import (
 )
 from agents_app.execution.modelchoice import model_resolve
 from agents_app.execution.runs import DEFAULT_PRIORITY
-from agents_app.execution.store import COMPACTOR_KEY, DatabaseStore, DatabaseWorkspace, WriteRefused, monitor
+from agents_app.execution.store import (
+    COMPACTOR_KEY,
+    DatabaseStore,
+    DatabaseWorkspace,
+    SessionTakenOver,
+    WriteRefused,
+    monitor,
+)
 from agents_app.execution.tool_requests import output_set, tool_worker_activation
 from agents_app.execution.versions import mcp_pinned, tools_pinned
 from agents_app.kernel.context import estimate_tokens, request_chars, window_for
@@ -438,7 +445,7 @@ async def execute_activation(activation_id: str) -> None:
     skills = await db(skills_for)(team_id=run.team_id, names=agent.spec.skills, run=run)
     cursor = MemoryCursor(dict(run.script_cursor))
     store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier="", cursor=cursor,
-                          budget=run.budget, team_id=run.team_id)
+                          budget=run.budget, team_id=run.team_id, claim=session.claim, writes=session.writes)
     ladder = list(agent.spec.escalation)
     # An escalated attempt calls its rung's model, whatever the agent names as its own.
     ref = activation.context.get("rung") or agent.spec.model or session.tier
@@ -595,6 +602,11 @@ async def execute_activation(activation_id: str) -> None:
         logger.warning("database unavailable: the session is left to be resumed",
                        extra={"run": str(run.id), "session": str(session.id), "error": str(error)})
         ending = None
+    except SessionTakenOver:
+        # Another worker claimed the session (this one was thought dead): it goes on from there, and this
+        # worker records nothing more.
+        logger.warning("session taken over by another worker: stopped here")
+        ending = None
     except WriteRefused as error:
         ending = await _write_refused(store, error, state, model)
     except ApprovalFailed as error:  # a deadline passed whose default outcome is to fail: not retried
@@ -625,6 +637,8 @@ async def execute_activation(activation_id: str) -> None:
             await mcp.close()
         try:
             await store.close()
+        except SessionTakenOver:
+            ending = None
         except DATABASE_ERRORS as error:  # its last events could not be written: resumed later, as above
             logger.warning("database unavailable: the session is left to be resumed",
                            extra={"run": str(run.id), "session": str(session.id), "error": str(error)})

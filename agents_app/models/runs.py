@@ -156,6 +156,12 @@ class Session(models.Model):
     reserved_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0,
                                        help_text="This session's part of its run's reserved_usd")
     worker = models.CharField(max_length=200, blank=True)
+    # Its store's writes (agents_app.execution.store): each carries the worker's claim and the next number,
+    # so one retried after it committed applies nothing twice, and one of a worker whose session was taken
+    # over (a new claim) applies nothing. ``last_write``: what the last one returned, for such a retry.
+    claim = models.UUIDField(null=True, blank=True, editable=False)
+    writes = models.PositiveBigIntegerField(default=0)
+    last_write = models.JSONField(null=True, blank=True, editable=False)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
