@@ -4,9 +4,11 @@ Reading the run's cost and then calling lets ``max_concurrency`` sessions
 each make the last allowed call. Instead, before each call the session
 reserves the call's worst case — its estimated prompt and at most
 ``max_tokens`` of answer, at the prices of the model actually called (for a
-compaction, the small model that writes the summary) — in one statement
-that locks the run's row, checks ``cost_usd + reserved_usd + worst_case``
-against ``max_cost_usd`` and adds the reservation only when it fits. The
+compaction, the small model that writes the summary), and one use of the
+large tier when that model is large — in one statement that locks the run's
+row, checks ``cost_usd + reserved_usd + worst_case`` against ``max_cost_usd``
+(and the large uses against ``max_large_tier_uses``) and reserves only when
+it fits. The
 reservation is released by the store's write that adds the call's real cost
 (``store.WRITE_SQL``), or by that write alone when the call failed; what a
 session still holds when it is claimed again, suspended or settled is
@@ -31,20 +33,24 @@ from mas_core.eventlog import event_append as event_emit
 # note the reservation on the session (``s``) when it fits. Two sessions reserving at once queue on the lock.
 RESERVE_SQL = """
 WITH cur AS (
-  SELECT cost_usd, reserved_usd, large_tier_uses, budget_warned FROM agents_app_run
+  SELECT cost_usd, reserved_usd, large_tier_uses, budget_warned, reserved_large FROM agents_app_run
   WHERE id = %(run)s::uuid FOR UPDATE
 ), ok AS (
   SELECT (%(max)s::numeric IS NULL OR cost_usd + reserved_usd + %(worst)s::numeric <= %(max)s::numeric)
-     AND (%(large_max)s::bigint IS NULL OR NOT %(large)s OR large_tier_uses < %(large_max)s::bigint) AS fits
+     AND (%(large_max)s::bigint IS NULL OR NOT %(large)s
+          OR large_tier_uses + reserved_large < %(large_max)s::bigint) AS fits
   FROM cur
 ), r AS (
-  UPDATE agents_app_run SET reserved_usd = reserved_usd + %(worst)s::numeric FROM ok
+  UPDATE agents_app_run SET reserved_usd = reserved_usd + %(worst)s::numeric,
+    reserved_large = reserved_large + %(large)s::int FROM ok
   WHERE id = %(run)s::uuid AND ok.fits RETURNING 1
 ), s AS (
-  UPDATE agents_app_session SET reserved_usd = reserved_usd + %(worst)s::numeric FROM r
+  UPDATE agents_app_session SET reserved_usd = reserved_usd + %(worst)s::numeric,
+    reserved_large = reserved_large + %(large)s::int FROM r
   WHERE id = %(session)s::uuid
 )
-SELECT cur.cost_usd, cur.reserved_usd, cur.large_tier_uses, cur.budget_warned, ok.fits FROM cur, ok
+SELECT cur.cost_usd, cur.reserved_usd, cur.large_tier_uses, cur.budget_warned, cur.reserved_large, ok.fits
+FROM cur, ok
 """
 
 
@@ -56,6 +62,7 @@ class Reservation:
     reserved_usd: Decimal
     large_tier_uses: int
     warned: bool
+    reserved_large: int
     fits: bool
 
 
@@ -79,7 +86,8 @@ def refusal(*, budget: dict[str, Any], reservation: Reservation, worst_usd: Deci
         return (f"the run's budget of {money_display(limit)} cannot cover this call: "
                 f"{money_display(reservation.cost_usd)} spent{held}, and the call may cost up to "
                 f"{money_display(worst_usd)}")
-    return f"the run may use the large tier {budget['max_large_tier_uses']} time(s)"
+    held = f" ({reservation.reserved_large} of them by calls in flight)" if reservation.reserved_large else ""
+    return f"the run may use the large tier {budget['max_large_tier_uses']} time(s){held}"
 
 
 def warning_due(*, budget: dict[str, Any], reservation: Reservation) -> bool:
@@ -101,8 +109,9 @@ def budget_warn(*, run_id, agent: str, session_id, warn_cost_usd: Any) -> None:
 def reservation_release(session: Session) -> None:
     """Give back what ``session`` still holds of its run's reservations (a call that never settled: its worker
     died, or its write was lost). The caller holds the run's row lock, under which ``session`` was read."""
-    if session.reserved_usd:
+    if session.reserved_usd or session.reserved_large:
         Run.objects.filter(pk=session.run_id).update(
-            reserved_usd=Greatest(F("reserved_usd") - session.reserved_usd, Value(Decimal(0))))
-        Session.objects.filter(pk=session.pk).update(reserved_usd=0)
-    session.reserved_usd = Decimal(0)
+            reserved_usd=Greatest(F("reserved_usd") - session.reserved_usd, Value(Decimal(0))),
+            reserved_large=Greatest(F("reserved_large") - session.reserved_large, Value(0)))
+        Session.objects.filter(pk=session.pk).update(reserved_usd=0, reserved_large=0)
+    session.reserved_usd, session.reserved_large = Decimal(0), 0

@@ -111,6 +111,7 @@ WITH l AS (
   UPDATE agents_app_run SET next_seq = next_seq + %(n)s{file_count}, prompt_tokens = prompt_tokens + %(pt)s,
     completion_tokens = completion_tokens + %(ct)s, cost_usd = cost_usd + %(cost)s::numeric,
     reserved_usd = GREATEST(reserved_usd - %(release)s::numeric, 0),
+    reserved_large = GREATEST(reserved_large - %(release_large)s::int, 0),
     large_tier_uses = large_tier_uses + %(large)s, history_bytes = history_bytes + %(hb)s,
     script_cursor = CASE WHEN %(pos)s::jsonb IS NULL THEN script_cursor ELSE script_cursor || %(pos)s::jsonb END
   FROM g WHERE id = %(run)s::uuid RETURNING next_seq - (%(n)s{file_count}) AS base, history_bytes AS history
@@ -120,6 +121,7 @@ WITH l AS (
   UPDATE agents_app_session SET prompt_tokens = prompt_tokens + %(pt)s,
     completion_tokens = completion_tokens + %(ct)s, cost_usd = cost_usd + %(cost)s::numeric,
     reserved_usd = GREATEST(reserved_usd - %(release)s::numeric, 0),
+    reserved_large = GREATEST(reserved_large - %(release_large)s::int, 0),
     state = COALESCE(%(state)s::jsonb, state), heartbeat_at = CASE WHEN %(beat)s THEN now() ELSE heartbeat_at END,
     writes = %(write)s::bigint, last_write = {last}
   FROM r WHERE id = %(session)s::uuid
@@ -225,8 +227,8 @@ class DatabaseStore:
         self.usage = [0, 0, Decimal(0), 0]
         # Worst costs reserved for the calls in flight (a compaction's inside its session's call), and
         # those of calls that ended, released by the next write.
-        self.reservations: list[Decimal] = []
-        self.releasing = Decimal(0)
+        self.reservations: list[tuple[Decimal, int]] = []  # worst cost, large-tier uses
+        self.releasing, self.releasing_large = Decimal(0), 0
         self.cancel_requested = False
         self.saved_positions: dict[str, int] = (
             {key: cursor.get(key) for key in (agent, COMPACTOR_KEY) if key in cursor.positions}
@@ -310,9 +312,9 @@ class DatabaseStore:
 
     async def before_model_call(self, state: SessionState, *, worst_usd: Decimal, tier: str | None = None) -> None:
         if not self.budget:
-            self.reservations.append(Decimal(0))
+            self.reservations.append((Decimal(0), 0))
             return
-        if self.usage[2] or self.releasing:
+        if self.usage[2] or self.usage[3] or self.releasing or self.releasing_large:
             await self.flush()  # the budget reads the run's totals
         large = (self.tier if tier is None else tier) == "large"
         async with pool().connection() as conn:
@@ -327,11 +329,12 @@ class DatabaseStore:
         reason = refusal(budget=self.budget, reservation=reservation, worst_usd=worst_usd)
         if reason:
             raise PolicyDenied(reason)
-        self.reservations.append(worst_usd)
+        self.reservations.append((worst_usd, 1 if large else 0))
 
     def after_model_call(self) -> None:
         if self.reservations:
-            self.releasing += self.reservations.pop()
+            usd, large = self.reservations.pop()
+            self.releasing, self.releasing_large = self.releasing + usd, self.releasing_large + large
 
     # writing
 
@@ -381,12 +384,13 @@ class DatabaseStore:
             self.pending_positions = None
             changed = {key: value for key, value in (positions or {}).items()
                        if self.saved_positions.get(key) != value}
-            events, usage, release = self.pending, self.usage, self.releasing
-            self.pending, self.usage, self.releasing = [], [0, 0, Decimal(0), 0], Decimal(0)
+            events, usage, release = self.pending, self.usage, (self.releasing, self.releasing_large)
+            self.pending, self.usage = [], [0, 0, Decimal(0), 0]
+            self.releasing, self.releasing_large = Decimal(0), 0
             params = {
                 "run": str(self.run_id), "session": str(self.session_id), "agent": self.agent,
                 "n": len(events), "pt": usage[0], "ct": usage[1], "cost": str(usage[2]), "large": usage[3],
-                "release": str(release),
+                "release": str(release[0]), "release_large": release[1],
                 "pos": json.dumps(changed) if changed else None, "state": counters,
                 "beat": counters is not None,
                 "events": events_param(events), "claim": str(self.claim) if self.claim else None,
@@ -412,7 +416,7 @@ class DatabaseStore:
                 # Not written: keep the events for the next write (the rows are the truth).
                 self.pending = events + self.pending
                 self.usage = [a + b for a, b in zip(usage, self.usage)]
-                self.releasing += release
+                self.releasing, self.releasing_large = self.releasing + release[0], self.releasing_large + release[1]
                 later = self.pending_marks
                 self.pending_entries, self.pending_marks = entries + self.pending_entries, marks
                 # The later entries' offsets count from the events written now, which go back in front.

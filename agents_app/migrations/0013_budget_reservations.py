@@ -20,4 +20,14 @@ class Migration(migrations.Migration):
             name='reserved_usd',
             field=models.DecimalField(decimal_places=8, default=0, help_text="This session's part of its run's reserved_usd", max_digits=16),
         ),
+        migrations.AddField(
+            model_name='run',
+            name='reserved_large',
+            field=models.PositiveIntegerField(default=0),
+        ),
+        migrations.AddField(
+            model_name='session',
+            name='reserved_large',
+            field=models.PositiveIntegerField(default=0, help_text="This session's part of its run's reserved_large"),
+        ),
     ]

@@ -29,28 +29,37 @@ def delegate(agent_slug: str, task: str) -> dict:
     return {"name": "delegate", "arguments": {"agent": agent_slug, "task": task}}
 
 
-def test_parallel_sessions_cannot_each_make_the_last_allowed_call(team_a, celery_worker_process):
-    """Four helpers start at once; each call may cost $0.01 (100 tokens at $100 per million) and does; the
-    budget of $0.02 lets exactly two of them call, whatever the timing, and is never passed."""
+@pytest.mark.parametrize(("model", "budget", "refused_as"), [
+    ("s-paid", {"max_cost_usd": "0.02"}, "the run's budget of $0.02 "),
+    ("s-large", {"max_large_tier_uses": 2}, "the run may use the large tier 2 time(s)"),
+])
+def test_parallel_sessions_cannot_each_make_the_last_allowed_call(team_a, celery_worker_process, model, budget,
+                                                                  refused_as):
+    """Four helpers start at once. Each call may cost $0.01 (100 tokens at $100 per million) and does: a
+    budget of $0.02 lets exactly two of them call, whatever the timing, and is never passed. The same for
+    two uses of the large tier."""
     define(team_a, PROVIDER, MODELS)
     agent(team_a, "Lead", "model: scripted:s-free\n")
-    agent(team_a, "Helper", "model: scripted:s-paid\nmax_tokens: 100\n")
+    agent(team_a, "Helper", f"model: scripted:{model}\nmax_tokens: 100\n")
     answer = {"text": "Helped.", "usage": {"prompt_tokens": 0, "completion_tokens": 100}, "latency_ms": 1_500}
     script = {"lead": [{"tool_calls": [delegate("helper", f"Help {n}") for n in range(4)]}, {"text": "Done."}],
               "helper": [answer] * 4}
     run = finish(run_start(team=team_a, agent="lead", input="x", script=script, limits={"max_concurrency": 5},
-                           budget={"max_cost_usd": "0.02"}))
+                           budget=budget))
 
     assert (run.status, run.result) == ("succeeded", "Done.")
-    assert (run.cost_usd, run.reserved_usd) == (Decimal("0.02"), Decimal(0))
+    assert (run.reserved_usd, run.reserved_large) == (0, 0)
     helpers = Session.objects.filter(run=run, agent="helper")
     assert sorted(s.status for s in helpers) == ["failed", "failed", "ok", "ok"]
-    assert sorted(s.cost_usd for s in helpers) == [0, 0, Decimal("0.01"), Decimal("0.01")]
+    call_cost = Decimal("0.01") if model == "s-paid" else Decimal("0.1")
+    assert run.cost_usd == 2 * call_cost
+    assert run.large_tier_uses == (2 if model == "s-large" else 0)
+    assert sorted(s.cost_usd for s in helpers) == [0, 0, call_cost, call_cost]
     refused = [s.failure for s in helpers if s.status == "failed"]
     assert [f["kind"] for f in refused] == ["policy_denied", "policy_denied"]
-    assert all(f["message"].startswith("the run's budget of $0.02 ") for f in refused)
+    assert all(f["message"].startswith(refused_as) for f in refused), refused
     assert len([e for e in events(run, "llm_request") if e.agent == "helper"]) == 2  # the refused asked nothing
-    assert not Session.objects.filter(run=run).exclude(reserved_usd=0).exists()
+    assert not Session.objects.filter(run=run).exclude(reserved_usd=0, reserved_large=0).exists()
 
 
 def test_a_compaction_summary_is_reserved_at_the_small_models_prices_and_a_failed_call_gives_back(
@@ -84,4 +93,5 @@ def test_a_compaction_summary_is_reserved_at_the_small_models_prices_and_a_faile
     assert run.script_cursor == {"lead": 4, "compactor": 1}
     # 0.001 + 0.001 + the summary's 0.00001 + 0.05; the refused call cost nothing.
     assert (run.cost_usd, run.reserved_usd, session.reserved_usd) == (Decimal("0.05201"), 0, 0)
+    assert (run.large_tier_uses, run.reserved_large) == (3, 0)  # the summary was no use of the large tier
     assert Run.objects.get(pk=run.pk).cost_usd <= Decimal("0.15")
