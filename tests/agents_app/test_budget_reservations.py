@@ -95,3 +95,35 @@ def test_a_compaction_summary_is_reserved_at_the_small_models_prices_and_a_faile
     assert (run.cost_usd, run.reserved_usd, session.reserved_usd) == (Decimal("0.05201"), 0, 0)
     assert (run.large_tier_uses, run.reserved_large) == (3, 0)  # the summary was no use of the large tier
     assert Run.objects.get(pk=run.pk).cost_usd <= Decimal("0.15")
+
+
+def test_what_a_dead_workers_session_held_is_released_when_it_is_resumed_or_ends(team_a):
+    """Its call never settled: the reservation goes back to the run when another worker claims the session."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents_app.execution.lifecycle import session_begin
+    from agents_app.models import Activation
+
+    agent(team_a, "Lead")
+    run = Run.objects.create(team=team_a, agent="lead", status="running", budget={"max_cost_usd": "1"},
+                             reserved_usd=Decimal("0.30000001"), reserved_large=2)
+    activation = Activation.objects.create(run=run, agent="lead", status="running")
+    dead = Session.objects.create(run=run, activation=activation, agent="lead", tier="large",
+                                  reserved_usd=Decimal("0.2"), reserved_large=1,
+                                  heartbeat_at=timezone.now() - timedelta(minutes=5))
+    start = session_begin(activation_id=activation.id, worker="other:1")
+    assert (start.resumed, start.session.id) == (True, dead.id)
+    run = Run.objects.get(pk=run.pk)
+    assert (run.reserved_usd, run.reserved_large) == (Decimal("0.10000001"), 1)  # another session's part stays
+    assert Session.objects.filter(pk=dead.pk).values_list("reserved_usd", "reserved_large").get() == (0, 0)
+
+    # Held again and never settled by a write: the session's end gives it back too.
+    from agents_app.execution.lifecycle import session_settle
+
+    Session.objects.filter(pk=dead.pk).update(reserved_usd=Decimal("0.05"))
+    Run.objects.filter(pk=run.pk).update(reserved_usd=Decimal("0.15000001"))
+    session_settle(run_id=run.id, session_id=dead.id, status="ok", result="Done.", meta={}, failure=None, ladder=[])
+    assert Run.objects.get(pk=run.pk).reserved_usd == Decimal("0.10000001")
+    assert Session.objects.get(pk=dead.pk).reserved_usd == 0
