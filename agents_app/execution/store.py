@@ -91,11 +91,12 @@ def pool() -> ConnectionPool:
 # ``g`` the session's, the order every writer of a run locks in, and ``g`` lets the write through only as
 # the next write of the worker holding the session's claim: a write retried after its commit was lost on
 # the way back, and one of a worker whose session was taken over, write nothing (the store then reads the
-# session: DatabaseStore._not_applied). Everything else follows from ``g``. ``r`` numbers the
+# session: DatabaseStore._applied_before). Everything else follows from ``g``. ``r`` numbers the
 # events from the run's counter (the row stays locked until commit, so numbers are gap-free
 # and in commit order), adds the session's usage and releases the reservations of the calls that ended
 # (agents_app.execution.budget); ``e`` inserts the events; ``s`` adds the
-# usage to the session, stores its counters and counts the write (with what it returns, for a retry); ``j`` appends the checkpoint's new history entries
+# usage to the session, stores its counters and counts the write (keeping what it returns, for a retry);
+# ``j`` appends the checkpoint's new history entries
 # (idempotent: a write retried after a failure inserts nothing twice), each with the seq of the last
 # event emitted before it was staged (``r.base`` + its offset in this write's events: what a fork cuts
 # at), and ``k`` marks the entries a compaction replaced. A file change adds ``f``, its event and ``v``,
@@ -223,6 +224,7 @@ class DatabaseStore:
         self.budget = budget
         # The session's claim (lifecycle.session_begin) and how many writes it holds: each write is the next.
         self.claim, self.writes = claim, writes
+        self.unsent: tuple | None = None  # a write whose answer was lost: sent again, as it was, first
         self.pending: list[Entry] = []
         self.usage = [0, 0, Decimal(0), 0]
         # Worst costs reserved for the calls in flight (a compaction's inside its session's call), and
@@ -340,7 +342,7 @@ class DatabaseStore:
 
     async def flush(self) -> None:
         """Write the pending events and checkpoint now (before anything else writes for this run)."""
-        if self.pending or self.has_checkpoint:
+        if self.pending or self.has_checkpoint or self.unsent is not None:
             await self._write()
 
     def _schedule_live_write(self) -> None:
@@ -377,6 +379,19 @@ class DatabaseStore:
             if self.live_timer is not None:
                 self.live_timer.cancel()
                 self.live_timer = None
+            if self.unsent is not None:  # a write whose answer was lost goes again as it was, before anything new
+                try:
+                    row = await self._send(*self.unsent)
+                except BaseException as error:
+                    if not isinstance(error, (*_TRANSIENT, asyncio.CancelledError)):
+                        self.unsent = None  # refused as it is: sending it again cannot succeed
+                        if isinstance(error, psycopg.Error):
+                            raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
+                    raise
+                self.unsent = None
+                if file is None and not (self.pending or self.has_checkpoint or self.pending_positions
+                                         or any(self.usage) or self.releasing or self.releasing_large):
+                    return row
             counters, entries, marks = self.pending_counters, self.pending_entries, self.pending_marks
             positions, extra = self.pending_positions, self.pending_extra
             self.pending_counters, self.pending_entries, self.pending_marks = None, [], []
@@ -405,14 +420,12 @@ class DatabaseStore:
             if file is not None:
                 params |= {**file, "at": datetime.now(UTC)}
             try:
-                async with pool().connection() as conn:
-                    if sql is FILE_WRITE_SQL:
-                        row = await _write_within_limit(conn, params)
-                    else:
-                        row = await (await conn.execute(sql, params)).fetchone()
-                    if row is None:
-                        row = await self._applied_before(conn, params["write"])
+                return await self._send(sql, params, file, events, changed)
             except BaseException as error:
+                if isinstance(error, (*_TRANSIENT, asyncio.CancelledError)):
+                    # Committed or not, nobody knows: it goes again as it is (the same write, applied once).
+                    self.unsent = (sql, params, file, events, changed)
+                    raise
                 # Not written: keep the events for the next write (the rows are the truth).
                 self.pending = events + self.pending
                 self.usage = [a + b for a, b in zip(usage, self.usage)]
@@ -425,18 +438,30 @@ class DatabaseStore:
                 self.pending_counters = self.pending_counters or counters
                 if self.pending_positions is None:
                     self.pending_positions = positions
-                if isinstance(error, psycopg.Error) and not isinstance(error, _TRANSIENT):
+                if isinstance(error, psycopg.Error):
                     raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
                 raise
-            self.writes = params["write"]
-            self.saved_positions.update(changed)
-            if file is not None and (sql is not FILE_DELETE_SQL or row[1]):
-                data = ({"path": file["path"], "version": row[1], "action": "created" if row[2] else "updated",
-                         "bytes": file["bytes"]} if sql is FILE_WRITE_SQL
-                        else {"path": file["path"], "action": "deleted"})
-                events = [*events, ("file_change", self.agent, self.session_id, data, params["at"])]
-            self._push(payloads(self.run_id, row[0], events))
-            return row
+
+    async def _send(self, sql: str, params: dict[str, Any], file: dict[str, Any] | None, events: list[Entry],
+                    changed: dict[str, int]) -> tuple:
+        """One write; after commit, its events are pushed. A write found applied already (sent again after its
+        answer was lost) returns what it returned the first time."""
+        async with pool().connection() as conn:
+            if sql is FILE_WRITE_SQL:
+                row = await _write_within_limit(conn, params)
+            else:
+                row = await (await conn.execute(sql, params)).fetchone()
+            if row is None:
+                row = await self._applied_before(conn, params["write"])
+        self.writes = params["write"]
+        self.saved_positions.update(changed)
+        if file is not None and (sql is not FILE_DELETE_SQL or row[1]):
+            data = ({"path": file["path"], "version": row[1], "action": "created" if row[2] else "updated",
+                     "bytes": file["bytes"]} if sql is FILE_WRITE_SQL
+                    else {"path": file["path"], "action": "deleted"})
+            events = [*events, ("file_change", self.agent, self.session_id, data, params["at"])]
+        self._push(payloads(self.run_id, row[0], events))
+        return row
 
     async def _applied_before(self, conn: psycopg.AsyncConnection, write: int) -> tuple:
         """The row a write returned when it was applied already (retried after its commit's answer was lost);

@@ -108,6 +108,7 @@ def test_a_write_retried_after_its_commit_applies_nothing_twice(team_a, monkeypa
     async def work():
         store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
                               budget={}, team_id=team_a.id)
+        workspace = DatabaseWorkspace(store=store)
         failures = []
         await store.emit("llm_request", {"model": "m"})
         await store.emit("llm_response", response("0.12345678"))
@@ -116,30 +117,33 @@ def test_a_write_retried_after_its_commit_applies_nothing_twice(team_a, monkeypa
             await store.flush()
         except psycopg.OperationalError as error:
             failures.append(str(error))
-        await store.flush()  # the retry: its events and usage were committed already
+        await store.emit("tool_call", {"id": "c1", "name": "vfs_write", "arguments": {}})  # new since
+        await store.flush()  # the retry, then what is new: the first write's events and usage were committed
         lose.append(True)
         try:
-            await DatabaseWorkspace(store=store).write("notes.md", "first")
+            await workspace.write("notes.md", "first")
         except psycopg.OperationalError as error:
             failures.append(str(error))
-        committed = await DatabaseWorkspace(store=store).read("notes.md")
-        version = await DatabaseWorkspace(store=store).write("notes.md", "first")
-        return failures, committed, version
+        committed = await workspace.read("notes.md")
+        await store.close()  # the retry, as a session's end makes it
+        return failures, committed, store.writes, await workspace.write("notes.md", "second")
 
     outcome = in_thread(work)
     assert "error" not in outcome, outcome.get("error")
-    failures, committed, version = outcome["value"]
+    failures, committed, writes, version = outcome["value"]
     assert (failures, committed) == ([LOST, LOST], "first")  # both lost answers were of committed writes
-    assert version == 1  # what the first, applied, write returned
+    assert (writes, version) == (3, 2)  # three writes, each applied once; the file's next version is its second
     assert [(e.seq, e.type) for e in Event.objects.filter(run=run).order_by("seq")] == [
-        (1, "llm_request"), (2, "llm_response"), (3, "file_change")]
+        (1, "llm_request"), (2, "llm_response"), (3, "tool_call"), (4, "file_change"), (5, "file_change")]
+    assert [e.data["version"] for e in Event.objects.filter(run=run, type="file_change").order_by("seq")] == [1, 2]
     run = Run.objects.get(pk=run.pk)
     assert (run.next_seq, run.prompt_tokens, run.completion_tokens, run.cost_usd) == (
-        3, 100, 20, Decimal("0.12345678"))
+        5, 100, 20, Decimal("0.12345678"))
     session = Session.objects.get(pk=session.pk)
     assert (session.prompt_tokens, session.completion_tokens, session.cost_usd) == (100, 20, Decimal("0.12345678"))
+    assert (session.writes, session.last_write) == (4, [4, 2, False])
     assert [(f.path, f.content, f.version) for f in WorkspaceFile.objects.filter(run=run)] == [
-        ("notes.md", "first", 1)]
+        ("notes.md", "second", 2)]
 
 
 def test_a_worker_whose_session_was_taken_over_writes_nothing(team_a, settings):
