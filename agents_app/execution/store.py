@@ -374,24 +374,16 @@ class DatabaseStore:
         row = await self._write(sql=FILE_DELETE_SQL, file={"path": path, "content": None, "bytes": None})
         return bool(row[1])
 
-    async def _write(self, *, sql: str = WRITE_SQL, file: dict[str, Any] | None = None) -> tuple:
+    async def _write(self, *, sql: str = WRITE_SQL, file: dict[str, Any] | None = None) -> tuple | None:
         async with self.writing:
             if self.live_timer is not None:
                 self.live_timer.cancel()
                 self.live_timer = None
-            if self.unsent is not None:  # a write whose answer was lost goes again as it was, before anything new
-                try:
-                    row = await self._send(*self.unsent)
-                except BaseException as error:
-                    if not isinstance(error, (*_TRANSIENT, asyncio.CancelledError)):
-                        self.unsent = None  # refused as it is: sending it again cannot succeed
-                        if isinstance(error, psycopg.Error):
-                            raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
-                    raise
-                self.unsent = None
+            if self.unsent is not None:
+                await self._settle_unsent()
                 if file is None and not (self.pending or self.has_checkpoint or self.pending_positions
                                          or any(self.usage) or self.releasing or self.releasing_large):
-                    return row
+                    return None
             counters, entries, marks = self.pending_counters, self.pending_entries, self.pending_marks
             positions, extra = self.pending_positions, self.pending_extra
             self.pending_counters, self.pending_entries, self.pending_marks = None, [], []
@@ -419,40 +411,29 @@ class DatabaseStore:
             }
             if file is not None:
                 params |= {**file, "at": datetime.now(UTC)}
+            batch = (events, usage, release, entries, marks, extra, counters, positions)
             try:
-                return await self._send(sql, params, file, events, changed)
+                async with pool().connection() as conn:
+                    if sql is FILE_WRITE_SQL:
+                        row = await _write_within_limit(conn, params)
+                    else:
+                        row = await (await conn.execute(sql, params)).fetchone()
+                    if row is None:
+                        row = await self._applied_before(conn, params["write"])
             except BaseException as error:
                 if isinstance(error, (*_TRANSIENT, asyncio.CancelledError)):
-                    # Committed or not, nobody knows: it goes again as it is (the same write, applied once).
-                    self.unsent = (sql, params, file, events, changed)
+                    # Committed or not, nobody knows yet: the next write finds out first (_settle_unsent).
+                    self.unsent = (sql, params, file, batch, changed)
                     raise
-                # Not written: keep the events for the next write (the rows are the truth).
-                self.pending = events + self.pending
-                self.usage = [a + b for a, b in zip(usage, self.usage)]
-                self.releasing, self.releasing_large = self.releasing + release[0], self.releasing_large + release[1]
-                later = self.pending_marks
-                self.pending_entries, self.pending_marks = entries + self.pending_entries, marks
-                # The later entries' offsets count from the events written now, which go back in front.
-                self.pending_extra = extra + [(off + len(events), c) for off, c in self.pending_extra]
-                self._mark(later)
-                self.pending_counters = self.pending_counters or counters
-                if self.pending_positions is None:
-                    self.pending_positions = positions
+                self._put_back(batch)  # not written
                 if isinstance(error, psycopg.Error):
                     raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
                 raise
+            return self._written(sql, params, file, events, changed, row)
 
-    async def _send(self, sql: str, params: dict[str, Any], file: dict[str, Any] | None, events: list[Entry],
-                    changed: dict[str, int]) -> tuple:
-        """One write; after commit, its events are pushed. A write found applied already (sent again after its
-        answer was lost) returns what it returned the first time."""
-        async with pool().connection() as conn:
-            if sql is FILE_WRITE_SQL:
-                row = await _write_within_limit(conn, params)
-            else:
-                row = await (await conn.execute(sql, params)).fetchone()
-            if row is None:
-                row = await self._applied_before(conn, params["write"])
+    def _written(self, sql: str, params: dict[str, Any], file: dict[str, Any] | None, events: list[Entry],
+                 changed: dict[str, int], row: tuple) -> tuple:
+        """A write is committed: count it and push its events."""
         self.writes = params["write"]
         self.saved_positions.update(changed)
         if file is not None and (sql is not FILE_DELETE_SQL or row[1]):
@@ -462,6 +443,39 @@ class DatabaseStore:
             events = [*events, ("file_change", self.agent, self.session_id, data, params["at"])]
         self._push(payloads(self.run_id, row[0], events))
         return row
+
+    def _put_back(self, batch: tuple) -> None:
+        """A write was not made: what it held goes in front of what came since, for the next write (the rows
+        are the truth)."""
+        events, usage, release, entries, marks, extra, counters, positions = batch
+        self.pending = events + self.pending
+        self.usage = [a + b for a, b in zip(usage, self.usage)]
+        self.releasing, self.releasing_large = self.releasing + release[0], self.releasing_large + release[1]
+        later = self.pending_marks
+        self.pending_entries, self.pending_marks = entries + self.pending_entries, marks
+        # The later entries' offsets count from the events written now, which go back in front.
+        self.pending_extra = extra + [(off + len(events), c) for off, c in self.pending_extra]
+        self._mark(later)
+        self.pending_counters = self.pending_counters or counters
+        if self.pending_positions is None:
+            self.pending_positions = positions
+
+    async def _settle_unsent(self) -> None:
+        """Find out whether the write whose answer was lost was committed: if so it is counted (its events
+        pushed), else what it held goes with the next write — but not its file change, whose tool saw the
+        write fail (a resumed session runs that call again)."""
+        sql, params, file, batch, changed = self.unsent
+        async with pool().connection() as conn:
+            cursor = await conn.execute("SELECT claim, writes, last_write FROM agents_app_session WHERE id = %s",
+                                        [self.session_id])
+            found = await cursor.fetchone()
+        if found is None or (str(found[0]) if found[0] else None) != (str(self.claim) if self.claim else None):
+            raise SessionTakenOver(f"session {self.session_id} was taken over by another worker")
+        self.unsent = None
+        if found[1] == params["write"]:
+            self._written(sql, params, file, batch[0], changed, tuple(found[2]))
+        else:
+            self._put_back(batch)
 
     async def _applied_before(self, conn: psycopg.AsyncConnection, write: int) -> tuple:
         """The row a write returned when it was applied already (retried after its commit's answer was lost);

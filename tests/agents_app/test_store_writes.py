@@ -31,6 +31,9 @@ class AnswerLost:
         self.conn, self.lose, self.in_transaction = conn, lose, False
 
     async def execute(self, query, params=None):
+        if self.lose and self.lose[-1] == "unsent":  # the connection broke before the statement left
+            self.lose.pop()
+            raise psycopg.OperationalError(LOST)
         cursor = await self.conn.execute(query, params)
         if not self.in_transaction and self.lose and self.lose.pop():
             raise psycopg.OperationalError(LOST)
@@ -126,22 +129,32 @@ def test_a_write_retried_after_its_commit_applies_nothing_twice(team_a, monkeypa
             failures.append(str(error))
         committed = await workspace.read("notes.md")
         await store.close()  # the retry, as a session's end makes it
-        return failures, committed, store.writes, await workspace.write("notes.md", "second")
+        version = await workspace.write("notes.md", "second")
+        # Lost before it left: its events go with the next write, its file change is not made.
+        await store.emit("tool_call", {"id": "c2", "name": "vfs_write", "arguments": {}})
+        lose.append("unsent")
+        try:
+            await workspace.write("never.md", "x")
+        except psycopg.OperationalError as error:
+            failures.append(str(error))
+        await store.close()
+        return failures, committed, store.writes, version
 
     outcome = in_thread(work)
     assert "error" not in outcome, outcome.get("error")
     failures, committed, writes, version = outcome["value"]
-    assert (failures, committed) == ([LOST, LOST], "first")  # both lost answers were of committed writes
-    assert (writes, version) == (3, 2)  # three writes, each applied once; the file's next version is its second
+    assert (failures, committed) == ([LOST, LOST, LOST], "first")  # the first two answers were of commits
+    assert (writes, version) == (5, 2)  # each write applied once; the file's next version is its second
     assert [(e.seq, e.type) for e in Event.objects.filter(run=run).order_by("seq")] == [
-        (1, "llm_request"), (2, "llm_response"), (3, "tool_call"), (4, "file_change"), (5, "file_change")]
+        (1, "llm_request"), (2, "llm_response"), (3, "tool_call"), (4, "file_change"), (5, "file_change"),
+        (6, "tool_call")]
     assert [e.data["version"] for e in Event.objects.filter(run=run, type="file_change").order_by("seq")] == [1, 2]
     run = Run.objects.get(pk=run.pk)
     assert (run.next_seq, run.prompt_tokens, run.completion_tokens, run.cost_usd) == (
-        5, 100, 20, Decimal("0.12345678"))
+        6, 100, 20, Decimal("0.12345678"))
     session = Session.objects.get(pk=session.pk)
     assert (session.prompt_tokens, session.completion_tokens, session.cost_usd) == (100, 20, Decimal("0.12345678"))
-    assert (session.writes, session.last_write) == (4, [4, 2, False])
+    assert (session.writes, session.last_write) == (5, [5])
     assert [(f.path, f.content, f.version) for f in WorkspaceFile.objects.filter(run=run)] == [
         ("notes.md", "second", 2)]
 
