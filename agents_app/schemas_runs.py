@@ -22,7 +22,9 @@ MAX_INPUT_CHARS = 200_000
 SLUG_PATTERN = r"^[-a-zA-Z0-9_]{1,100}$"
 
 # An amount out: fixed point, never "1E-8" (pydantic writes str(Decimal)).
-Money = Annotated[Decimal, PlainSerializer(money_str, return_type=str, when_used="json")]
+# "always": django-ninja dumps a response in python mode, then encodes it (a Decimal of 1e-7 or less would
+# be written "1E-7").
+Money = Annotated[Decimal, PlainSerializer(money_str, return_type=str, when_used="always")]
 
 
 class RunLimitsIn(BaseModel):
@@ -41,8 +43,8 @@ class RunBudgetIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_cost_usd: Decimal | None = Field(default=None, ge=0, max_digits=14, decimal_places=6)
-    warn_cost_usd: Decimal | None = Field(default=None, ge=0, max_digits=14, decimal_places=6)
+    max_cost_usd: Decimal | None = Field(default=None, ge=0, max_digits=16, decimal_places=8)
+    warn_cost_usd: Decimal | None = Field(default=None, ge=0, max_digits=16, decimal_places=8)
     max_large_tier_uses: int | None = Field(default=None, ge=0, le=100_000)
 
 

@@ -67,7 +67,10 @@ class MemoryStore:
     async def cancelled(self) -> bool:
         return False
 
-    async def before_model_call(self, state) -> None:
+    async def before_model_call(self, state, *, worst_usd, tier=None) -> None:
+        return None
+
+    def after_model_call(self) -> None:
         return None
 
 
@@ -79,6 +82,9 @@ class PlainModel:
         return await self.provider.complete(request, on_chunk=on_chunk)
 
     def cost(self, response) -> Decimal:
+        return Decimal(0)
+
+    def cost_at_most(self, *, prompt_tokens: int, max_tokens: int | None) -> Decimal:
         return Decimal(0)
 
 

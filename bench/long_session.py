@@ -94,6 +94,9 @@ async def one_session(store_class, run, session, *, steps: int, result_bytes: in
         def cost(self, response):
             return 0
 
+        def cost_at_most(self, *, prompt_tokens, max_tokens):
+            return 0
+
     async def call_tool(call):
         return ToolResult(ok=True, content=f"{call.id} " + "x" * (result_bytes - len(call.id) - 1))
 

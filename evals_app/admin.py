@@ -16,6 +16,7 @@ from django.utils.html import format_html
 
 from mas_core.admin_base import DefinitionAdmin, ReadOnlyTeamAdmin, team_ids
 from agents_app.models import Run
+from agents_app.money import money_display
 from agents_app.selectors_runs import run_get
 from evals_app.cases import eval_case_save
 from evals_app.models import EvalDataset, EvalRun
@@ -170,12 +171,12 @@ def totals_rows(totals: dict) -> list[tuple[str, str]]:
             ("Failed", str(totals.get("failed", 0)))]
     if totals.get("pending"):
         rows.append(("Pending", str(totals["pending"])))
-    rows += [("Pass rate", f"{totals.get('pass_rate', 0):.0%}"), ("Cost", f"${totals.get('cost_usd', '0')}"),
+    rows += [("Pass rate", f"{totals.get('pass_rate', 0):.0%}"), ("Cost", money_display(totals.get("cost_usd"))),
              ("Tokens", str(totals.get("tokens", 0))),
              ("Duration p50 / p95", f"{seconds(totals.get('duration_p50_s'))} / "
                                     f"{seconds(totals.get('duration_p95_s'))}")]
     if totals.get("judge_calls"):
-        rows.append(("Judge", f"${totals['judge_cost_usd']}, {totals['judge_tokens']} tokens, "
+        rows.append(("Judge", f"{money_display(totals['judge_cost_usd'])}, {totals['judge_tokens']} tokens, "
                               f"{totals['judge_calls']} calls"))
     return rows
 

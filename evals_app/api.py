@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mas_core.api_definitions import add_definition_routes, definition_out
 from mas_core.permissions import Actor
 from mas_core.schemas import error_responses
+from agents_app.money import money_str
 from agents_app.selectors_runs import run_get
 from evals_app.cases import eval_case_save
 from evals_app.kinds import EVAL
@@ -120,7 +121,7 @@ def eval_run_out(eval_run: EvalRun, *, detail: bool = False) -> dict[str, Any]:
         data["cases"] = [{
             "case_id": case.case_id, "status": case.status, "score": case.score,
             "run": str(case.run_id) if case.run_id else None, "run_status": case.run_status,
-            "cost_usd": str(case.cost_usd), "tokens": case.tokens, "duration_s": case.duration_s,
+            "cost_usd": money_str(case.cost_usd), "tokens": case.tokens, "duration_s": case.duration_s,
             "error": case.error, "checks": case.checks,
         } for case in eval_run.cases.all()]
         data["comparison"] = (eval_compare(eval_run=eval_run, baseline=eval_run.baseline)

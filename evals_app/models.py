@@ -37,7 +37,7 @@ class EvalRun(models.Model):
                                  help_text="The eval run this one is compared with (the other agent version)")
     status = models.CharField(max_length=16, choices=EvalRunStatus.choices, default=EvalRunStatus.RUNNING)
     deadline = models.DateTimeField(help_text="Cases still running then are cancelled")
-    judge_cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    judge_cost_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0)
     judge_tokens = models.BigIntegerField(default=0)
     totals = models.JSONField(default=dict, blank=True)
     # The collection (evals_app.collection): the chain of collect tasks carries collect_token, and only the
@@ -74,7 +74,7 @@ class EvalCaseResult(models.Model):
     score = models.FloatField(default=0)
     checks = models.JSONField(default=list, blank=True, help_text="Per check: type, passed, score, reason")
     run_status = models.CharField(max_length=16, blank=True)
-    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    cost_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0)
     tokens = models.BigIntegerField(default=0)
     duration_s = models.FloatField(null=True, blank=True)
     error = models.TextField(blank=True, help_text="Why the case's run could not start")

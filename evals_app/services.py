@@ -22,6 +22,7 @@ from agents_app.execution.errors import RunError
 from agents_app.execution.filehistory import file_version_keep
 from agents_app.execution.runs import run_start
 from agents_app.models import Agent, DefinitionVersion, Run, Team, WorkspaceFile
+from agents_app.money import money_str
 from agents_app.selectors_runs import run_duration_s
 from evals_app.models import CaseStatus, EvalCaseResult, EvalDataset, EvalRun
 from evals_app.scorers import Observation, ToolCallSeen
@@ -219,10 +220,10 @@ def eval_totals(*, eval_run: EvalRun) -> dict[str, Any]:
         "cases": len(cases), "passed": passed, "failed": failed,
         "pending": len(cases) - passed - failed,
         "pass_rate": round(passed / len(cases), 4) if cases else 0.0,
-        "cost_usd": str(sum((case.cost_usd for case in cases), Decimal(0))),
+        "cost_usd": money_str(sum((case.cost_usd for case in cases), Decimal(0))),
         "tokens": sum(case.tokens for case in cases),
         "duration_p50_s": percentile(durations, 0.5), "duration_p95_s": percentile(durations, 0.95),
-        "judge_cost_usd": str(judge[0]) if judge else "0", "judge_tokens": judge[1] if judge else 0,
+        "judge_cost_usd": money_str(judge[0]) if judge else "0", "judge_tokens": judge[1] if judge else 0,
         "judge_calls": int((judge[2] or {}).get("judge_calls", 0)) if judge else 0,
     }
 
@@ -263,7 +264,7 @@ def _case_side(case: EvalCaseResult | None) -> dict[str, Any] | None:
     if case is None:
         return None
     return {"status": case.status, "score": case.score, "run": str(case.run_id) if case.run_id else None,
-            "cost_usd": str(case.cost_usd), "tokens": case.tokens, "duration_s": case.duration_s}
+            "cost_usd": money_str(case.cost_usd), "tokens": case.tokens, "duration_s": case.duration_s}
 
 
 def eval_run_get(*, team: Team, slug: str, eval_run_id: Any) -> EvalRun:

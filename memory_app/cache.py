@@ -137,6 +137,9 @@ class CachedModel:
     def cost(self, response: ModelResponse):
         return self.inner.cost(response)
 
+    def cost_at_most(self, *, prompt_tokens: int, max_tokens: int | None):
+        return self.inner.cost_at_most(prompt_tokens=prompt_tokens, max_tokens=max_tokens)
+
     async def complete(self, request: ModelRequest, *, on_chunk=None) -> ModelResponse:
         from mas_core.runner import db
 

@@ -1,4 +1,4 @@
-"""A session's life in the database: begin (which agent, which tier), budget, settle, suspend.
+"""A session's life in the database: begin (which agent, which tier), settle, suspend.
 
 Each takes the run's row lock (``runs._run_locked``); a settled session
 dispatches what became ready and tells its parent (``children``) and the
@@ -8,9 +8,9 @@ layer above (``hooks.RUN_HOOKS``).
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +19,7 @@ from django.db.models import F, Func
 from django.utils import timezone
 
 from agents_app.execution.agents import AgentDefinition, agent_capped, agent_resolve, worker_definition_resolve
+from agents_app.execution.budget import reservation_release
 from agents_app.execution.children import (
     CHILD_KINDS,
     SETTLED_ACTIVATION_STATUSES,
@@ -38,7 +39,6 @@ from agents_app.models.runs import (
     RunStatus,
     SessionStatus,
 )
-from agents_app.money import money_display, money_str
 from agents_app.specs import AgentSpec
 from mas_core.eventlog import event_append as event_emit
 from memory_app.selectors import run_findings
@@ -89,11 +89,14 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
             session = Session.objects.create(
                 run=run, activation=activation, agent=activation.agent, attempt=activation.attempts,
                 tier=nominal_tier(definition.spec, activation.context), worker=worker,
-                heartbeat_at=now,
+                heartbeat_at=now, claim=uuid.uuid4(),
             )
         else:
+            reservation_release(session)  # a call of the previous claim that never settled
+            # A new claim: the writes of the worker that had it (if it still runs) are refused from now on.
             session.worker, session.heartbeat_at, session.status = worker, now, SessionStatus.RUNNING
-            session.save(update_fields=["worker", "heartbeat_at", "status"])
+            session.claim = uuid.uuid4()
+            session.save(update_fields=["worker", "heartbeat_at", "status", "claim"])
         activation.status = ActivationStatus.RUNNING
         fields = ["status", "attempts"]
         if "begin_tries" in activation.context:  # it began after all: tries are counted afresh next time
@@ -202,28 +205,6 @@ def _stale(session: Session) -> bool:
     return (timezone.now() - session.heartbeat_at).total_seconds() > session_stale_after_s()
 
 
-def budget_check(*, run_id, tier: str, agent: str, session_id) -> str | None:
-    """The reason another model call is refused by the run's budget, or None.
-
-    Emits ``budget_warning`` once when the warning threshold is crossed.
-    """
-    with transaction.atomic():
-        run = Run.objects.select_for_update().only("cost_usd", "budget", "budget_warned", "large_tier_uses").get(
-            pk=run_id)
-        budget = run.budget or {}
-        if (budget.get("warn_cost_usd") is not None and not run.budget_warned
-                and run.cost_usd >= Decimal(str(budget["warn_cost_usd"]))):
-            Run.objects.filter(pk=run_id).update(budget_warned=True)
-            event_emit(run_id=run_id, type="budget_warning", agent=agent, session_id=session_id,
-                       data={"cost_usd": money_str(run.cost_usd), "warn_cost_usd": money_str(budget["warn_cost_usd"])})
-        if budget.get("max_cost_usd") is not None and run.cost_usd >= Decimal(str(budget["max_cost_usd"])):
-            return f"the run's budget of {money_display(budget['max_cost_usd'])} is spent ({money_display(run.cost_usd)})"
-        if (tier == "large" and budget.get("max_large_tier_uses") is not None
-                and run.large_tier_uses >= int(budget["max_large_tier_uses"])):
-            return f"the run may use the large tier {budget['max_large_tier_uses']} time(s)"
-    return None
-
-
 @dataclass
 class SessionEnd:
     retry_in_s: float | None = None  # the activation was re-queued after this delay
@@ -242,6 +223,7 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
     activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
                                         [session.activation_id])[0]
     end = SessionEnd(activation=activation, tier=session.tier)
+    reservation_release(session)
     session.status, session.result, session.meta = status, result, meta
     session.failure, session.finished_at = failure, timezone.now()
     session.save(update_fields=["status", "result", "meta", "failure", "finished_at"])
@@ -318,6 +300,7 @@ def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) ->
         session = Session.objects.raw("SELECT * FROM agents_app_session WHERE id = %s FOR UPDATE", [session_id])[0]
         activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
                                             [session.activation_id])[0]
+        reservation_release(session)
         if run.status in FINISHED_RUN_STATUSES or activation.status == ActivationStatus.CANCELLED:  # meanwhile
             session.status, session.finished_at = SessionStatus.CANCELLED, timezone.now()
             session.save(update_fields=["status", "finished_at"])

@@ -37,14 +37,21 @@ from agents_app.execution.lifecycle import (
 )
 from agents_app.execution.modelchoice import model_resolve
 from agents_app.execution.runs import DEFAULT_PRIORITY
-from agents_app.execution.store import COMPACTOR_KEY, DatabaseStore, DatabaseWorkspace, WriteRefused, monitor
+from agents_app.execution.store import (
+    COMPACTOR_KEY,
+    DatabaseStore,
+    DatabaseWorkspace,
+    SessionTakenOver,
+    WriteRefused,
+    monitor,
+)
 from agents_app.execution.tool_requests import output_set, tool_worker_activation
 from agents_app.execution.versions import mcp_pinned, tools_pinned
-from agents_app.kernel.context import window_for
+from agents_app.kernel.context import estimate_tokens, request_chars, window_for
 from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
 from agents_app.kernel.prompt import build_messages, build_system_prompt
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
-from agents_app.llm.pricing import usage_cost
+from agents_app.llm.pricing import cost_at_most, usage_cost
 from agents_app.llm.registry import Resolved
 from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Activation, Run, Session, Team
@@ -106,6 +113,10 @@ class ModelHandle:
 
     def cost(self, response: ModelResponse) -> Decimal:
         return usage_cost(response.usage, self.resolved.prices)
+
+    def cost_at_most(self, *, prompt_tokens: int, max_tokens: int | None) -> Decimal:
+        return cost_at_most(self.resolved.prices, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
+                            output_limit=self.resolved.limits.max_output_tokens)
 
 
 def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], session_id=None,
@@ -240,10 +251,16 @@ async def _consolidate(*, state: SessionState, model: ModelHandle, store: Databa
     from memory_app.services import consolidation_apply, consolidation_nearest
 
     async def ask(request: ModelRequest) -> str:
-        await store.before_model_call(state)  # the run's budget holds for these calls too (PolicyDenied)
-        await store.emit("llm_request", {"model": model.model, "tier": model.tier, "purpose": "consolidation",
-                                         "messages": len(request.messages), "tools": 0})
-        response = await model.complete(request)
+        # The run's budget holds for these calls too (PolicyDenied).
+        prompt = estimate_tokens(request_chars(request.messages, request.tools), state.token_ratio)
+        await store.before_model_call(state, worst_usd=model.cost_at_most(prompt_tokens=prompt,
+                                                                          max_tokens=request.max_tokens))
+        try:
+            await store.emit("llm_request", {"model": model.model, "tier": model.tier, "purpose": "consolidation",
+                                             "messages": len(request.messages), "tools": 0})
+            response = await model.complete(request)
+        finally:
+            store.after_model_call()
         await store.emit("llm_response", {
             "model": response.model or model.model, "finish_reason": response.finish_reason, "text": response.text,
             "tool_calls": [], "purpose": "consolidation",
@@ -282,20 +299,26 @@ def _summariser(*, run: Run, resolved: Resolved, cursor: MemoryCursor, store: Da
             except ProviderError:
                 chosen.append(resolved)
         small = chosen[0]
-        try:
-            await store.before_model_call(state)
-        except PolicyDenied as denied:
-            raise ProviderError("bad_request", f"the run's budget allows no summary: {denied}") from None
         request = ModelRequest(model=small.model, messages=[Message(role="system", content=SUMMARY_SYSTEM),
                                                             Message(role="user", content=text)],
                                max_tokens=SUMMARY_MAX_TOKENS, agent=COMPACTOR_KEY,
                                timeout_s=settings.MAS_MODEL_TIMEOUT_S)
-        await store.emit("llm_request", {"model": small.model, "tier": small.tier or "", "purpose": "compaction",
-                                         "messages": 2, "tools": 0})
+        # Reserved at the small model's prices and counted by its tier: the model this call makes.
+        worst = cost_at_most(small.prices, prompt_tokens=estimate_tokens(request_chars(request.messages, []),
+                                                                         state.token_ratio),
+                             max_tokens=SUMMARY_MAX_TOKENS, output_limit=small.limits.max_output_tokens)
         try:
+            await store.before_model_call(state, worst_usd=worst, tier=small.tier or "")
+        except PolicyDenied as denied:
+            raise ProviderError("bad_request", f"the run's budget allows no summary: {denied}") from None
+        try:
+            await store.emit("llm_request", {"model": small.model, "tier": small.tier or "",
+                                             "purpose": "compaction", "messages": 2, "tools": 0})
             response = await asyncio.wait_for(small.provider.complete(request), timeout=request.timeout_s)
         except asyncio.TimeoutError:
             raise ProviderError("timeout", f"no summary within {request.timeout_s:.0f} s") from None
+        finally:
+            store.after_model_call()
         cost = usage_cost(response.usage, small.prices)
         state.prompt_tokens += response.usage.prompt_tokens
         state.completion_tokens += response.usage.completion_tokens
@@ -443,7 +466,7 @@ async def execute_activation(activation_id: str) -> None:
     skills = await db(skills_for)(team_id=run.team_id, names=agent.spec.skills, run=run)
     cursor = MemoryCursor(dict(run.script_cursor))
     store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier="", cursor=cursor,
-                          budget=run.budget, team_id=run.team_id)
+                          budget=run.budget, team_id=run.team_id, claim=session.claim, writes=session.writes)
     ladder = list(agent.spec.escalation)
     # An escalated attempt calls its rung's model, whatever the agent names as its own.
     ref = activation.context.get("rung") or agent.spec.model or session.tier
@@ -603,6 +626,11 @@ async def execute_activation(activation_id: str) -> None:
         logger.warning("database unavailable: the session is left to be resumed",
                        extra={"run": str(run.id), "session": str(session.id), "error": str(error)})
         ending = None
+    except SessionTakenOver:
+        # Another worker claimed the session (this one was thought dead): it goes on from there, and this
+        # worker records nothing more.
+        logger.warning("session taken over by another worker: stopped here")
+        ending = None
     except WriteRefused as error:
         ending = await _write_refused(store, error, state, model)
     except ApprovalFailed as error:  # a deadline passed whose default outcome is to fail: not retried
@@ -633,6 +661,8 @@ async def execute_activation(activation_id: str) -> None:
             await mcp.close()
         try:
             await store.close()
+        except SessionTakenOver:
+            ending = None
         except DATABASE_ERRORS as error:  # its last events could not be written: resumed later, as above
             logger.warning("database unavailable: the session is left to be resumed",
                            extra={"run": str(run.id), "session": str(session.id), "error": str(error)})

@@ -26,6 +26,7 @@ from django.db import connections
 from django.db.models import Q
 from django.utils import timezone
 
+from agents_app.execution.budget import RESERVE_SQL, Reservation, budget_warn, refusal, reserve_params, warning_due
 from agents_app.execution.journal import Journal, Staged
 from mas_core.eventlog import INSERT_NUMBERED, Entry, entry, events_param, payloads, push_bounded
 from agents_app.execution.workspace_limit import USED_SQL, workspace_check
@@ -33,6 +34,7 @@ from agents_app.kernel.loop import PolicyDenied, SessionState
 from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Session
 from mas_core.runner import db
+from tools_app.plugin import ToolAborted
 
 logger = logging.getLogger(__name__)
 
@@ -86,28 +88,45 @@ def pool() -> ConnectionPool:
 # -- the store --------------------------------------------------------------------------
 
 
-# One statement per write, so a write is one round trip and one commit. ``r`` numbers the
+# One statement per write, so a write is one round trip and one commit. ``l`` locks the run's row and
+# ``g`` the session's, the order every writer of a run locks in, and ``g`` lets the write through only as
+# the next write of the worker holding the session's claim: a write retried after its commit was lost on
+# the way back, and one of a worker whose session was taken over, write nothing (the store then reads the
+# session: DatabaseStore._applied_before). Everything else follows from ``g``. ``r`` numbers the
 # events from the run's counter (the row stays locked until commit, so numbers are gap-free
-# and in commit order) and adds the session's usage; ``e`` inserts the events; ``s`` adds the
-# usage to the session and stores its counters; ``j`` appends the checkpoint's new history entries
+# and in commit order), adds the session's usage and releases the reservations of the calls that ended
+# (agents_app.execution.budget); ``e`` inserts the events; ``s`` adds the
+# usage to the session, stores its counters and counts the write (keeping what it returns, for a retry);
+# ``j`` appends the checkpoint's new history entries
 # (idempotent: a write retried after a failure inserts nothing twice), each with the seq of the last
 # event emitted before it was staged (``r.base`` + its offset in this write's events: what a fork cuts
 # at), and ``k`` marks the entries a compaction replaced. A file change adds ``f``, its event and ``v``,
 # the file's version (kept while the run's history is under ``MAS_WORKSPACE_HISTORY_MAX_BYTES``).
 _WRITE = """
-WITH {file}r AS (
+WITH l AS (
+  SELECT 1 FROM agents_app_run WHERE id = %(run)s::uuid FOR UPDATE
+), g AS (
+  SELECT 1 FROM l, agents_app_session
+  WHERE id = %(session)s::uuid AND claim IS NOT DISTINCT FROM %(claim)s::uuid AND writes = %(write)s::bigint - 1
+  FOR UPDATE OF agents_app_session
+), {file}r AS (
   UPDATE agents_app_run SET next_seq = next_seq + %(n)s{file_count}, prompt_tokens = prompt_tokens + %(pt)s,
     completion_tokens = completion_tokens + %(ct)s, cost_usd = cost_usd + %(cost)s::numeric,
+    reserved_usd = GREATEST(reserved_usd - %(release)s::numeric, 0),
+    reserved_large = GREATEST(reserved_large - %(release_large)s::int, 0),
     large_tier_uses = large_tier_uses + %(large)s, history_bytes = history_bytes + %(hb)s,
     script_cursor = CASE WHEN %(pos)s::jsonb IS NULL THEN script_cursor ELSE script_cursor || %(pos)s::jsonb END
-  WHERE id = %(run)s::uuid RETURNING next_seq - (%(n)s{file_count}) AS base, history_bytes AS history
+  FROM g WHERE id = %(run)s::uuid RETURNING next_seq - (%(n)s{file_count}) AS base, history_bytes AS history
 ), e AS (
   {insert}{file_event}
 ), s AS (
   UPDATE agents_app_session SET prompt_tokens = prompt_tokens + %(pt)s,
     completion_tokens = completion_tokens + %(ct)s, cost_usd = cost_usd + %(cost)s::numeric,
-    state = COALESCE(%(state)s::jsonb, state), heartbeat_at = CASE WHEN %(beat)s THEN now() ELSE heartbeat_at END
-  WHERE id = %(session)s::uuid AND %(touch)s
+    reserved_usd = GREATEST(reserved_usd - %(release)s::numeric, 0),
+    reserved_large = GREATEST(reserved_large - %(release_large)s::int, 0),
+    state = COALESCE(%(state)s::jsonb, state), heartbeat_at = CASE WHEN %(beat)s THEN now() ELSE heartbeat_at END,
+    writes = %(write)s::bigint, last_write = {last}
+  FROM r WHERE id = %(session)s::uuid
 ), j AS (
   INSERT INTO agents_app_sessionentry (session_id, seq, kind, payload, replaced_by, event_seq, counters)
   SELECT %(session)s::uuid, x.seq, x.kind, x.payload, x.rb, r.base + x.off, x.counters
@@ -116,7 +135,7 @@ WITH {file}r AS (
   ON CONFLICT (session_id, seq) DO NOTHING
 ), k AS (
   UPDATE agents_app_sessionentry AS t SET replaced_by = x.rb
-  FROM unnest(%(k_seq)s::int[], %(k_rb)s::int[]) AS x(seq, rb)
+  FROM r, unnest(%(k_seq)s::int[], %(k_rb)s::int[]) AS x(seq, rb)
   WHERE cardinality(%(k_seq)s::int[]) > 0  -- a one-time filter: most writes mark nothing, and scan nothing
     AND t.session_id = %(session)s::uuid AND t.seq = x.seq AND t.replaced_by IS NULL
 ){version}
@@ -132,11 +151,12 @@ _VERSION = """, v AS (
   FROM r, f WHERE r.history <= %(history_max)s
 )"""
 _WRITE = _WRITE.replace("{insert}", INSERT_NUMBERED)
-WRITE_SQL = _WRITE.format(file="", file_count="", file_event="", file_columns="", file_from="", version="")
+WRITE_SQL = _WRITE.format(file="", file_count="", file_event="", file_columns="", file_from="", version="",
+                          last="jsonb_build_array(r.base)")
 FILE_WRITE_SQL = _WRITE.format(
     file="""f AS (
   INSERT INTO agents_app_workspacefile (run_id, path, content, version, author, session_id, updated_at)
-  VALUES (%(run)s::uuid, %(path)s, %(content)s, 1, %(agent)s::text, %(session)s::uuid, now())
+  SELECT %(run)s::uuid, %(path)s, %(content)s, 1, %(agent)s::text, %(session)s::uuid, now() FROM g
   ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.content,
     version = agents_app_workspacefile.version + 1, author = EXCLUDED.author,
     session_id = EXCLUDED.session_id, updated_at = EXCLUDED.updated_at
@@ -147,15 +167,23 @@ FILE_WRITE_SQL = _WRITE.format(
                                        "'action', CASE WHEN f.created THEN 'created' ELSE 'updated' END, "
                                        "'bytes', %(bytes)s::bigint)"),
     file_columns=", f.version, f.created", file_from=", f", version=_VERSION,
+    last="jsonb_build_array(r.base, (SELECT version FROM f), (SELECT created FROM f))",
 )
 FILE_DELETE_SQL = _WRITE.format(
     file="""f AS (
-  DELETE FROM agents_app_workspacefile WHERE run_id = %(run)s::uuid AND path = %(path)s RETURNING 1 AS deleted
+  DELETE FROM agents_app_workspacefile WHERE run_id = %(run)s::uuid AND path = %(path)s AND EXISTS (SELECT FROM g)
+  RETURNING 1 AS deleted
 ), """,
     file_count=" + (SELECT count(*) FROM f)",
     file_event=_FILE_EVENT.format(data="jsonb_build_object('path', %(path)s::text, 'action', 'deleted')"),
     file_columns=", (SELECT count(*) FROM f)", file_from="", version=_VERSION,
+    last="jsonb_build_array(r.base, (SELECT count(*) FROM f))",
 )
+
+
+class SessionTakenOver(ToolAborted):
+    """Another worker claimed this session (this one was thought dead): its writes are refused, and it stops
+    without recording anything more — the new owner goes on from the last checkpoint."""
 
 
 class WriteRefused(Exception):
@@ -189,13 +217,21 @@ class DatabaseStore:
     LIVE = frozenset({"llm_request", "stream_chunk", "tool_call"})
 
     def __init__(self, *, run_id, session_id, agent: str, tier: str, cursor: MemoryCursor | None,
-                 budget: dict[str, Any], team_id: int | None = None, journal: Journal | None = None) -> None:
+                 budget: dict[str, Any], team_id: int | None = None, journal: Journal | None = None,
+                 claim=None, writes: int = 0) -> None:
         # tier: of the model the session calls, as its provider row says ("" for none): what the budget counts.
         self.run_id, self.session_id, self.agent, self.tier, self.cursor = run_id, session_id, agent, tier, cursor
         self.team_id = team_id
         self.budget = budget
+        # The session's claim (lifecycle.session_begin) and how many writes it holds: each write is the next.
+        self.claim, self.writes = claim, writes
+        self.unsent: tuple | None = None  # a write whose answer was lost: sent again, as it was, first
         self.pending: list[Entry] = []
         self.usage = [0, 0, Decimal(0), 0]
+        # Worst costs reserved for the calls in flight (a compaction's inside its session's call), and
+        # those of calls that ended, released by the next write.
+        self.reservations: list[tuple[Decimal, int]] = []  # worst cost, large-tier uses
+        self.releasing, self.releasing_large = Decimal(0), 0
         self.cancel_requested = False
         self.saved_positions: dict[str, int] = (
             {key: cursor.get(key) for key in (agent, COMPACTOR_KEY) if key in cursor.positions}
@@ -277,22 +313,37 @@ class DatabaseStore:
     async def cancelled(self) -> bool:
         return self.cancel_requested
 
-    async def before_model_call(self, state: SessionState) -> None:
+    async def before_model_call(self, state: SessionState, *, worst_usd: Decimal, tier: str | None = None) -> None:
         if not self.budget:
+            self.reservations.append((Decimal(0), 0))
             return
-        from agents_app.execution.lifecycle import budget_check
-
-        await self.flush()  # the budget reads the run's totals
-        reason = await db(budget_check)(run_id=self.run_id, tier=self.tier, agent=self.agent,
-                                        session_id=self.session_id)
+        if self.usage[2] or self.usage[3] or self.releasing or self.releasing_large:
+            await self.flush()  # the budget reads the run's totals
+        large = (self.tier if tier is None else tier) == "large"
+        async with pool().connection() as conn:
+            row = await (await conn.execute(RESERVE_SQL, reserve_params(
+                run_id=self.run_id, session_id=self.session_id, budget=self.budget, worst_usd=worst_usd,
+                large=large))).fetchone()
+        reservation = Reservation(*row)
+        if warning_due(budget=self.budget, reservation=reservation):
+            await self.flush()  # this session's events come before the warning
+            await db(budget_warn)(run_id=self.run_id, agent=self.agent, session_id=self.session_id,
+                                  warn_cost_usd=self.budget["warn_cost_usd"])
+        reason = refusal(budget=self.budget, reservation=reservation, worst_usd=worst_usd)
         if reason:
             raise PolicyDenied(reason)
+        self.reservations.append((worst_usd, 1 if large else 0))
+
+    def after_model_call(self) -> None:
+        if self.reservations:
+            usd, large = self.reservations.pop()
+            self.releasing, self.releasing_large = self.releasing + usd, self.releasing_large + large
 
     # writing
 
     async def flush(self) -> None:
         """Write the pending events and checkpoint now (before anything else writes for this run)."""
-        if self.pending or self.has_checkpoint:
+        if self.pending or self.has_checkpoint or self.unsent is not None:
             await self._write()
 
     def _schedule_live_write(self) -> None:
@@ -324,11 +375,16 @@ class DatabaseStore:
         row = await self._write(sql=FILE_DELETE_SQL, file={"path": path, "content": None, "bytes": None})
         return bool(row[1])
 
-    async def _write(self, *, sql: str = WRITE_SQL, file: dict[str, Any] | None = None) -> tuple:
+    async def _write(self, *, sql: str = WRITE_SQL, file: dict[str, Any] | None = None) -> tuple | None:
         async with self.writing:
             if self.live_timer is not None:
                 self.live_timer.cancel()
                 self.live_timer = None
+            if self.unsent is not None:
+                await self._settle_unsent()
+                if file is None and not (self.pending or self.has_checkpoint or self.pending_positions
+                                         or any(self.usage) or self.releasing or self.releasing_large):
+                    return None
             counters, entries, marks = self.pending_counters, self.pending_entries, self.pending_marks
             positions, extra = self.pending_positions, self.pending_extra
             self.pending_counters, self.pending_entries, self.pending_marks = None, [], []
@@ -336,14 +392,17 @@ class DatabaseStore:
             self.pending_positions = None
             changed = {key: value for key, value in (positions or {}).items()
                        if self.saved_positions.get(key) != value}
-            events, usage = self.pending, self.usage
+            events, usage, release = self.pending, self.usage, (self.releasing, self.releasing_large)
             self.pending, self.usage = [], [0, 0, Decimal(0), 0]
+            self.releasing, self.releasing_large = Decimal(0), 0
             params = {
                 "run": str(self.run_id), "session": str(self.session_id), "agent": self.agent,
                 "n": len(events), "pt": usage[0], "ct": usage[1], "cost": str(usage[2]), "large": usage[3],
+                "release": str(release[0]), "release_large": release[1],
                 "pos": json.dumps(changed) if changed else None, "state": counters,
-                "beat": counters is not None, "touch": bool(counters is not None or usage[0] or usage[1] or usage[2]),
-                "events": events_param(events),
+                "beat": counters is not None,
+                "events": events_param(events), "claim": str(self.claim) if self.claim else None,
+                "write": self.writes + 1,
                 "j_seq": [e[0] for e in entries], "j_kind": [e[1] for e in entries],
                 "j_payload": [e[2] for e in entries], "j_rb": [e[3] for e in entries],
                 "j_off": [x[0] for x in extra], "j_counters": [x[1] for x in extra],
@@ -353,35 +412,84 @@ class DatabaseStore:
             }
             if file is not None:
                 params |= {**file, "at": datetime.now(UTC)}
+            batch = (events, usage, release, entries, marks, extra, counters, positions)
             try:
                 async with pool().connection() as conn:
                     if sql is FILE_WRITE_SQL:
                         row = await _write_within_limit(conn, params)
                     else:
                         row = await (await conn.execute(sql, params)).fetchone()
+                    if row is None:
+                        row = await self._applied_before(conn, params["write"])
             except BaseException as error:
-                # Not written: keep the events for the next write (the rows are the truth).
-                self.pending = events + self.pending
-                self.usage = [a + b for a, b in zip(usage, self.usage)]
-                later = self.pending_marks
-                self.pending_entries, self.pending_marks = entries + self.pending_entries, marks
-                # The later entries' offsets count from the events written now, which go back in front.
-                self.pending_extra = extra + [(off + len(events), c) for off, c in self.pending_extra]
-                self._mark(later)
-                self.pending_counters = self.pending_counters or counters
-                if self.pending_positions is None:
-                    self.pending_positions = positions
-                if isinstance(error, psycopg.Error) and not isinstance(error, _TRANSIENT):
+                if isinstance(error, (*_TRANSIENT, asyncio.CancelledError)):
+                    # Committed or not, nobody knows yet: the next write finds out first (_settle_unsent).
+                    self.unsent = (sql, params, file, batch, changed)
+                    raise
+                self._put_back(batch)  # not written
+                if isinstance(error, psycopg.Error):
                     raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
                 raise
-            self.saved_positions.update(changed)
-            if file is not None and (sql is not FILE_DELETE_SQL or row[1]):
-                data = ({"path": file["path"], "version": row[1], "action": "created" if row[2] else "updated",
-                         "bytes": file["bytes"]} if sql is FILE_WRITE_SQL
-                        else {"path": file["path"], "action": "deleted"})
-                events = [*events, ("file_change", self.agent, self.session_id, data, params["at"])]
-            self._push(payloads(self.run_id, row[0], events))
-            return row
+            return self._written(sql, params, file, events, changed, row)
+
+    def _written(self, sql: str, params: dict[str, Any], file: dict[str, Any] | None, events: list[Entry],
+                 changed: dict[str, int], row: tuple) -> tuple:
+        """A write is committed: count it and push its events."""
+        self.writes = params["write"]
+        self.saved_positions.update(changed)
+        if file is not None and (sql is not FILE_DELETE_SQL or row[1]):
+            data = ({"path": file["path"], "version": row[1], "action": "created" if row[2] else "updated",
+                     "bytes": file["bytes"]} if sql is FILE_WRITE_SQL
+                    else {"path": file["path"], "action": "deleted"})
+            events = [*events, ("file_change", self.agent, self.session_id, data, params["at"])]
+        self._push(payloads(self.run_id, row[0], events))
+        return row
+
+    def _put_back(self, batch: tuple) -> None:
+        """A write was not made: what it held goes in front of what came since, for the next write (the rows
+        are the truth)."""
+        events, usage, release, entries, marks, extra, counters, positions = batch
+        self.pending = events + self.pending
+        self.usage = [a + b for a, b in zip(usage, self.usage)]
+        self.releasing, self.releasing_large = self.releasing + release[0], self.releasing_large + release[1]
+        later = self.pending_marks
+        self.pending_entries, self.pending_marks = entries + self.pending_entries, marks
+        # The later entries' offsets count from the events written now, which go back in front.
+        self.pending_extra = extra + [(off + len(events), c) for off, c in self.pending_extra]
+        self._mark(later)
+        self.pending_counters = self.pending_counters or counters
+        if self.pending_positions is None:
+            self.pending_positions = positions
+
+    async def _settle_unsent(self) -> None:
+        """Find out whether the write whose answer was lost was committed: if so it is counted (its events
+        pushed), else what it held goes with the next write — but not its file change, whose tool saw the
+        write fail (a resumed session runs that call again)."""
+        sql, params, file, batch, changed = self.unsent
+        async with pool().connection() as conn:
+            cursor = await conn.execute("SELECT claim, writes, last_write FROM agents_app_session WHERE id = %s",
+                                        [self.session_id])
+            found = await cursor.fetchone()
+        if found is None or (str(found[0]) if found[0] else None) != (str(self.claim) if self.claim else None):
+            raise SessionTakenOver(f"session {self.session_id} was taken over by another worker")
+        self.unsent = None
+        if found[1] == params["write"]:
+            self._written(sql, params, file, batch[0], changed, tuple(found[2]))
+        else:
+            self._put_back(batch)
+
+    async def _applied_before(self, conn: psycopg.AsyncConnection, write: int) -> tuple:
+        """The row a write returned when it was applied already (retried after its commit's answer was lost);
+        :class:`SessionTakenOver` when it was refused for another worker's claim."""
+        cursor = await conn.execute("SELECT claim, writes, last_write FROM agents_app_session WHERE id = %s",
+                                    [self.session_id])
+        found = await cursor.fetchone()
+        claim = str(found[0]) if found and found[0] else None
+        if found is None or claim != (str(self.claim) if self.claim else None):
+            raise SessionTakenOver(f"session {self.session_id} was taken over by another worker")
+        if found[1] != write:
+            raise WriteRefused(f"write {write} of session {self.session_id} is out of order (it holds {found[1]})")
+        return tuple(found[2])
 
     def _push(self, payloads: list[dict[str, Any]]) -> None:
         # In commit order, without holding up the session: each push waits for the one before,

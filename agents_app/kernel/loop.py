@@ -128,8 +128,13 @@ class SessionStore(Protocol):
         ...
     async def emit(self, type: str, data: dict[str, Any]) -> None: ...
     async def cancelled(self) -> bool: ...
-    async def before_model_call(self, state: SessionState) -> None:
-        """Raise :class:`PolicyDenied` when the run's budget forbids another call."""
+    async def before_model_call(self, state: SessionState, *, worst_usd: Decimal, tier: str | None = None) -> None:
+        """Reserve a model call's worst cost (``worst_usd``, of a model of ``tier``: None for the session's own)
+        against the run's budget, or raise :class:`PolicyDenied` when it does not fit."""
+        ...
+    def after_model_call(self) -> None:
+        """The call reserved last has ended (answered or failed): its reservation is released with the next
+        write, which also adds the call's real cost when it answered."""
         ...
 
 
@@ -145,6 +150,10 @@ class ModelHandle(Protocol):
 
     async def complete(self, request: ModelRequest, *, on_chunk=None) -> ModelResponse: ...
     def cost(self, response: ModelResponse) -> Decimal: ...
+    def cost_at_most(self, *, prompt_tokens: int, max_tokens: int | None) -> Decimal:
+        """The most a call of ``prompt_tokens`` can cost, answering up to ``max_tokens`` (None: the model's
+        own output limit)."""
+        ...
 
 
 @dataclass
@@ -308,31 +317,35 @@ async def run_session(
         if not pending:
             if state.steps >= limits.max_steps:
                 return await fail("stuck", f"no final answer after {limits.max_steps} steps", retry=False)
+            # Reserved before a compaction, which only shortens the request (and reserves its own call).
+            estimated = estimate_tokens(meter.measure(state.messages, tools)[0], state.token_ratio)
             try:
-                await store.before_model_call(state)
+                await store.before_model_call(
+                    state, worst_usd=model.cost_at_most(prompt_tokens=estimated, max_tokens=config.max_tokens))
             except PolicyDenied as denied:
                 return await fail("policy_denied", str(denied), retry=False)
-            if compact is not None and config.window is not None and estimate_tokens(
-                    meter.measure(state.messages, tools)[0], state.token_ratio) > config.window.threshold_tokens:
-                if await compact(state, tools, "threshold"):
-                    await store.checkpoint(state)
-            request = ModelRequest(
-                model=model.model, messages=list(state.messages), tools=tools, temperature=config.temperature,
-                max_tokens=config.max_tokens, agent=config.agent,
-                timeout_s=max(min(1.0, config.model_timeout_s),
-                              min(config.model_timeout_s, limits.timeout_s - (elapsed_before + clock() - started))),
-            )
-            chars, digest = meter.measure(request.messages, tools)
-            await store.emit("llm_request", {"model": model.model, "tier": model.tier, "messages": len(state.messages),
-                                             "tools": len(tools), "step": state.steps + 1,
-                                             "estimated_tokens": estimate_tokens(chars, state.token_ratio),
-                                             "digest": digest})
             try:
+                if compact is not None and config.window is not None and estimated > config.window.threshold_tokens:
+                    if await compact(state, tools, "threshold"):
+                        await store.checkpoint(state)
+                request = ModelRequest(
+                    model=model.model, messages=list(state.messages), tools=tools, temperature=config.temperature,
+                    max_tokens=config.max_tokens, agent=config.agent,
+                    timeout_s=max(min(1.0, config.model_timeout_s),
+                                  min(config.model_timeout_s, limits.timeout_s - (elapsed_before + clock() - started))),
+                )
+                chars, digest = meter.measure(request.messages, tools)
+                await store.emit("llm_request", {"model": model.model, "tier": model.tier,
+                                                 "messages": len(state.messages), "tools": len(tools),
+                                                 "step": state.steps + 1,
+                                                 "estimated_tokens": estimate_tokens(chars, state.token_ratio),
+                                                 "digest": digest})
                 response = await _call_model(
                     model, request, config, store, sleep,
                     deadline=lambda: limits.timeout_s - (elapsed_before + clock() - started),
                 )
             except ProviderError as error:
+                store.after_model_call()
                 await store.emit("error", {"where": "model_call", "kind": error.kind, "message": str(error)})
                 if error.kind == "context_length" and compact is not None and overflow_retried_at != state.steps:
                     overflow_retried_at = state.steps  # one retry per step
@@ -344,6 +357,10 @@ async def run_session(
                 if elapsed_before + clock() - started >= limits.timeout_s:
                     return await fail("timeout", f"the session ran longer than {limits.timeout_s:g} s", retry=True)
                 return await fail("provider_error", str(error), retry=error.retryable or error.kind == "malformed")
+            except BaseException:
+                store.after_model_call()
+                raise
+            store.after_model_call()  # released with the write that adds the call's real cost
             cost = model.cost(response)
             state.steps += 1
             state.prompt_tokens += response.usage.prompt_tokens

@@ -49,6 +49,7 @@ ERRORS: dict[str, tuple[str, int | None, str]] = {
     "auth": ("auth", 401, "scripted authentication failure"),
     "bad_request": ("bad_request", 400, "scripted bad request"),
     "malformed": ("malformed", None, "scripted malformed response"),
+    "context_length": ("context_length", 400, "scripted context length exceeded"),
 }
 TURN_KEYS = {"text", "tool_calls", "error", "latency_ms", "usage", "retry_after_s", "expect"}
 USAGE_KEYS = ("prompt_tokens", "completion_tokens")

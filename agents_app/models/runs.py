@@ -56,8 +56,12 @@ class Run(models.Model):
     error = models.TextField(blank=True)
     prompt_tokens = models.BigIntegerField(default=0)
     completion_tokens = models.BigIntegerField(default=0)
-    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    cost_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0)
+    # The worst cases of the model calls in flight (agents_app.execution.budget): counted against
+    # max_cost_usd with cost_usd, so parallel sessions cannot each make the last allowed call.
+    reserved_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0)
     large_tier_uses = models.PositiveIntegerField(default=0)
+    reserved_large = models.PositiveIntegerField(default=0)  # the same for max_large_tier_uses
     budget_warned = models.BooleanField(default=False)
     next_seq = models.PositiveBigIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -153,8 +157,17 @@ class Session(models.Model):
     meta = models.JSONField(default=dict, blank=True)
     prompt_tokens = models.BigIntegerField(default=0)
     completion_tokens = models.BigIntegerField(default=0)
-    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    cost_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0)
+    reserved_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0,
+                                       help_text="This session's part of its run's reserved_usd")
+    reserved_large = models.PositiveIntegerField(default=0, help_text="This session's part of its run's reserved_large")
     worker = models.CharField(max_length=200, blank=True)
+    # Its store's writes (agents_app.execution.store): each carries the worker's claim and the next number,
+    # so one retried after it committed applies nothing twice, and one of a worker whose session was taken
+    # over (a new claim) applies nothing. ``last_write``: what the last one returned, for such a retry.
+    claim = models.UUIDField(null=True, blank=True, editable=False)
+    writes = models.PositiveBigIntegerField(default=0)
+    last_write = models.JSONField(null=True, blank=True, editable=False)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)

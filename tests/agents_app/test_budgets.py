@@ -7,6 +7,8 @@ memory consolidation and custom tools' worker agents pass the same check and are
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from agents_app.kinds import PROVIDER
@@ -103,3 +105,25 @@ def test_a_custom_tools_worker_on_the_large_tier_is_counted_and_refused_past_the
     assert [(s.tier, s.status) for s in workers] == [("large", "ok"), ("large", "failed")]
     assert list(Activation.objects.filter(run=run, kind="tool").values_list("attempts", flat=True)) == [1, 1]
     assert run.script_cursor["shout"] == 1  # the refused worker asked nothing
+
+
+CHEAP = ("---\nname: Scripted\ntype: scripted\nmodels:\n- name: s-cheap\n  tier: medium\n  input_price: 0.01\n"
+         "  output_price: 0.03\n---\n")
+
+
+def test_costs_of_a_hundred_millionth_of_a_dollar_add_up_exactly_on_the_run_and_the_session(
+        team_a, api_for, celery_worker_process):
+    """Prices give costs to 1e-8 (one prompt token at $0.01 per million); the run's and the session's totals
+    keep the same 8 places, so three calls of 1e-8, 1e-8 and 4e-8 add up to 6e-8, not to 0 rounded each time."""
+    define(team_a, PROVIDER, CHEAP)
+    agent(team_a, "Lead", "model: scripted:s-cheap\n")
+    one_token = {"usage": {"prompt_tokens": 1, "completion_tokens": 0}}
+    script = {"lead": [{**call("vfs_list"), **one_token}, {**call("vfs_list", prefix="a"), **one_token},
+                       {"text": "Done.", "usage": {"prompt_tokens": 1, "completion_tokens": 1}}]}
+    run = finish(run_start(team=team_a, agent="lead", input="x", script=script))
+    assert (run.status, run.cost_usd) == ("succeeded", Decimal("0.00000006"))
+    [session] = Session.objects.filter(run=run)
+    assert session.cost_usd == Decimal("0.00000006")
+    assert [e.data["cost_usd"] for e in events(run, "llm_response")] == ["0.00000001", "0.00000001", "0.00000004"]
+    read = api_for(team_a, "viewer").get(f"/api/runs/{run.id}").json()
+    assert read["totals"]["cost_usd"] == "0.00000006"

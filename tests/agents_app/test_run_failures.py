@@ -54,20 +54,21 @@ def test_a_failed_session_is_retried_and_escalated_up_the_ladder(team_a, celery_
 
 
 def test_the_budget_stops_the_run_as_policy_denied(team_a, celery_worker_process):
+    # Output only is priced: a call's worst cost is its 50 tokens at most, $0.50, which the budget just covers.
     define(team_a, PROVIDER, "---\nname: Scripted\ntype: scripted\nmodels:\n- name: s-medium\n  tier: medium\n"
-                             "  input_price: '10000.0000'\n---\n")
-    agent(team_a, "Lead")
-    script = {"lead": [{**call("vfs_list"), "usage": {"prompt_tokens": 100, "completion_tokens": 1}},
+                             "  output_price: '10000.0000'\n---\n")
+    agent(team_a, "Lead", "max_tokens: 50\n")
+    script = {"lead": [{**call("vfs_list"), "usage": {"prompt_tokens": 100, "completion_tokens": 50}},
                        {"text": "never", "usage": {"prompt_tokens": 100, "completion_tokens": 1}}]}
     run = run_start(team=team_a, agent="lead", input="x", script=script,
                     budget={"max_cost_usd": "0.5", "warn_cost_usd": "0.2"})
     run = finish(run)
     assert run.status == "failed"
-    assert str(run.cost_usd) == "1.000000"
+    assert (str(run.cost_usd), run.reserved_usd) == ("0.50000000", 0)
     [session] = Session.objects.filter(run=run)
     assert session.failure["kind"] == "policy_denied"
-    assert session.failure["message"] == "the run's budget of $0.50 is spent ($1.00)"
-    assert [e.data for e in events(run, "budget_warning")] == [{"cost_usd": "1", "warn_cost_usd": "0.2"}]
+    assert session.failure["message"] == "the run's budget of $0.50 is spent ($0.50)"
+    assert [e.data for e in events(run, "budget_warning")] == [{"cost_usd": "0.5", "warn_cost_usd": "0.2"}]
     assert len(events(run, "llm_request")) == 1
 
 
@@ -216,7 +217,7 @@ def test_a_checkpoint_the_database_refuses_fails_the_session_cleanly(team_a, cel
     assert run.error == f"unknown: {message}"
     # What was written before stays: the file, the first turn's usage; the refused turn's usage is not added.
     assert WorkspaceFile.objects.get(run=run, path="a.md").content == "kept"
-    assert (run.prompt_tokens, run.completion_tokens, str(run.cost_usd)) == (1, 1, "100.000000")
+    assert (run.prompt_tokens, run.completion_tokens, str(run.cost_usd)) == (1, 1, "100.00000000")
     types = [e.type for e in events(run)]
     assert types[-6:] == ["llm_request", "stream_chunk", "llm_response", "error", "session_end", "run_complete"]
     assert events(run, "llm_response")[-1].data["usage"] == {"prompt_tokens": 0, "completion_tokens": 10_000_000}

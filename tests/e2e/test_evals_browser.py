@@ -95,7 +95,7 @@ def test_the_comparison_page_lists_the_regression_first_with_each_case_check_and
 
         totals = dict(row for row in rows(page, "eval-totals"))
         assert {key: totals[key] for key in ("Cases", "Passed", "Failed", "Pass rate", "Cost", "Tokens")} == {
-            "Cases": "2", "Passed": "1", "Failed": "1", "Pass rate": "50%", "Cost": "$0.000000",
+            "Cases": "2", "Passed": "1", "Failed": "1", "Pass rate": "50%", "Cost": "$0.00",
             "Tokens": str(eval_run.totals["tokens"])}
         assert totals["Duration p50 / p95"] == (f"{eval_run.totals['duration_p50_s']} s / "
                                                 f"{eval_run.totals['duration_p95_s']} s")

@@ -275,13 +275,13 @@ def test_the_judge_scores_through_a_team_provider_on_the_evals_own_budget(team_a
     ]
     assert (case.status, case.score) == ("failed", 0.55)
     # 100 prompt tokens at $1000 per million, twice: billed to the eval run, not to the case's run.
-    assert (str(judged.judge_cost_usd), judged.judge_tokens) == ("0.200000", 212)
-    assert (judged.totals["judge_cost_usd"], judged.totals["judge_calls"]) == ("0.200000", 2)
+    assert (str(judged.judge_cost_usd), judged.judge_tokens) == ("0.20000000", 212)
+    assert (judged.totals["judge_cost_usd"], judged.totals["judge_calls"]) == ("0.2", 2)
     assert case.run.cost_usd == 0
 
     unjudged = eval_done(EvalRun.objects.get(pk=operator.post("/api/evals/unjudged/runs", {}).json()["id"]))
     assert [check["reason"] for check in unjudged.cases.get().checks] == ["no judge configured"] * 3
-    assert (unjudged.cases.get().status, str(unjudged.judge_cost_usd)) == ("passed", "0.000000")
+    assert (unjudged.cases.get().status, unjudged.judge_cost_usd) == ("passed", 0)
 
 
 def readme_dataset() -> str:
@@ -400,8 +400,8 @@ def test_the_judge_calls_a_team_provider_over_http_billed_to_the_eval(team_a, ce
             first["messages"][-1]["content"])
         assert "Rubric:\nGives the height in metres." in second["messages"][-1]["content"]
         # 2000 prompt tokens at $2 and 35 completion tokens at $10 per million: the eval's, not the case's run's.
-        assert (str(eval_run.judge_cost_usd), eval_run.judge_tokens) == ("0.004350", 2035)
-        assert (eval_run.totals["judge_cost_usd"], eval_run.totals["judge_calls"]) == ("0.004350", 3)
+        assert (str(eval_run.judge_cost_usd), eval_run.judge_tokens) == ("0.00435000", 2035)
+        assert (eval_run.totals["judge_cost_usd"], eval_run.totals["judge_calls"]) == ("0.00435", 3)
         assert (case.run.cost_usd, case.run.prompt_tokens + case.run.completion_tokens) == (0, case.tokens)
         assert sorted(Session.objects.filter(run=case.run).values_list("agent", "provider")) == [
             ("writer", "scripted")]  # the agent under test never reached the judge's provider

@@ -61,7 +61,7 @@ def test_the_shipped_dataset_passes_on_the_demo_team_with_the_bundled_recording(
     assert tides["max_tokens:12"] == "0 tokens, at most 0 allowed"
     totals = eval_run.totals
     assert (totals["cases"], totals["passed"], totals["pass_rate"], totals["cost_usd"], totals["tokens"]) == (
-        2, 2, 1.0, "0.000000", 0)
+        2, 2, 1.0, "0", 0)
     assert 0 < totals["duration_p50_s"] <= totals["duration_p95_s"]
 
     # The agents under test replayed the recording (the run says so); the fixture scripted only the researcher.

@@ -34,10 +34,10 @@ def test_totals_count_cases_sum_usage_and_take_percentiles_of_the_durations(team
                                       duration_s=None if status == "pending" else float(n))
     assert eval_totals(eval_run=eval_run) == {
         "cases": 10, "passed": 7, "failed": 2, "pending": 1, "pass_rate": 0.7,
-        "cost_usd": "0.550000", "tokens": 5500,
+        "cost_usd": "0.55", "tokens": 5500,
         # Durations 1 … 9 s (the pending case has none): the 5th and the 9th.
         "duration_p50_s": 5.0, "duration_p95_s": 9.0,
-        "judge_cost_usd": "0.250000", "judge_tokens": 300, "judge_calls": 4,
+        "judge_cost_usd": "0.25", "judge_tokens": 300, "judge_calls": 4,
     }
 
 
@@ -48,7 +48,7 @@ def test_totals_of_an_eval_run_without_cases(team_a):
     assert eval_totals(eval_run=eval_run) == {
         "cases": 0, "passed": 0, "failed": 0, "pending": 0, "pass_rate": 0.0, "cost_usd": "0",
         "tokens": 0, "duration_p50_s": None, "duration_p95_s": None,
-        "judge_cost_usd": "0.000000", "judge_tokens": 0, "judge_calls": 0,
+        "judge_cost_usd": "0", "judge_tokens": 0, "judge_calls": 0,
     }
 
 
@@ -60,8 +60,8 @@ def test_the_admin_labels_the_totals_for_a_reader():
               "judge_tokens": 300, "judge_calls": 4}
     assert totals_rows(totals) == [
         ("Cases", "10"), ("Passed", "7"), ("Failed", "2"), ("Pending", "1"), ("Pass rate", "70%"),
-        ("Cost", "$0.550000"), ("Tokens", "5500"), ("Duration p50 / p95", "5.0 s / 9.0 s"),
-        ("Judge", "$0.250000, 300 tokens, 4 calls")]
+        ("Cost", "$0.55"), ("Tokens", "5500"), ("Duration p50 / p95", "5.0 s / 9.0 s"),
+        ("Judge", "$0.25, 300 tokens, 4 calls")]
     # No pending case, no judge call, no duration yet: those rows say so or are left out.
     quiet = {**totals, "pending": 0, "judge_calls": 0, "duration_p50_s": None, "duration_p95_s": None}
     assert [label for label, _ in totals_rows(quiet)] == ["Cases", "Passed", "Failed", "Pass rate", "Cost", "Tokens",

@@ -253,23 +253,24 @@ def test_a_missing_declared_output_fails_the_step_with_a_clear_message(team_a, c
 
 
 def test_the_run_budget_stops_the_workflow_before_the_next_step(team_a, celery_worker_process):
+    # Output only is priced: a call's worst cost is its 50 tokens at most, $0.50, which the budget just covers.
     define(team_a, PROVIDER, "---\nname: Scripted\ntype: scripted\nmodels:\n- name: s-medium\n  tier: medium\n"
-                             "  input_price: '10000.0000'\n---\n")
-    agents(team_a, "Gatherer", "Writer")
+                             "  output_price: '10000.0000'\n---\n")
+    agents(team_a, "Gatherer", "Writer", frontmatter="max_tokens: 50\n")
     workflow(team_a, "name: Budgeted\nsteps:\n- id: gather\n  agent: gatherer\n  prompt: Gather\n"
                      "  outputs: [facts]\n- id: write\n  agent: writer\n  depends_on: [gather]\n"
                      "  prompt: 'Write {gather.facts}'\n  outputs: [text]\n")
-    script = {"gatherer": [{"text": "facts", "usage": {"prompt_tokens": 100, "completion_tokens": 1}}],
+    script = {"gatherer": [{"text": "facts", "usage": {"prompt_tokens": 100, "completion_tokens": 50}}],
               "writer": [{"text": "never"}]}
     run = finish(workflow_run_start(team=team_a, workflow="budgeted", inputs={}, script=script,
                                     budget={"max_cost_usd": "0.5"}))
     assert run.status == "failed"
-    assert run.error == "the run's budget of $0.50 is spent ($1.00)"
+    assert run.error == "the run's budget of $0.50 is spent ($0.50)"
     assert {s["id"]: s["status"] for s in workflow_steps(run)} == {"gather": "succeeded", "write": "skipped"}
     assert [e.data for e in events(run, "workflow_stopped")] == [
-        {"reason": "the run's budget of $0.50 is spent ($1.00)", "skipped": ["write"]}]
+        {"reason": "the run's budget of $0.50 is spent ($0.50)", "skipped": ["write"]}]
     assert [(e.agent, e.data) for e in events(run, "step_skipped")] == [
-        ("writer", {"step": "write", "reason": "the run's budget of $0.50 is spent ($1.00)"})]
+        ("writer", {"step": "write", "reason": "the run's budget of $0.50 is spent ($0.50)"})]
     assert Session.objects.filter(run=run).count() == 1
 
 

@@ -31,6 +31,9 @@ class Model:
     def cost(self, response):
         return Decimal(response.usage.prompt_tokens) / 1000
 
+    def cost_at_most(self, *, prompt_tokens, max_tokens):
+        return Decimal(prompt_tokens) / 1000
+
 
 def text(value, tokens=(10, 5)):
     return ModelResponse(text=value, tool_calls=[], usage=Usage(*tokens), model="m-1")
@@ -47,6 +50,7 @@ class Store:
     def __init__(self, *, cancel_after=None, deny=None):
         self.events, self.checkpoints, self.before_tools = [], [], []
         self.cancel_after, self.deny, self.polls = cancel_after, deny, 0
+        self.reserved, self.released = [], []  # worst costs reserved and not released yet; released
 
     async def checkpoint(self, state, *, before_tools=False):
         self.checkpoints.append(state.to_dict())
@@ -59,9 +63,13 @@ class Store:
         self.polls += 1
         return self.cancel_after is not None and self.polls > self.cancel_after
 
-    async def before_model_call(self, state):
+    async def before_model_call(self, state, *, worst_usd, tier=None):
         if self.deny and Decimal(state.cost_usd) >= self.deny:
             raise PolicyDenied(f"run budget of ${self.deny} reached")
+        self.reserved.append(worst_usd)
+
+    def after_model_call(self):
+        self.released.append(self.reserved.pop())
 
     def types(self):
         return [t for t, _ in self.events]

@@ -1,0 +1,206 @@
+"""A session's store writes on real Postgres: one retried after its commit's answer was lost applies nothing
+twice, and one of a worker whose session was taken over applies nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import timedelta
+from decimal import Decimal
+
+import psycopg
+import pytest
+from django.utils import timezone
+
+from agents_app.execution import store as store_module
+from agents_app.execution.lifecycle import session_begin
+from agents_app.execution.store import DatabaseStore, DatabaseWorkspace, pool
+from agents_app.models import Activation, Event, Run, Session, WorkspaceFile
+from tests.runs import agent
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+LOST = "server closed the connection unexpectedly"
+
+
+class AnswerLost:
+    """A connection whose next statement (autocommit) or transaction commits, and whose answer never arrives."""
+
+    def __init__(self, conn, lose: list[bool]) -> None:
+        self.conn, self.lose, self.in_transaction = conn, lose, False
+
+    async def execute(self, query, params=None):
+        if self.lose and self.lose[-1] == "unsent":  # the connection broke before the statement left
+            self.lose.pop()
+            raise psycopg.OperationalError(LOST)
+        cursor = await self.conn.execute(query, params)
+        if not self.in_transaction and self.lose and self.lose.pop():
+            raise psycopg.OperationalError(LOST)
+        return cursor
+
+    def transaction(self):
+        real, outer = self.conn.transaction(), self
+
+        class Committed:
+            async def __aenter__(self):
+                outer.in_transaction = True
+                return await real.__aenter__()
+
+            async def __aexit__(self, *exc):
+                outer.in_transaction = False
+                await real.__aexit__(*exc)
+                if exc[0] is None and outer.lose and outer.lose.pop():
+                    raise psycopg.OperationalError(LOST)  # committed: only the answer is lost
+
+        return Committed()
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+
+def in_thread(work):
+    """Run ``work()`` (a coroutine function) on a fresh event loop in a thread, as a worker does."""
+    outcome: dict = {}
+
+    async def main():
+        try:
+            outcome["value"] = await work()
+        except BaseException as error:  # noqa: BLE001 - handed back to the test
+            outcome["error"] = error
+        finally:  # this loop's connections end with it (the test database is dropped afterwards)
+            for conn in pool().idle:
+                await conn.close()
+
+    thread = threading.Thread(target=lambda: asyncio.run(main()))
+    thread.start()
+    thread.join(60)
+    return outcome
+
+
+def rows(team):
+    run = Run.objects.create(team=team, agent="lead", status="running")
+    activation = Activation.objects.create(run=run, agent="lead", status="running")
+    return run, Session.objects.create(run=run, activation=activation, agent="lead", tier="medium")
+
+
+def response(cost: str) -> dict:
+    return {"model": "m", "finish_reason": "stop", "text": "hi", "tool_calls": [],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 20}, "cost_usd": cost}
+
+
+def test_a_write_retried_after_its_commit_applies_nothing_twice(team_a, monkeypatch):
+    run, session = rows(team_a)
+    lose: list[bool] = []
+    real_connection = store_module.ConnectionPool.connection
+
+    def connection(self):
+        context = real_connection(self)
+
+        class Wrapped:
+            async def __aenter__(self_inner):
+                return AnswerLost(await context.__aenter__(), lose)
+
+            async def __aexit__(self_inner, *exc):
+                return await context.__aexit__(*exc)
+
+        return Wrapped()
+
+    monkeypatch.setattr(store_module.ConnectionPool, "connection", connection)
+
+    async def work():
+        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
+                              budget={}, team_id=team_a.id)
+        workspace = DatabaseWorkspace(store=store)
+        failures = []
+        await store.emit("llm_request", {"model": "m"})
+        await store.emit("llm_response", response("0.12345678"))
+        lose.append(True)
+        try:
+            await store.flush()
+        except psycopg.OperationalError as error:
+            failures.append(str(error))
+        await store.emit("tool_call", {"id": "c1", "name": "vfs_write", "arguments": {}})  # new since
+        await store.flush()  # the retry, then what is new: the first write's events and usage were committed
+        lose.append(True)
+        try:
+            await workspace.write("notes.md", "first")
+        except psycopg.OperationalError as error:
+            failures.append(str(error))
+        committed = await workspace.read("notes.md")
+        await store.close()  # the retry, as a session's end makes it
+        version = await workspace.write("notes.md", "second")
+        # Lost before it left: its events go with the next write, its file change is not made.
+        await store.emit("tool_call", {"id": "c2", "name": "vfs_write", "arguments": {}})
+        lose.append("unsent")
+        try:
+            await workspace.write("never.md", "x")
+        except psycopg.OperationalError as error:
+            failures.append(str(error))
+        await store.close()
+        return failures, committed, store.writes, version
+
+    outcome = in_thread(work)
+    assert "error" not in outcome, outcome.get("error")
+    failures, committed, writes, version = outcome["value"]
+    assert (failures, committed) == ([LOST, LOST, LOST], "first")  # the first two answers were of commits
+    assert (writes, version) == (5, 2)  # each write applied once; the file's next version is its second
+    assert [(e.seq, e.type) for e in Event.objects.filter(run=run).order_by("seq")] == [
+        (1, "llm_request"), (2, "llm_response"), (3, "tool_call"), (4, "file_change"), (5, "file_change"),
+        (6, "tool_call")]
+    assert [e.data["version"] for e in Event.objects.filter(run=run, type="file_change").order_by("seq")] == [1, 2]
+    run = Run.objects.get(pk=run.pk)
+    assert (run.next_seq, run.prompt_tokens, run.completion_tokens, run.cost_usd) == (
+        6, 100, 20, Decimal("0.12345678"))
+    session = Session.objects.get(pk=session.pk)
+    assert (session.prompt_tokens, session.completion_tokens, session.cost_usd) == (100, 20, Decimal("0.12345678"))
+    assert (session.writes, session.last_write) == (5, [5])
+    assert [(f.path, f.content, f.version) for f in WorkspaceFile.objects.filter(run=run)] == [
+        ("notes.md", "second", 2)]
+
+
+def test_a_worker_whose_session_was_taken_over_writes_nothing(team_a, settings):
+    settings.MAS_SESSION_STALE_S = 5
+    agent(team_a, "Lead")
+    run, session = rows(team_a)
+    session.claim = session.activation.id  # any claim: the first worker's
+    session.save(update_fields=["claim"])
+
+    async def first_write():
+        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
+                              budget={}, team_id=team_a.id, claim=session.claim, writes=0)
+        await store.emit("llm_response", response("0.5"))
+        await store.flush()
+        return store
+
+    outcome = in_thread(first_write)
+    old = outcome["value"]
+    assert old.writes == 1
+    # Its heartbeat stopped: another worker claims the session and resumes it.
+    Session.objects.filter(pk=session.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=60))
+    start = session_begin(activation_id=session.activation_id, worker="other:2")
+    assert (start.resumed, start.session.id, start.session.writes) == (True, session.id, 1)
+    assert start.session.claim != session.claim
+
+    async def late_write():
+        await old.emit("llm_response", response("0.5"))
+        await old.file_write("late.md", "x")
+
+    outcome = in_thread(late_write)
+    assert type(outcome["error"]).__name__ == "SessionTakenOver"
+    assert str(outcome["error"]) == f"session {session.id} was taken over by another worker"
+    run = Run.objects.get(pk=run.pk)
+    assert (run.cost_usd, run.prompt_tokens) == (Decimal("0.5"), 100)
+    assert [e.type for e in Event.objects.filter(run=run).order_by("seq")] == ["llm_response", "session_start"]
+    assert not WorkspaceFile.objects.filter(run=run).exists()
+
+    # The new owner writes on from where the session was.
+    async def new_owner():
+        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
+                              budget={}, team_id=team_a.id, claim=start.session.claim, writes=start.session.writes)
+        await store.emit("llm_response", response("0.25"))
+        await store.flush()
+        return store.writes
+
+    assert in_thread(new_owner) == {"value": 2}
+    assert Run.objects.get(pk=run.pk).cost_usd == Decimal("0.75")
