@@ -20,21 +20,14 @@ from typing import Any, Coroutine, Generator, TypeVar
 import redis
 from django.conf import settings
 
+from mas_core.redis_client import broker_redis
+
 T = TypeVar("T")
 
 BLOCKED_S = 0.1
 
 logger = logging.getLogger(__name__)
 _writer = ThreadPoolExecutor(1, thread_name_prefix="mas-looplag")
-_client: redis.Redis | None = None
-
-
-def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=0.5, socket_connect_timeout=0.5)
-    return _client
-
 
 def _key() -> str:
     # Per database, as the rate limits: two deployments (or test runs) sharing one Redis count apart.
@@ -43,7 +36,7 @@ def _key() -> str:
 
 def _count(tool: str, seconds: float) -> None:
     try:
-        pipe = _redis().pipeline()
+        pipe = broker_redis().pipeline()
         pipe.hincrby(_key(), f"count:{tool}", 1)
         pipe.hincrbyfloat(_key(), f"seconds:{tool}", seconds)
         pipe.execute()
@@ -60,7 +53,7 @@ def blocked(*, tool: str, seconds: float, run_id: str = "") -> None:
 def totals() -> dict[str, tuple[int, float]]:
     """Per tool: how many slices held a loop past ``BLOCKED_S``, and their seconds (all worker processes)."""
     try:
-        raw = _redis().hgetall(_key())
+        raw = broker_redis().hgetall(_key())
     except redis.RedisError:
         logger.warning("loop-lag counters unreachable", exc_info=True)
         return {}

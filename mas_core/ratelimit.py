@@ -16,19 +16,12 @@ import time
 
 import redis
 from django.conf import settings
+
+from mas_core.redis_client import broker_redis
 from ninja.errors import HttpError
 
 logger = logging.getLogger(__name__)
 WINDOW_S = 60
-_client: redis.Redis | None = None
-
-
-def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=0.5, socket_connect_timeout=0.5)
-    return _client
-
 
 def _key(name: str) -> tuple[str, int]:
     window = int(time.time() // WINDOW_S)
@@ -41,7 +34,7 @@ def hit(name: str) -> int:
     """Count one hit of ``name``; returns the window's count."""
     key, left = _key(name)
     try:
-        pipe = _redis().pipeline()
+        pipe = broker_redis().pipeline()
         pipe.incr(key)
         pipe.expire(key, left + 1)
         return int(pipe.execute()[0])

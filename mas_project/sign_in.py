@@ -33,6 +33,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
 from mas_core import ratelimit
+from mas_core.redis_client import broker_redis
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ _scripts: dict = {}  # source -> the registered script (EVALSHA, loaded again if
 
 def _script(source: str):
     if source not in _scripts:
-        _scripts[source] = ratelimit._redis().register_script(source)
+        _scripts[source] = broker_redis().register_script(source)
     return _scripts[source]
 
 

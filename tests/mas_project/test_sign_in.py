@@ -12,7 +12,7 @@ from django.db import connection
 from django.test import Client
 
 from mas_core.teams import user_create
-from mas_core import ratelimit
+from mas_core import redis_client
 from mas_project import sign_in
 
 pytestmark = pytest.mark.django_db
@@ -147,7 +147,7 @@ def test_without_redis_sign_ins_are_not_throttled(limits, monkeypatch):
     # The limits guard, they do not gate: Redis away (a closed port here) must not lock everyone out.
     limits.MAS_LOGIN_FAILURES_PER_ACCOUNT = 1
     limits.CELERY_BROKER_URL = "redis://127.0.0.1:1/9"
-    monkeypatch.setattr(ratelimit, "_client", None)  # made again from the setting, as at start-up
+    monkeypatch.setattr(redis_client, "_client", None)  # made again from the setting, as at start-up
     monkeypatch.setattr(sign_in, "_scripts", {})
     victim, where = staff(), address()
     assert [attempt("/accounts/login/", victim, "guess", where) for _ in range(3)] == ["wrong"] * 3

@@ -11,17 +11,9 @@ from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import DefinitionVersion
 from tests.agents_app.test_admin_definitions import admin_url, client_for, files_under, save_definition
 from tools_app.models import MCPServer
+from tests.tools_app.stdio_teams import team_a, team_b  # noqa: F401 (fixtures: the teams hold the stdio grant)
 
 
-@pytest.fixture
-def team_a(make_team):
-    """Team alpha, granted stdio MCP servers by the operator: what the tests here check comes on top of it."""
-    return make_team("alpha", stdio_mcp_allowed=True)
-
-
-@pytest.fixture
-def team_b(make_team):
-    return make_team("beta", stdio_mcp_allowed=True)
 
 STDIO = "---\nname: local-files\ntransport: stdio\ncommand: npx\nargs:\n- -y\n- server-filesystem\n---\n"
 HTTP = "---\nname: search\ntransport: streamable-http\nurl: https://mcp.example.com/mcp\n---\n"

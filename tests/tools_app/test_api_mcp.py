@@ -10,17 +10,9 @@ from mas_core.definitions.services import STDIO_NEEDS_PERMISSION
 from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import DefinitionVersion
 from tools_app.models import MCPServer
+from tests.tools_app.stdio_teams import team_a, team_b  # noqa: F401 (fixtures: the teams hold the stdio grant)
 
 
-@pytest.fixture
-def team_a(make_team):
-    """Team alpha, granted stdio MCP servers by the operator: what the tests here check comes on top of it."""
-    return make_team("alpha", stdio_mcp_allowed=True)
-
-
-@pytest.fixture
-def team_b(make_team):
-    return make_team("beta", stdio_mcp_allowed=True)
 
 pytestmark = pytest.mark.django_db
 

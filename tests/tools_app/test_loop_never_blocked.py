@@ -17,6 +17,7 @@ from django.test import Client
 from agents_app.execution.runs import run_start
 from agents_app.models import Run
 from mas_core import looplag
+from mas_core.redis_client import broker_redis
 from tests.runs import agent, call, events, finish, wait_until
 from tests.workers import start_worker, stop_worker
 from tools_app.plugin import Params, Tool, ToolContext
@@ -91,9 +92,9 @@ class Polite(Tool):
 
 @pytest.fixture
 def counters():
-    looplag._redis().delete(looplag._key())
+    broker_redis().delete(looplag._key())
     yield
-    looplag._redis().delete(looplag._key())
+    broker_redis().delete(looplag._key())
 
 
 @pytest.mark.django_db

@@ -23,17 +23,9 @@ from tools_app.kinds import MCP
 from agents_app.execution.runs import run_start
 from agents_app.models import Event
 from tests.runs import agent, define, events, finish, wait_until
+from tests.tools_app.stdio_teams import team_a, team_b  # noqa: F401 (fixtures: the teams hold the stdio grant)
 
 
-@pytest.fixture
-def team_a(make_team):
-    """Team alpha, granted stdio MCP servers by the operator: what the tests here check comes on top of it."""
-    return make_team("alpha", stdio_mcp_allowed=True)
-
-
-@pytest.fixture
-def team_b(make_team):
-    return make_team("beta", stdio_mcp_allowed=True)
 
 LEAKY = str(Path(__file__).parent / "mcp_servers" / "leaky.py")
 LITERAL = "literal-canary-6b1f2a9e4c7d"  # the row's own env secret
