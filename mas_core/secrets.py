@@ -262,3 +262,16 @@ def redact_loggers(prefix: str) -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(existing, RedactFilter) for existing in logger.filters):
             logger.addFilter(RedactFilter())
+
+
+def redact_handlers() -> None:
+    """Put a :class:`RedactFilter` on every handler that lacks one, on every logger. For libraries that
+    bring handlers of their own when imported (torch, transformers, huggingface_hub write to stderr):
+    call it after importing them, so that no line the process writes escapes the filter."""
+    loggers = [logging.root] + [lg for lg in list(logging.root.manager.loggerDict.values())
+                                if isinstance(lg, logging.Logger)]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if not isinstance(handler, logging.NullHandler) and not any(
+                    isinstance(existing, RedactFilter) for existing in handler.filters):
+                handler.addFilter(RedactFilter())
