@@ -90,7 +90,8 @@ def test_cached_tool_calls_still_run_their_tools_and_an_agent_without_the_cache_
     # The model's decision came from the cache; the tool itself ran in this run's workspace.
     assert WorkspaceFile.objects.get(run=second, path="capital.md").content == "Paris"
     [(_, tool_call)] = events(second, "tool_call")
-    assert tool_call["id"].startswith("cached_") and tool_call["name"] == "vfs_write"
+    # The kernel names the replayed call as any other (the cache's own fresh id is only the provider's).
+    assert tool_call == {"id": "tc-1", "name": "vfs_write", "arguments": {"path": "capital.md", "content": "Paris"}}
     assert CachedResponse.objects.count() == 2 and sorted(CachedResponse.objects.values_list("hits", flat=True)) == [
         1, 1]
 
