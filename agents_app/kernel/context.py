@@ -87,6 +87,16 @@ class Meter:
 
     def __init__(self) -> None:
         self.measured: list[tuple[Message, int, bytes]] = []  # message, its chars, digest of the prefix to it
+        # The tools measured last and their characters: a session offers the same tool objects step after
+        # step, and dumping every schema at each measure was half a step's kernel time.
+        self.tools: tuple[list[ToolSchema], int] = ([], 0)
+
+    def tools_chars(self, tools: list[ToolSchema]) -> int:
+        known, chars = self.tools
+        if len(known) != len(tools) or any(a is not b for a, b in zip(known, tools)):
+            known, chars = list(tools), tools_chars(tools)
+            self.tools = (known, chars)
+        return chars
 
     def measure(self, messages: list[Message], tools: list[ToolSchema]) -> tuple[int, str]:
         """Characters (as :func:`request_chars` counts them) and a digest of the messages, in order, and of
@@ -105,7 +115,7 @@ class Meter:
             self.measured.append((message, chars, chain))
             total += chars
         digest = hashlib.sha256(chain + json.dumps([t.name for t in tools]).encode()).hexdigest()[:24]
-        return total + tools_chars(tools), digest
+        return total + self.tools_chars(tools), digest
 
 
 def estimate_tokens(chars: int, ratio: float) -> int:
