@@ -58,7 +58,7 @@ from agents_app.models import Activation, Run, Session, Team
 from agents_app.money import money_str
 from agents_app.skills import skill_text, skills_for, skills_section
 from mas_core import telemetry
-from mas_core.llm_types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall
+from mas_core.llm_types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
 from mas_core.logs import bind
 from mas_core.outputs import INVALID_OUTPUT, answer_check, answer_format
 from mas_core.runner import db
@@ -67,7 +67,7 @@ from tools_app.catalog import BUILTIN_TOOLS
 from tools_app.custom import custom_tool, worker_definition
 from tools_app.mcp.bridge import SessionServers, agent_servers, rows_for
 from tools_app.plugin import ToolContext, ToolError, ToolSuspended
-from tools_app.registry import DATABASE_ERRORS, registry_for_agent
+from tools_app.registry import DATABASE_ERRORS, ToolRegistry, registry_for_agent
 from tools_app.specs import CustomToolSpec
 
 logger = logging.getLogger(__name__)
@@ -447,91 +447,37 @@ async def _write_refused(store: DatabaseStore, error: WriteRefused, state: Sessi
         "kind": "unknown", "message": message, "last_tool_calls": state.last_tool_calls(), "suggested_retry": False}}
 
 
-async def execute_activation(activation_id: str) -> None:
-    try:
-        start = await db(session_begin)(activation_id=activation_id, worker=WORKER)
-    except DATABASE_ERRORS:
-        raise  # nothing can be recorded now: the sweep sends it again
-    except Exception as error:
-        # Never left dispatched for the sweep to send again forever: tried again a bounded number of times.
-        message = str(error) if isinstance(error, RunError) else f"{type(error).__name__}: {error}"
-        logger.warning("session could not begin", extra={"activation": activation_id, "error": message})
-        await db(session_begin_failed)(activation_id=activation_id, worker=WORKER, error=message)
-        return
-    if start is None:
-        return
-    run, session, activation, agent = start.run, start.session, start.activation, start.agent
-    bind(run=str(run.id), session=str(session.id), agent=agent.slug)  # on every log line of this session
-    resumed_state = session.state if start.resumed and session.state else None
-    skills = await db(skills_for)(team_id=run.team_id, names=agent.spec.skills, run=run)
-    cursor = MemoryCursor(dict(run.script_cursor))
-    store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier="", cursor=cursor,
-                          budget=run.budget, team_id=run.team_id, claim=session.claim, writes=session.writes)
-    ladder = list(agent.spec.escalation)
-    # An escalated attempt calls its rung's model, whatever the agent names as its own.
-    ref = activation.context.get("rung") or agent.spec.model or session.tier
-    try:
-        resolved, team_tools = await db(session_prepare)(run=run, session=session, agent=agent, ref=ref,
-                                                         cursor=cursor)
-    except ProviderError as error:
-        await store.emit("error", {"where": "provider", "kind": error.kind, "message": str(error)})
-        await store.close()
-        failure = {"kind": "provider_error", "message": str(error), "last_tool_calls": [], "suggested_retry": False}
-        await db(session_settle)(run_id=run.id, session_id=session.id, status="failed", result="", meta={},
-                                          failure=failure, ladder=ladder)
-        return
-    store.tier = resolved.tier or ""  # the budget counts the model called, by its row's tier
-    if resumed_state:
-        counters = {key: value for key, value in resumed_state.items()
-                    if key in SessionState.__dataclass_fields__}
-        state, store.journal = await db(journal_load)(session_id=session.id, counters=counters)
-    else:
-        remembered = await db(_remembered)(start) if agent.spec.memory.enabled else ""
-        section = await db(skills_section)(skills, task=activation.input) if skills else ""
-        state = await _initial_state(start, store, remembered=remembered, skills=section)
-    trace_span = telemetry.session_span(run_id=run.id, session_id=session.id, agent=agent.slug,
-                                        attempt=session.attempt)
-    model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor, span=trace_span)
-    allowed = agent.spec.tools
-    if activation.kind == "step" and allowed is not None and "set_output" not in allowed:
-        allowed = [*allowed, "set_output"]  # a workflow step may always set its declared outputs
-    registry = registry_for_agent(
-        allowed, extra_tools=[custom_tool(spec) for spec in [*agent.spec.custom_tools, *team_tools]]
-    )
-    mcp = SessionServers(emit=store.emit) if agent.spec.mcp_servers else None
-    if mcp is not None:  # the agent's MCP servers, connected for this session (failures are events)
-        pinned = await db(mcp_pinned)(run=run, slugs=[slug for slug, _ in agent_servers(agent.spec.mcp_servers)])
-        servers = await db(rows_for)(run.team_id, agent.spec.mcp_servers, pinned)
-        for tool in await mcp.open(servers, team_id=run.team_id, db=db):
-            registry.register(tool)
-    tool_call_ids: dict[str, str] = {}
-    team_policy = await db(lambda: Team.objects.filter(pk=run.team_id).values_list("approval_policy",
-                                                                                     flat=True).first())()
-    gate = Gate(rules=policy_rules(agent=agent.spec.approval, step=activation.context.get(STEP_APPROVAL),
-                                   run=run.approvals, team=team_policy),
-                run_id=run.id, session_id=session.id, agent=agent.slug)
-    outputs_set = set(activation.context.get("outputs") or {})
-    context = ToolContext(
-        run_id=str(run.id), agent=agent.slug, session_id=str(session.id),
-        workspace=DatabaseWorkspace(store=store),
-        services=kernel_services(run=run, activation_id=activation.id, tool_call_ids=tool_call_ids,
-                                 session_id=session.id, agent=agent.slug, outputs_set=outputs_set, gate=gate),
-    )
+# -- one session's work: begin → prepare → loop → settle ----------------------------------------
 
-    if skills:
-        _skill_tool(registry, context.services, skills)
-    offered = await _offered_tools(registry, task=activation.input, services=context.services)
 
-    result_limit = await db(_team_result_limit)(run.team_id)
-    scope = await db(_results_scope)(activation=activation, attempt=session.attempt)
+@dataclass
+class ToolCaller:
+    """Runs the model's tool calls for the kernel loop: the approval gate first, then the tool, its
+    result kept within the team's size limit (a longer one is stored as a file, see ``result_kept``).
 
-    async def call_tool(call: ToolCall) -> ToolResult:
-        tool_call_ids["current"], tool_call_ids["call"] = f"{session.id}:{call.id}", call.id
+    ``ids`` is the dict :func:`kernel_services` reads: the call being run, so a tool that starts
+    something (a child, a worker) finds it again after a crash instead of starting it twice.
+    """
+
+    registry: ToolRegistry
+    gate: Gate
+    context: ToolContext
+    store: DatabaseStore
+    ids: dict[str, str]
+    session_id: Any
+    agent: str
+    span: Any  # the session's trace span (None when tracing is off)
+    result_limit: int
+    scope: str  # see _results_scope
+
+    async def __call__(self, call: ToolCall) -> ToolResult:
+        self.ids["current"], self.ids["call"] = f"{self.session_id}:{call.id}", call.id
+        registry, gate = self.registry, self.gate
         rule = gate.rule(call.name, registry.get(call.name)) if call.name in registry else None
         if call.name not in WORKSPACE_TOOLS or rule is not None:
             # The tool may record events of its own (spawn, delegate, memory, ...):
             # this session's tool_call must be numbered before them.
-            await store.flush()
+            await self.store.flush()
         arguments = call.arguments
         if rule is not None:  # a person approves this call first (agents_app.approvals)
             verdict = await gate.call(call_id=call.id, name=call.name, arguments=call.arguments,
@@ -541,34 +487,115 @@ async def execute_activation(activation_id: str) -> None:
             if verdict.refusal is not None:
                 return ToolResult(ok=False, content=verdict.refusal, error_kind="rejected")
             arguments = verdict.arguments
-        span = telemetry.child_span(trace_span, f"execute_tool {call.name}", {
+        span = telemetry.child_span(self.span, f"execute_tool {call.name}", {
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id})
         try:
-            outcome = await registry.call(call.name, arguments, context)
+            outcome = await registry.call(call.name, arguments, self.context)
         except ToolSuspended:
             telemetry.end(span, attributes={"mas.tool.suspended": True})
             return ToolResult(ok=True, content="", suspended=True)
         telemetry.end(span, error=None if outcome.ok else (outcome.error_kind or "tool_error"))
         rejected = _text(call.arguments.get("value")) if outcome.error_kind == INVALID_OUTPUT else None
         content = await result_kept(name=call.name, call_id=call.id, arguments=call.arguments,
-                                    content=outcome.content, agent=agent.slug, max_bytes=result_limit,
-                                    write=store.file_write, scope=scope)
+                                    content=outcome.content, agent=self.agent, max_bytes=self.result_limit,
+                                    write=self.store.file_write, scope=self.scope)
         return ToolResult(ok=outcome.ok, content=content, error_kind=outcome.error_kind, rejected=rejected)
 
-    limits = agent.spec.limits
-    config = SessionConfig(
-        agent=agent.slug, temperature=agent.spec.temperature, max_tokens=agent.spec.max_tokens,
-        limits=Limits(max_steps=limits.max_steps, max_tool_calls=limits.max_tool_calls, timeout_s=limits.timeout_s),
-        provider_retries=settings.MAS_PROVIDER_RETRIES, backoff_s=settings.MAS_PROVIDER_BACKOFF_S,
-        model_timeout_s=settings.MAS_MODEL_TIMEOUT_S,
-        output_check=answer_check(schema=agent.spec.output_schema,
-                                  step_schemas=activation.context.get("output_schemas") or {},
-                                  answer_output=activation.context.get("answer_output"), outputs_set=outputs_set),
-        window=window_for(context_window=resolved.limits.context_window,
-                          max_output_tokens=resolved.limits.max_output_tokens, max_tokens=agent.spec.max_tokens,
-                          threshold=settings.MAS_CONTEXT_THRESHOLD),
-    )
-    compactor = Compaction(agent=agent.slug, scope=scope, window=config.window, write=store.file_write,
+
+@dataclass
+class SessionWork:
+    """What the steps of one session's work share once it is prepared (see :func:`execute_activation`)."""
+
+    start: SessionStart
+    store: DatabaseStore
+    ladder: list[str]  # the agent's escalation rungs, for session_settle
+    state: SessionState
+    model: ModelHandle  # the session's model; its span is the session's trace span
+    loop_model: Any  # the model as the loop calls it: behind the semantic cache when the agent enabled it
+    tools: list[ToolSchema]  # the tool schemas offered to the model (tool_search adds to this list)
+    call_tool: ToolCaller
+    gate: Gate
+    config: SessionConfig
+    compactor: Compaction
+    gates: list[str]  # a workflow step's gates: "start", "outputs"
+    mcp: SessionServers | None
+
+    @property
+    def run(self) -> Run:
+        return self.start.run
+
+    @property
+    def session(self) -> Session:
+        return self.start.session
+
+    @property
+    def activation(self) -> Activation:
+        return self.start.activation
+
+    @property
+    def agent(self) -> AgentDefinition:
+        return self.start.agent
+
+
+async def execute_activation(activation_id: str) -> None:
+    """Run one activation's session on this worker.
+
+    It reads in four steps: begin (claim the activation and its session), prepare (model, context,
+    tools, approval gate, the loop's configuration), loop (the kernel, as a task the run's cancellation
+    can stop) and settle (record how it ended and dispatch what comes next).
+    """
+    start = await _begin(activation_id)
+    if start is None:
+        return
+    work = await _prepare(start)
+    if work is None:  # its model could not be resolved: the session has failed and is settled
+        return
+    ending = await _loop(work)
+    await _settle(work, ending)
+
+
+async def _begin(activation_id: str) -> SessionStart | None:
+    """Claim the activation and its session (a new one, or the one to resume); None when there is
+    nothing to run here."""
+    try:
+        start = await db(session_begin)(activation_id=activation_id, worker=WORKER)
+    except DATABASE_ERRORS:
+        raise  # nothing can be recorded now: the sweep sends it again
+    except Exception as error:
+        # Never left dispatched for the sweep to send again forever: tried again a bounded number of times.
+        message = str(error) if isinstance(error, RunError) else f"{type(error).__name__}: {error}"
+        logger.warning("session could not begin", extra={"activation": activation_id, "error": message})
+        await db(session_begin_failed)(activation_id=activation_id, worker=WORKER, error=message)
+        return None
+    if start is not None:
+        bind(run=str(start.run.id), session=str(start.session.id), agent=start.agent.slug)  # on every log line
+    return start
+
+
+async def _prepare(start: SessionStart) -> SessionWork | None:
+    """Everything the loop needs, in this order: the model, the history, the tools, the approval gate,
+    what runs a tool call, the loop's configuration. None when the model cannot be resolved."""
+    run, session, activation, agent = start.run, start.session, start.activation, start.agent
+    skills = await db(skills_for)(team_id=run.team_id, names=agent.spec.skills, run=run)
+    cursor = MemoryCursor(dict(run.script_cursor))
+    store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier="", cursor=cursor,
+                          budget=run.budget, team_id=run.team_id, claim=session.claim, writes=session.writes)
+    ladder = list(agent.spec.escalation)
+    prepared = await _prepare_model(start, store, cursor=cursor, ladder=ladder)
+    if prepared is None:
+        return None
+    resolved, team_tools = prepared
+    store.tier = resolved.tier or ""  # the budget counts the model called, by its row's tier
+    state = await _prepare_context(start, store, skills=skills)
+    model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor, span=telemetry.session_span(
+        run_id=run.id, session_id=session.id, agent=agent.slug, attempt=session.attempt))
+    registry, mcp = await _prepare_tools(start, store, team_tools=team_tools)
+    gate = await _prepare_gate(start)
+    outputs_set = set(activation.context.get("outputs") or {})
+    call_tool, offered = await _prepare_calls(start, store, registry=registry, gate=gate, skills=skills,
+                                              outputs_set=outputs_set, span=model.span)
+    config = _session_config(start, resolved=resolved, outputs_set=outputs_set)
+    compactor = Compaction(agent=agent.slug, scope=call_tool.scope, window=config.window, write=store.file_write,
                            emit=store.emit,
                            summarise=_summariser(run=run, resolved=resolved, cursor=cursor, store=store))
     cache = agent.spec.memory.cache
@@ -576,50 +603,126 @@ async def execute_activation(activation_id: str) -> None:
                               model_key=f"{resolved.provider_slug}:{resolved.model}", team_id=run.team_id,
                               run_id=run.id, agent=agent.slug, emit=store.emit)
     gates = list(activation.context.get("gate") or []) if activation.kind == "step" else []
+    return SessionWork(start=start, store=store, ladder=ladder, state=state, model=model, loop_model=loop_model,
+                       tools=offered, call_tool=call_tool, gate=gate, config=config, compactor=compactor,
+                       gates=gates, mcp=mcp)
 
-    async def gated(where: str, details: dict[str, Any]) -> SessionOutcome | None:
-        """A workflow step's gate: None once a person approved it, else the session's outcome (wait, or fail)."""
-        step = activation.context.get("step", "")
-        verdict = await gate.step(where=where, details={"step": step, **details},
-                                  reason=f"step {step} waits for approval "
-                                         + ("before it starts" if where == "start" else "before its outputs are "
-                                                                                        "accepted"))
-        meta = Meta(steps=state.steps, tool_calls=state.tool_calls, model=model.model, tier=model.tier,
-                    prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
-                    cost_usd=state.cost_usd)
-        if verdict.suspend:
-            await store.checkpoint(state)
-            return SessionOutcome(status="waiting", result=state.partial_result(), meta=meta)
-        if verdict.refusal is not None:
-            return SessionOutcome(status="failed", result=state.partial_result(), meta=meta, failure=FailureReport(
-                kind="policy_denied", message=verdict.refusal, last_tool_calls=state.last_tool_calls()))
+
+async def _prepare_model(start: SessionStart, store: DatabaseStore, *, cursor: MemoryCursor,
+                         ladder: list[str]) -> tuple[Resolved, list[CustomToolSpec]] | None:
+    """The session's model and the team custom tools it may call (see :func:`session_prepare`).
+
+    A model that cannot be resolved fails the session here, settled at once: None.
+    """
+    run, session, activation, agent = start.run, start.session, start.activation, start.agent
+    # An escalated attempt calls its rung's model, whatever the agent names as its own.
+    ref = activation.context.get("rung") or agent.spec.model or session.tier
+    try:
+        return await db(session_prepare)(run=run, session=session, agent=agent, ref=ref, cursor=cursor)
+    except ProviderError as error:
+        await store.emit("error", {"where": "provider", "kind": error.kind, "message": str(error)})
+        await store.close()
+        failure = {"kind": "provider_error", "message": str(error), "last_tool_calls": [], "suggested_retry": False}
+        await db(session_settle)(run_id=run.id, session_id=session.id, status="failed", result="", meta={},
+                                 failure=failure, ladder=ladder)
         return None
 
-    async def body() -> SessionOutcome:
-        if "start" in gates:
-            held = await gated("start", {"task": activation.input[:4000]})
-            if held is not None:
-                return held
-        outcome = await run_session(state=state, model=loop_model, tools=offered, call_tool=call_tool, store=store,
-                                    config=config, compact=compactor)
-        if outcome.status == "ok" and "outputs" in gates:
-            outputs = await db(lambda: (Activation.objects.filter(pk=activation.id)
-                                        .values_list("context", flat=True).first() or {}).get("outputs", {}))()
-            held = await gated("outputs", {"result": outcome.result[:4000], "outputs": outputs})
-            if held is not None:
-                return held
-        return outcome
 
-    loop_task = asyncio.create_task(body())
+async def _prepare_context(start: SessionStart, store: DatabaseStore, *, skills: list) -> SessionState:
+    """The session's history: loaded from its journal when it resumes, else a new one (the system
+    prompt with the agent's skills and what it remembers, the task with its execution context)."""
+    session, agent = start.session, start.agent
+    if start.resumed and session.state:
+        counters = {key: value for key, value in session.state.items() if key in SessionState.__dataclass_fields__}
+        state, store.journal = await db(journal_load)(session_id=session.id, counters=counters)
+        return state
+    remembered = await db(_remembered)(start) if agent.spec.memory.enabled else ""
+    section = await db(skills_section)(skills, task=start.activation.input) if skills else ""
+    return await _initial_state(start, store, remembered=remembered, skills=section)
+
+
+async def _prepare_tools(start: SessionStart, store: DatabaseStore, *,
+                         team_tools: list[CustomToolSpec]) -> tuple[ToolRegistry, SessionServers | None]:
+    """The tools the agent may call: its built-ins, its own and the team's custom tools, and the tools
+    of its MCP servers, connected for this session (their failures are events)."""
+    run, activation, spec = start.run, start.activation, start.agent.spec
+    allowed = spec.tools
+    if activation.kind == "step" and allowed is not None and "set_output" not in allowed:
+        allowed = [*allowed, "set_output"]  # a workflow step may always set its declared outputs
+    registry = registry_for_agent(allowed, extra_tools=[custom_tool(tool) for tool in [*spec.custom_tools,
+                                                                                       *team_tools]])
+    mcp = SessionServers(emit=store.emit) if spec.mcp_servers else None
+    if mcp is not None:
+        pinned = await db(mcp_pinned)(run=run, slugs=[slug for slug, _ in agent_servers(spec.mcp_servers)])
+        servers = await db(rows_for)(run.team_id, spec.mcp_servers, pinned)
+        for tool in await mcp.open(servers, team_id=run.team_id, db=db):
+            registry.register(tool)
+    return registry, mcp
+
+
+async def _prepare_gate(start: SessionStart) -> Gate:
+    """The approval gate: the rules of the agent, the workflow step, the run and the team, in that order."""
+    run, session, activation, agent = start.run, start.session, start.activation, start.agent
+    team_policy = await db(_team_approval_policy)(run.team_id)
+    return Gate(rules=policy_rules(agent=agent.spec.approval, step=activation.context.get(STEP_APPROVAL),
+                                   run=run.approvals, team=team_policy),
+                run_id=run.id, session_id=session.id, agent=agent.slug)
+
+
+async def _prepare_calls(start: SessionStart, store: DatabaseStore, *, registry: ToolRegistry, gate: Gate,
+                         skills: list, outputs_set: set[str], span: Any) -> tuple[ToolCaller, list[ToolSchema]]:
+    """What runs the model's tool calls, and the tools offered to the model (all of them, or above the
+    discovery threshold those that fit the task)."""
+    run, session, activation, agent = start.run, start.session, start.activation, start.agent
+    ids: dict[str, str] = {}
+    context = ToolContext(
+        run_id=str(run.id), agent=agent.slug, session_id=str(session.id),
+        workspace=DatabaseWorkspace(store=store),
+        services=kernel_services(run=run, activation_id=activation.id, tool_call_ids=ids,
+                                 session_id=session.id, agent=agent.slug, outputs_set=outputs_set, gate=gate),
+    )
+    if skills:
+        _skill_tool(registry, context.services, skills)
+    offered = await _offered_tools(registry, task=activation.input, services=context.services)
+    result_limit = await db(_team_result_limit)(run.team_id)
+    scope = await db(_results_scope)(activation=activation, attempt=session.attempt)
+    caller = ToolCaller(registry=registry, gate=gate, context=context, store=store, ids=ids, session_id=session.id,
+                        agent=agent.slug, span=span, result_limit=result_limit, scope=scope)
+    return caller, offered
+
+
+def _session_config(start: SessionStart, *, resolved: Resolved, outputs_set: set[str]) -> SessionConfig:
+    """The loop's limits, retries, answer check and context window, from the agent and the settings."""
+    spec, activation = start.agent.spec, start.activation
+    limits = spec.limits
+    return SessionConfig(
+        agent=start.agent.slug, temperature=spec.temperature, max_tokens=spec.max_tokens,
+        limits=Limits(max_steps=limits.max_steps, max_tool_calls=limits.max_tool_calls, timeout_s=limits.timeout_s),
+        provider_retries=settings.MAS_PROVIDER_RETRIES, backoff_s=settings.MAS_PROVIDER_BACKOFF_S,
+        model_timeout_s=settings.MAS_MODEL_TIMEOUT_S,
+        output_check=answer_check(schema=spec.output_schema,
+                                  step_schemas=activation.context.get("output_schemas") or {},
+                                  answer_output=activation.context.get("answer_output"), outputs_set=outputs_set),
+        window=window_for(context_window=resolved.limits.context_window,
+                          max_output_tokens=resolved.limits.max_output_tokens, max_tokens=spec.max_tokens,
+                          threshold=settings.MAS_CONTEXT_THRESHOLD),
+    )
+
+
+async def _loop(work: SessionWork) -> dict[str, Any] | None:
+    """Run the session as a task the monitor watches (heartbeats, the run's cancellation), then let go
+    of what it held; how it ended, or None when nothing can be recorded now (it is resumed later)."""
+    run, session, state, model, store = work.run, work.session, work.state, work.model, work.store
+    loop_task = asyncio.create_task(_gated_run(work))
     monitor.watch(session.id, run.id, store, loop_task)
     ending: dict[str, Any] | None = None
     try:
         outcome = await loop_task
         ending = {"status": outcome.status, "result": outcome.result, "meta": outcome.meta.to_dict(),
                   "failure": outcome.failure.to_dict() if outcome.failure else None}
-        if outcome.status == "ok" and agent.spec.memory.consolidate:
+        if outcome.status == "ok" and work.agent.spec.memory.consolidate:
             await _consolidate(state=state, model=model, store=store, run=run, session_id=session.id,
-                               agent=agent.slug)
+                               agent=work.agent.slug)
     except DATABASE_ERRORS as error:
         # The database went away (restarted, unreachable): nothing can be recorded now. The session
         # stays running without a heartbeat, and the reaper resumes it from its last checkpoint.
@@ -635,19 +738,14 @@ async def execute_activation(activation_id: str) -> None:
         ending = await _write_refused(store, error, state, model)
     except ApprovalFailed as error:  # a deadline passed whose default outcome is to fail: not retried
         await store.emit("error", {"where": "approval", "kind": "policy_denied", "message": str(error)})
-        meta = Meta(prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
-                    tool_calls=state.tool_calls, steps=state.steps, model=model.model, tier=model.tier,
-                    cost_usd=state.cost_usd)
-        ending = {"status": "failed", "result": state.partial_result(), "meta": meta.to_dict(), "failure": {
-            "kind": "policy_denied", "message": str(error), "last_tool_calls": state.last_tool_calls(),
-            "suggested_retry": False}}
+        ending = {"status": "failed", "result": state.partial_result(), "meta": _meta(state, model).to_dict(),
+                  "failure": {"kind": "policy_denied", "message": str(error),
+                              "last_tool_calls": state.last_tool_calls(), "suggested_retry": False}}
     except asyncio.CancelledError:
         # The run was cancelled while the session waited (for a model, a tool):
         # it stops now, keeping its last checkpoint and partial result.
-        meta = Meta(prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
-                    tool_calls=state.tool_calls, steps=state.steps, model=model.model, tier=model.tier,
-                    cost_usd=state.cost_usd)
-        ending = {"status": "cancelled", "result": state.partial_result(), "meta": meta.to_dict(), "failure": None}
+        ending = {"status": "cancelled", "result": state.partial_result(), "meta": _meta(state, model).to_dict(),
+                  "failure": None}
     except Exception as error:  # a kernel bug must not leave the session running forever
         logger.exception("session crashed", extra={"run": str(run.id), "session": str(session.id)})
         message = f"{type(error).__name__}: {error}"
@@ -656,27 +754,89 @@ async def execute_activation(activation_id: str) -> None:
             "kind": "unknown", "message": message, "last_tool_calls": state.last_tool_calls(),
             "suggested_retry": True}}
     finally:
-        monitor.forget(session.id)
-        if mcp is not None:
-            await mcp.close()
-        try:
-            await store.close()
-        except SessionTakenOver:
-            ending = None
-        except DATABASE_ERRORS as error:  # its last events could not be written: resumed later, as above
-            logger.warning("database unavailable: the session is left to be resumed",
-                           extra={"run": str(run.id), "session": str(session.id), "error": str(error)})
-            ending = None
-        except WriteRefused as error:
-            ending = await _write_refused(store, error, state, model)
-            await store.close()
-    telemetry.end(trace_span, error=None if ending is None or ending["status"] == "ok" else ending["status"],
+        ending = await _release(work, ending)
+    return ending
+
+
+async def _gated_run(work: SessionWork) -> SessionOutcome:
+    """The kernel loop, between a workflow step's gates (before it starts, before its outputs count)."""
+    if "start" in work.gates:
+        held = await _step_gate(work, "start", {"task": work.activation.input[:4000]})
+        if held is not None:
+            return held
+    outcome = await run_session(state=work.state, model=work.loop_model, tools=work.tools, call_tool=work.call_tool,
+                                store=work.store, config=work.config, compact=work.compactor)
+    if outcome.status == "ok" and "outputs" in work.gates:
+        outputs = await db(_step_outputs)(work.activation.id)
+        held = await _step_gate(work, "outputs", {"result": outcome.result[:4000], "outputs": outputs})
+        if held is not None:
+            return held
+    return outcome
+
+
+async def _step_gate(work: SessionWork, where: str, details: dict[str, Any]) -> SessionOutcome | None:
+    """A workflow step's gate: None once a person approved it, else the session's outcome (wait, or fail)."""
+    state, step = work.state, work.activation.context.get("step", "")
+    verdict = await work.gate.step(where=where, details={"step": step, **details},
+                                   reason=f"step {step} waits for approval "
+                                          + ("before it starts" if where == "start" else "before its outputs are "
+                                                                                         "accepted"))
+    meta = _meta(state, work.model)
+    if verdict.suspend:
+        await work.store.checkpoint(state)
+        return SessionOutcome(status="waiting", result=state.partial_result(), meta=meta)
+    if verdict.refusal is not None:
+        return SessionOutcome(status="failed", result=state.partial_result(), meta=meta, failure=FailureReport(
+            kind="policy_denied", message=verdict.refusal, last_tool_calls=state.last_tool_calls()))
+    return None
+
+
+async def _release(work: SessionWork, ending: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Let go of what the session held (the monitor's watch, its MCP servers, its store, whose last
+    events are written now); the ending to record, None when it cannot be recorded now."""
+    monitor.forget(work.session.id)
+    if work.mcp is not None:
+        await work.mcp.close()
+    try:
+        await work.store.close()
+    except SessionTakenOver:
+        return None
+    except DATABASE_ERRORS as error:  # its last events could not be written: resumed later, as in _loop
+        logger.warning("database unavailable: the session is left to be resumed",
+                       extra={"run": str(work.run.id), "session": str(work.session.id), "error": str(error)})
+        return None
+    except WriteRefused as error:
+        ending = await _write_refused(work.store, error, work.state, work.model)
+        await work.store.close()
+    return ending
+
+
+async def _settle(work: SessionWork, ending: dict[str, Any] | None) -> None:
+    """Record how the session ended (waiting: suspended until what it waits for comes; else settled,
+    which dispatches what comes next); nothing when it cannot be recorded now."""
+    telemetry.end(work.model.span, error=None if ending is None or ending["status"] == "ok" else ending["status"],
                   attributes={"mas.session.status": ending["status"] if ending else "interrupted"})
     if ending is not None and ending["status"] == "waiting":
-        awaited = await db(session_suspend)(run_id=run.id, session_id=session.id, result=ending["result"],
-                                                     meta=ending["meta"])
+        awaited = await db(session_suspend)(run_id=work.run.id, session_id=work.session.id, result=ending["result"],
+                                            meta=ending["meta"])
         logger.info("session suspended", extra={"waiting_for": awaited})
     elif ending is not None:
-        await db(session_settle)(run_id=run.id, session_id=session.id, ladder=ladder, **ending)
+        await db(session_settle)(run_id=work.run.id, session_id=work.session.id, ladder=work.ladder, **ending)
         logger.info("session ended", extra={"status": ending["status"],
                                             "failure": (ending["failure"] or {}).get("kind")})
+
+
+def _meta(state: SessionState, model: ModelHandle) -> Meta:
+    return Meta(steps=state.steps, tool_calls=state.tool_calls, model=model.model, tier=model.tier,
+                prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
+                cost_usd=state.cost_usd)
+
+
+def _team_approval_policy(team_id: int):
+    return Team.objects.filter(pk=team_id).values_list("approval_policy", flat=True).first()
+
+
+def _step_outputs(activation_id) -> dict[str, Any]:
+    """The outputs the step has set so far (set_output writes them on its activation's row)."""
+    return (Activation.objects.filter(pk=activation_id).values_list("context", flat=True).first() or {}).get(
+        "outputs", {})
