@@ -93,7 +93,7 @@ def a_state(run_ids: list) -> dict:
     }
 
 
-def wait_finished(run_ids: list, *, timeout: float, poll: float = 0.25) -> bool:
+def wait_finished(run_ids: list, *, timeout: float, poll: float = 0.5) -> bool:
     from agents_app.models import Run
 
     deadline = time.monotonic() + timeout
@@ -129,7 +129,7 @@ def b_run(team_b) -> dict:
     submitted = timezone.now()
     run = run_start(team=team_b, agent=AGENT, input="one instant turn", script=SCRIPT_B)
     while Run.objects.filter(pk=run.pk).exclude(status__in=FINISHED).exists():
-        time.sleep(0.02)
+        time.sleep(0.1)  # the figures come from the rows' timestamps, not from this poll
     run = Run.objects.get(pk=run.pk)
     started = Event.objects.filter(run_id=run.pk, type="session_start").values_list("created_at", flat=True).first()
     return {"status": run.status, "completion": (run.finished_at - submitted).total_seconds(),
@@ -181,7 +181,8 @@ def burst(team_a, team_b, args, *, with_b: bool) -> dict:
         statuses[status] = statuses.get(status, 0) + 1
     result.update(steps=steps, window=window, throughput=steps / window,
                   makespan=(last - committed_at).total_seconds(), statuses=statuses,
-                  first_start=(min(starts) - committed_at).total_seconds())
+                  first_start=(min(starts) - committed_at).total_seconds(),
+                  a_waits=[(at - committed_at).total_seconds() for at in starts])
     return result
 
 
@@ -193,6 +194,8 @@ def report(index: str, r: dict, args) -> None:
     if r["cancelled"] or r["statuses"]["failed"]:
         line += f"; A runs {r['statuses']}, cancelled at the try's timeout {r['cancelled']}"
     c.say(line)
+    c.say(f"{'':>14}A's sessions started after the commit: p50 {c.percentile(r['a_waits'], 50):.1f} s, "
+          f"max {max(r['a_waits']):.1f} s")
     c.say(f"{'':>14}at +{args.b_delay_s:g} s: A activations dispatched (broker or reserved) {s['dispatched']}, running "
           f"{s['running']}; sessions running {s['sessions_running']}; A runs finished {s['runs_finished']}; "
           f"broker queue {s['broker']}")
