@@ -42,6 +42,7 @@ import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -137,6 +138,38 @@ def b_run(team_b) -> dict:
             "submitted": submitted, "started": started}
 
 
+class BSide(threading.Thread):
+    """``--b-delay-s`` after A's commit: what A's burst looks like, then B's run (``with_b``).
+
+    A thread of its own, because the thread that committed A's runs is still
+    publishing their messages then.
+    """
+
+    def __init__(self, team_b, args, *, with_b: bool) -> None:
+        super().__init__(daemon=True)
+        self.team_b, self.args, self.with_b = team_b, args, with_b
+        self.result: dict = {}
+        self.error: BaseException | None = None
+
+    def start_after(self, committed: float, ids: list) -> None:
+        self.committed, self.ids = committed, ids
+        self.start()
+
+    def run(self) -> None:
+        from django.db import connection
+
+        try:
+            time.sleep(max(0.0, self.committed + self.args.b_delay_s - time.monotonic()))
+            self.result["b_at"] = time.monotonic() - self.committed
+            self.result["at_b"] = a_state(self.ids)
+            if self.with_b:
+                self.result["b"] = b_run(self.team_b)
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread
+            self.error = error
+        finally:
+            connection.close()
+
+
 def burst(team_a, team_b, args, *, with_b: bool) -> dict:
     """One try: A's burst, B's run (``with_b``) after the delay, then A to the end."""
     from django.db import transaction
@@ -148,18 +181,26 @@ def burst(team_a, team_b, args, *, with_b: bool) -> dict:
     script = script_a(args.a_turns, args.turn_s)
     created = time.monotonic()
     mark: dict = {}
+    side = BSide(team_b, args, with_b=with_b)
+
+    def at_commit() -> None:
+        mark.update(committed=time.monotonic(), committed_at=timezone.now())
+        side.start_after(mark["committed"], ids)
+
     with transaction.atomic():
-        # Registered first, so it runs at commit before the runs' own hooks publish their activations.
-        transaction.on_commit(lambda: mark.update(committed=time.monotonic(), committed_at=timezone.now()))
+        # Registered first, so it runs at commit before the runs' own hooks publish their activations
+        # (one message each, which takes seconds for 1,000): B's clock starts at A's commit, not after.
+        transaction.on_commit(at_commit)
         ids = [run_start(team=team_a, agent=AGENT, input="Wait for the model", script=script).id
                for _ in range(args.a_runs)]
     committed, committed_at = mark["committed"], mark["committed_at"]
     result: dict = {"with_b": with_b, "create_s": committed - created, "published_s": time.monotonic() - committed,
                     "load": os.getloadavg()[0]}
-    time.sleep(max(0.0, committed + args.b_delay_s - time.monotonic()))
-    result["at_b"] = a_state(ids)
+    side.join()
+    if side.error:
+        raise side.error
+    result.update(side.result)
     if with_b:
-        result["b"] = b_run(team_b)
         result["b"]["a_finished_before"] = Run.objects.filter(
             pk__in=ids, status__in=FINISHED, finished_at__lte=result["b"]["finished_at"]).count()
         result["b"]["a_started_while_waiting"] = Event.objects.filter(
@@ -196,7 +237,7 @@ def report(index: str, r: dict, args) -> None:
     c.say(line)
     c.say(f"{'':>14}A's sessions started after the commit: p50 {c.percentile(r['a_waits'], 50):.1f} s, "
           f"max {max(r['a_waits']):.1f} s")
-    c.say(f"{'':>14}at +{args.b_delay_s:g} s: A activations dispatched (broker or reserved) {s['dispatched']}, running "
+    c.say(f"{'':>14}at +{r['b_at']:.1f} s: A activations dispatched (broker or reserved) {s['dispatched']}, running "
           f"{s['running']}; sessions running {s['sessions_running']}; A runs finished {s['runs_finished']}; "
           f"broker queue {s['broker']}")
     if r["with_b"]:
