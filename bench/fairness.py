@@ -29,8 +29,13 @@ API counts) does not stop the burst; the script still raises it to 1,000,000 in
 its environment and the worker's, as the issue asks, so a version of the bench
 that goes through the API measures the same thing.
 
-Default sizes take about 10-12 minutes on a 2-core machine (12 bursts of 1,000
-runs x 5 turns, each about 40-50 s at today's 256 sessions at once).
+Default sizes: one burst of 1,000 runs x 5 turns takes about 75-80 s on the
+2-core machine of bench/RESULTS.md today (about 70 steps/s; creating the runs
+5 s, publishing their 1,000 messages 12-20 s), so 12 bursts would take 16
+minutes: ``--budget-s`` (900) starts no try with B that would end the bench
+past it, and says how many tries it ran (the last baseline still runs).
+Publishing is slow enough that at +2 s most of A's messages are not in the
+broker yet: B's message overtakes them (see ``broker queue`` at B's start).
 
     .venv/bin/python bench/fairness.py [--a-runs 1000] [--a-turns 5] [--turn-s 1.0] [--tries 10]
         [--b-delay-s 2] [--baseline-tries 2] [--concurrency 256] [--keep-db]
