@@ -335,9 +335,20 @@ def _summariser(*, run: Run, resolved: Resolved, cursor: MemoryCursor, store: Da
     return summarise
 
 
-def _team_result_limit(team_id: int) -> int:
-    own = Team.objects.filter(pk=team_id).values_list("tool_result_max_bytes", flat=True).first()
-    return own or settings.MAS_TOOL_RESULT_MAX_BYTES
+@dataclass(frozen=True)
+class TeamRules:
+    """What a session takes from its team's row and its place in the run, read once at its start."""
+
+    approval_policy: list | None
+    result_limit: int  # bytes a tool result may hold before it is kept in a file
+    scope: str  # see _results_scope
+
+
+def _team_rules(*, team_id: int, activation: Activation, attempt: int) -> TeamRules:
+    policy, own_limit = Team.objects.filter(pk=team_id).values_list(
+        "approval_policy", "tool_result_max_bytes").first() or (None, None)
+    return TeamRules(approval_policy=policy, result_limit=own_limit or settings.MAS_TOOL_RESULT_MAX_BYTES,
+                     scope=_results_scope(activation=activation, attempt=attempt))
 
 
 def _results_scope(*, activation: Activation, attempt: int) -> str:
@@ -590,10 +601,11 @@ async def _prepare(start: SessionStart) -> SessionWork | None:
     model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor, span=telemetry.session_span(
         run_id=run.id, session_id=session.id, agent=agent.slug, attempt=session.attempt))
     registry, mcp = await _prepare_tools(start, store, team_tools=team_tools)
-    gate = await _prepare_gate(start)
+    rules = await db(_team_rules)(team_id=run.team_id, activation=activation, attempt=session.attempt)
+    gate = _prepare_gate(start, team_policy=rules.approval_policy)
     outputs_set = set(activation.context.get("outputs") or {})
     call_tool, offered = await _prepare_calls(start, store, registry=registry, gate=gate, skills=skills,
-                                              outputs_set=outputs_set, span=model.span)
+                                              outputs_set=outputs_set, span=model.span, rules=rules)
     config = _session_config(start, resolved=resolved, outputs_set=outputs_set)
     compactor = Compaction(agent=agent.slug, scope=call_tool.scope, window=config.window, write=store.file_write,
                            emit=store.emit,
@@ -660,17 +672,17 @@ async def _prepare_tools(start: SessionStart, store: DatabaseStore, *,
     return registry, mcp
 
 
-async def _prepare_gate(start: SessionStart) -> Gate:
+def _prepare_gate(start: SessionStart, *, team_policy: list | None) -> Gate:
     """The approval gate: the rules of the agent, the workflow step, the run and the team, in that order."""
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
-    team_policy = await db(_team_approval_policy)(run.team_id)
     return Gate(rules=policy_rules(agent=agent.spec.approval, step=activation.context.get(STEP_APPROVAL),
                                    run=run.approvals, team=team_policy),
                 run_id=run.id, session_id=session.id, agent=agent.slug)
 
 
 async def _prepare_calls(start: SessionStart, store: DatabaseStore, *, registry: ToolRegistry, gate: Gate,
-                         skills: list, outputs_set: set[str], span: Any) -> tuple[ToolCaller, list[ToolSchema]]:
+                         skills: list, outputs_set: set[str], span: Any,
+                         rules: TeamRules) -> tuple[ToolCaller, list[ToolSchema]]:
     """What runs the model's tool calls, and the tools offered to the model (all of them, or above the
     discovery threshold those that fit the task)."""
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
@@ -684,10 +696,8 @@ async def _prepare_calls(start: SessionStart, store: DatabaseStore, *, registry:
     if skills:
         _skill_tool(registry, context.services, skills)
     offered = await _offered_tools(registry, task=activation.input, services=context.services)
-    result_limit = await db(_team_result_limit)(run.team_id)
-    scope = await db(_results_scope)(activation=activation, attempt=session.attempt)
     caller = ToolCaller(registry=registry, gate=gate, context=context, store=store, ids=ids, session_id=session.id,
-                        agent=agent.slug, span=span, result_limit=result_limit, scope=scope)
+                        agent=agent.slug, span=span, result_limit=rules.result_limit, scope=rules.scope)
     return caller, offered
 
 
@@ -830,10 +840,6 @@ def _meta(state: SessionState, model: ModelHandle) -> Meta:
     return Meta(steps=state.steps, tool_calls=state.tool_calls, model=model.model, tier=model.tier,
                 prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
                 cost_usd=state.cost_usd)
-
-
-def _team_approval_policy(team_id: int):
-    return Team.objects.filter(pk=team_id).values_list("approval_policy", flat=True).first()
 
 
 def _step_outputs(activation_id) -> dict[str, Any]:
