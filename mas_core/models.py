@@ -62,6 +62,18 @@ class Team(models.Model):
                                         choices=[("reject", "Reject"), ("approve", "Approve"), ("fail", "Fail")])
     webhook_url = models.CharField(max_length=500, blank=True)
     webhook_secret = models.CharField(max_length=200, blank=True, help_text="HMAC-SHA256 key; never shown again")
+    # Its share of the workers (agents_app.scheduler): at most this many sessions at once (blank: the operator's
+    # MAS_TEAM_MAX_SESSIONS), and its weight when teams with queued work share free slots. The operator sets
+    # both (a superuser in the admin); a team admin may set ``session_limit`` lower, never above the cap.
+    max_sessions = models.PositiveIntegerField(
+        null=True, blank=True, verbose_name="max sessions at once",
+        help_text="Set by the operator. Blank means MAS_TEAM_MAX_SESSIONS.")
+    session_limit = models.PositiveIntegerField(
+        null=True, blank=True, verbose_name="the team's own session limit",
+        help_text="Set by the team's admins, below the operator's cap. Blank: the cap.")
+    weight = models.PositiveIntegerField(
+        default=1, help_text="Set by the operator: a team of weight 2 gets twice the free slots of a team of 1 "
+                             "while both have queued work.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -14,6 +14,6 @@ from mas_core.models import (  # noqa: F401
 )
 from agents_app.models.definitions import Agent, ModelProvider, ProviderModel, Skill  # noqa: F401
 from agents_app.models.runs import (  # noqa: F401
-    Activation, Run, Session, SessionEntry, WorkspaceFile, WorkspaceFileVersion,
+    Activation, Run, Session, SessionEntry, Worker, WorkspaceFile, WorkspaceFileVersion,
 )
 from agents_app.models.approvals import ApprovalRequest  # noqa: F401,E402

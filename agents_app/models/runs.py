@@ -87,8 +87,9 @@ class Run(models.Model):
 
 
 class ActivationStatus(models.TextChoices):
-    QUEUED = "queued"
-    DISPATCHED = "dispatched"
+    QUEUED = "queued"  # in its run's queue: the run's max_concurrency holds it back, or a retry's backoff
+    READY = "ready"  # admitted by its run: the scheduler hands it to a worker when its team's turn comes
+    DISPATCHED = "dispatched"  # claimed by a worker (``worker``), its session not begun yet
     RUNNING = "running"
     WAITING = "waiting"  # its session is suspended until what it waits for settles (children it delegated to)
     DONE = "done"
@@ -96,8 +97,11 @@ class ActivationStatus(models.TextChoices):
     CANCELLED = "cancelled"
 
 
+# Holding a worker's slot (counted against the team's limit).
 ACTIVE_ACTIVATION_STATUSES = (ActivationStatus.DISPATCHED, ActivationStatus.RUNNING)
-OPEN_ACTIVATION_STATUSES = (ActivationStatus.QUEUED, *ACTIVE_ACTIVATION_STATUSES)
+# Admitted by its run (counted against the run's max_concurrency).
+ADMITTED_ACTIVATION_STATUSES = (ActivationStatus.READY, *ACTIVE_ACTIVATION_STATUSES)
+OPEN_ACTIVATION_STATUSES = (ActivationStatus.QUEUED, *ADMITTED_ACTIVATION_STATUSES)
 # Not settled yet: what a parent waiting for this activation must still wait for.
 UNSETTLED_ACTIVATION_STATUSES = (*OPEN_ACTIVATION_STATUSES, ActivationStatus.WAITING)
 
@@ -107,6 +111,8 @@ class Activation(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="activations")
+    # The run's team, kept here so the scheduler picks across teams from this table alone.
+    team = models.ForeignKey("agents_app.Team", on_delete=models.CASCADE, related_name="+", db_index=False)
     agent = models.SlugField(max_length=100)
     input = models.TextField(blank=True)
     kind = models.CharField(max_length=16, default="root")  # root | spawn | delegate | signal | step | tool
@@ -118,17 +124,31 @@ class Activation(models.Model):
     result = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=0)
     not_before = models.DateTimeField(null=True, blank=True, help_text="Retry backoff: not dispatched before")
-    dispatched_at = models.DateTimeField(null=True, blank=True, help_text="When it was last sent to a worker")
+    ready_at = models.DateTimeField(null=True, blank=True, help_text="When its run last admitted it")
+    dispatched_at = models.DateTimeField(null=True, blank=True, help_text="When a worker last claimed it")
+    worker = models.CharField(max_length=200, blank=True, help_text="The worker that claimed it last")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         verbose_name = "activation"
         verbose_name_plural = "activations"
         ordering = ["created_at"]
-        indexes = [models.Index(fields=["run", "status", "priority", "created_at"], name="activation_queue")]
+        indexes = [
+            models.Index(fields=["run", "status", "priority", "created_at"], name="activation_queue"),
+            # The scheduler's: what each team has ready, in its order, and what holds a slot.
+            models.Index(fields=["team", "priority", "created_at"], name="activation_ready",
+                         condition=models.Q(status="ready")),
+            models.Index(fields=["team"], name="activation_active",
+                         condition=models.Q(status__in=["dispatched", "running"])),
+        ]
 
     def __str__(self) -> str:
         return f"{self.agent} ({self.kind}, {self.status})"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.team_id is None and self.run_id is not None:  # the run's team, unless the caller gave it
+            self.team_id = self.run.team_id
+        super().save(*args, **kwargs)
 
 
 class SessionStatus(models.TextChoices):
@@ -182,6 +202,27 @@ class Session(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent} #{self.attempt} ({self.status})"
+
+
+class Worker(models.Model):
+    """A worker process the scheduler hands sessions to; it beats every ``MAS_WORKER_BEAT_S``.
+
+    One whose beat is older than ``MAS_WORKER_DEAD_S`` is dead: its sessions are resumed elsewhere.
+    """
+
+    name = models.CharField(max_length=200, primary_key=True)
+    slots = models.PositiveIntegerField(default=0)
+    running = models.PositiveIntegerField(default=0, help_text="Sessions it carries now (as of its last beat)")
+    started_at = models.DateTimeField(auto_now_add=True)
+    heartbeat_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "worker"
+        verbose_name_plural = "workers"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class SessionEntry(models.Model):
