@@ -153,7 +153,7 @@ class ActivationOut(BaseModel):
     kind: str = Field(description="root | spawn | delegate | signal | step | tool")
     depth: int
     priority: int
-    status: Literal["queued", "dispatched", "running", "waiting", "done", "failed", "cancelled"]
+    status: Literal["queued", "ready", "dispatched", "running", "waiting", "done", "failed", "cancelled"]
     attempts: int
     input: str
     result: str

@@ -1,26 +1,20 @@
 """Celery tasks: take ids, hand the work to the process's session loop.
 
-``execute_activation`` is acks-late and rejected when its worker is lost, so
-a killed worker's session is delivered again; claiming it resumes from the
-last checkpoint (see ``lifecycle.session_begin``).
+Sessions are not Celery tasks: each worker process's scheduler loop claims
+them from Postgres (``agents_app.scheduler``). What is here is the rest: a
+retry's delayed dispatch, the beat's sweeps, webhooks.
 """
 
 from celery import shared_task
 
-from agents_app.execution.runs import run_dispatch
 from agents_app.execution.recovery import recovery_sweep
+from agents_app.scheduler import dispatch_run as run_dispatch
 from mas_core.runner import db, runner
-
-
-@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def execute_activation(activation_id: str) -> None:
-    from agents_app.execution.session import execute_activation as execute
-
-    runner.run(execute(activation_id))
 
 
 @shared_task(ignore_result=True)
 def dispatch_run(run_id: str) -> None:
+    """A run's dispatch after a retry's backoff (``scheduler.dispatch_later``)."""
     # Database work of the worker goes through the loop's bounded thread pool.
     runner.run(db(run_dispatch)(run_id=run_id))
 

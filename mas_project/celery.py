@@ -32,6 +32,23 @@ def _recover_on_start(**_kwargs) -> None:
     sweeper_start()
 
 
+@worker_ready.connect
+def _scheduler_start(**_kwargs) -> None:
+    # Sessions are not Celery tasks: this process's scheduler loop claims them from Postgres when it has a
+    # free slot, fairly across teams (agents_app/scheduler).
+    from agents_app.execution.session import WORKER
+    from agents_app.scheduler import worker_start
+
+    worker_start(name=WORKER)
+
+
+@worker_shutdown.connect
+def _scheduler_stop(**_kwargs) -> None:
+    from agents_app.scheduler import worker_stop
+
+    worker_stop()
+
+
 @worker_init.connect
 def _short_gil_turns(**_kwargs) -> None:
     # A worker's threads (the broker consumer, the session loop, the database

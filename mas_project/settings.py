@@ -121,6 +121,16 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 # Sessions heartbeat every 10 s; one silent this long lost its worker and is resumed elsewhere.
 MAS_SESSION_STALE_S = float(os.environ.get("MAS_SESSION_STALE_S", 30))
+# The scheduler (agents_app/scheduler): sessions a worker process carries at once; how many of one team's
+# sessions run at once unless the operator sets the team's own cap (Team.max_sessions); how often a worker
+# beats, after how long without a beat it is dead (its sessions resume elsewhere), how often an idle worker
+# looks for ready work without a NOTIFY, and how long a stopping worker lets its sessions finish.
+MAS_WORKER_SLOTS = int(os.environ.get("MAS_WORKER_SLOTS", 500))
+MAS_TEAM_MAX_SESSIONS = int(os.environ.get("MAS_TEAM_MAX_SESSIONS", 500))
+MAS_WORKER_BEAT_S = float(os.environ.get("MAS_WORKER_BEAT_S", 0.5))
+MAS_WORKER_DEAD_S = float(os.environ.get("MAS_WORKER_DEAD_S", 2.5))
+MAS_SCHEDULER_POLL_S = float(os.environ.get("MAS_SCHEDULER_POLL_S", 1.0))
+MAS_WORKER_DRAIN_S = float(os.environ.get("MAS_WORKER_DRAIN_S", 10))
 # Every worker sweeps for dead sessions and lost work this often (one sweep at a time across workers,
 # through a PostgreSQL advisory lock): recovery needs no beat. 0 sweeps only when a worker starts.
 MAS_REAP_INTERVAL_S = float(os.environ.get("MAS_REAP_INTERVAL_S", 10))

@@ -23,7 +23,8 @@ from django.db import transaction
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents_app.execution.errors import RunError
-from agents_app.execution.runs import _dispatch, activation_create, DEFAULT_LIMITS, script_check
+from agents_app.execution.runs import activation_create, DEFAULT_LIMITS, script_check
+from agents_app.scheduler import dispatch
 from mas_core.eventlog import event_append as event_emit
 from agents_app.models import Activation, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus
@@ -127,7 +128,7 @@ def orchestrate_run_start(
         "trigger": trigger, "max_adaptations": max_adaptations, "steps": []})
     activation_create(run=run, agent=planner, input=_plan_prompt(task, agents), kind=PLAN, parent=None,
                              context={"plan": 1})
-    _dispatch(run)
+    dispatch(run)
     return run
 
 

@@ -25,7 +25,8 @@ from django.utils import timezone
 from agents_app.execution.children import STEP_APPROVAL
 from agents_app.execution.errors import RunError
 from agents_app.execution.escalation import Escalation
-from agents_app.execution.runs import _dispatch, activation_create, DEFAULT_LIMITS, script_check
+from agents_app.execution.runs import activation_create, DEFAULT_LIMITS, script_check
+from agents_app.scheduler import dispatch
 from mas_core.eventlog import event_append as event_emit
 from agents_app.models import Activation, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus, RunStatus
@@ -127,7 +128,7 @@ def workflow_run_start(
         "levels": spec.levels(), "loops": loops,
     })
     _advance(run, flow, engine)
-    _dispatch(run)
+    dispatch(run)
     return run
 
 

@@ -19,8 +19,7 @@ from django.utils import timezone
 
 from agents_app.approvals.webhooks import webhook_notify
 from mas_core.eventlog import event_append as event_emit
-from agents_app.execution.children import _awaited
-from agents_app.execution.runs import _dispatch, _run_locked
+from agents_app.scheduler import dispatch, run_locked, wake
 from agents_app.models import Activation, ApprovalRequest, Run, Session, Team
 from agents_app.models.approvals import RequestKind, RequestStatus
 from agents_app.models.runs import FINISHED_RUN_STATUSES, ActivationStatus, RunStatus
@@ -89,7 +88,7 @@ def request_data(request: ApprovalRequest) -> dict[str, Any]:
 def approval_request(*, run_id, session_id, agent: str, asked: Asked) -> ApprovalRequest:
     """Record what the session asks (once per call: asked again, the same row), emit it, mark the run waiting."""
     with transaction.atomic():
-        run = _run_locked(run_id)
+        run = run_locked(run_id)
         existing = approval_for_call(session_id=session_id, call_id=asked.call_id)
         if existing is not None:
             return existing
@@ -131,12 +130,9 @@ def _run_status(run: Run) -> None:
 def _wake(run: Run, request: ApprovalRequest) -> None:
     """The session of a decided request resumes once nothing else holds it (the caller holds the run's lock)."""
     activation_id = Session.objects.filter(pk=request.session_id).values_list("activation_id", flat=True).first()
-    activation = Activation.objects.select_for_update().get(pk=activation_id)
-    if activation.status == ActivationStatus.WAITING and not _awaited(activation):
-        activation.status = ActivationStatus.QUEUED
-        activation.save(update_fields=["status"])
+    wake(Activation.objects.select_for_update().get(pk=activation_id))
     _run_status(run)
-    _dispatch(run)
+    dispatch(run)
 
 
 def _who(request: ApprovalRequest) -> str:
@@ -196,7 +192,7 @@ def approval_decide(*, team: Team, request_id, user, decision: str, arguments: A
     if run_id is None:
         raise RequestNotFound(f"no approval request {request_id} in team {team.slug}")
     with transaction.atomic():
-        run = _run_locked(run_id)
+        run = run_locked(run_id)
         request = ApprovalRequest.objects.select_for_update(of=("self",)).select_related("decided_by").get(pk=request_id)
         if request.status == RequestStatus.CANCELLED or (request.status == RequestStatus.PENDING
                                                          and run.status in FINISHED_RUN_STATUSES):
@@ -230,7 +226,7 @@ def approvals_expire(*, now=None) -> list[str]:
     expired: list[str] = []
     for request_id, run_id in due:
         with transaction.atomic():
-            run = _run_locked(run_id)
+            run = run_locked(run_id)
             request = ApprovalRequest.objects.select_for_update().get(pk=request_id)
             if request.status != RequestStatus.PENDING:
                 continue

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from agents_app.execution.agents import agent_resolve
 from agents_app.execution.errors import LimitExceeded, RunError
-from agents_app.execution.runs import DEFAULT_LIMITS, DEFAULT_PRIORITY, activation_create, run_dispatch_async
+from agents_app.execution.runs import DEFAULT_LIMITS, DEFAULT_PRIORITY, activation_create
+from agents_app.scheduler import dispatch_later, wake
 from agents_app.models import Activation, Run, Session, WorkspaceFile
 from agents_app.models.runs import (
     UNSETTLED_ACTIVATION_STATUSES,
@@ -48,7 +49,7 @@ def child_outcome_of(run: Run, activation: Activation) -> dict[str, Any]:
             "failure": failure if status == "failed" else None}
 
 
-def _child_settled(run: Run, child: Activation) -> None:
+def child_settled(run: Run, child: Activation) -> None:
     """A spawned or delegated child has its outcome: wake the parent waiting for it, or send it as a signal.
 
     The caller holds the run's lock, so a parent suspending at the same
@@ -59,9 +60,7 @@ def _child_settled(run: Run, child: Activation) -> None:
     Activation.objects.filter(pk=child.pk).update(context=child.context)
     parent = Activation.objects.select_for_update().get(pk=child.parent_id)
     if child.context.get("wait"):
-        if parent.status == ActivationStatus.WAITING and not _awaited(parent):
-            parent.status = ActivationStatus.QUEUED
-            parent.save(update_fields=["status"])
+        wake(parent)
     elif child.context.get("notify") and parent.status not in {ActivationStatus.CANCELLED}:
         signal = activation_create(
             run=run, agent=parent.agent, kind="signal", parent=parent, priority=parent.priority,
@@ -72,22 +71,6 @@ def _child_settled(run: Run, child: Activation) -> None:
         event_emit(run_id=run.id, type="signal", agent=child.agent, session_id=sender, data={
             "from": child.agent, "to": parent.agent, "activation": str(signal.id),
             "message": f"{child.kind} ended: {outcome['status']}"})
-
-
-def _awaited(parent: Activation) -> list[str]:
-    """What the parent's suspended session still waits for: its children, and requests pending for a person."""
-    from agents_app.models import ApprovalRequest
-
-    session_id = (Session.objects.filter(activation=parent, status__in=[SessionStatus.WAITING, SessionStatus.RUNNING])
-                  .order_by("-attempt").values_list("id", flat=True).first())
-    if session_id is None:
-        return []
-    children = [str(pk) for pk in parent.children.filter(
-        context__wait=True, context__tool_call__startswith=f"{session_id}:",
-        status__in=UNSETTLED_ACTIVATION_STATUSES).values_list("id", flat=True)]
-    requests = [str(pk) for pk in ApprovalRequest.objects.filter(session_id=session_id, status="pending")
-                .values_list("id", flat=True)]
-    return children + requests
 
 
 def children_cancel(run: Run, parent: Activation, *, session_id, reason: str) -> list[str]:
@@ -166,7 +149,7 @@ def child_spawn(*, activation_id, agent: str, task: str, kind: str, priority: in
             "from": parent.agent, "to": agent, "activation": str(child.id), "task": task[:2000],
             "priority": priority, "wait": wait,
         })
-    transaction.on_commit(lambda: run_dispatch_async(run_id=run.id))
+    transaction.on_commit(lambda: dispatch_later(run_id=run.id))
     return child
 
 
@@ -186,5 +169,5 @@ def parent_signal(*, activation_id, message: str) -> Activation:
         event_emit(run_id=run.id, type="signal", agent=activation.agent, data={
             "from": activation.agent, "to": parent.agent, "activation": str(signal.id), "message": message[:2000],
         })
-    transaction.on_commit(lambda: run_dispatch_async(run_id=run.id))
+    transaction.on_commit(lambda: dispatch_later(run_id=run.id))
     return signal

@@ -45,7 +45,7 @@ from agents_app.execution.filehistory import file_version_keep, files_at, histor
 from agents_app.execution.agents import agent_resolve
 from agents_app.execution.errors import RunError
 from agents_app.execution.hooks import RUN_HOOKS
-from agents_app.execution.runs import run_dispatch_async
+from agents_app.scheduler import dispatch_later
 from agents_app.models import Activation, DefinitionVersion, Event, Run, Session, SessionEntry, WorkspaceFile
 from memory_app.board import BoardError, channels_restore
 from agents_app.models.runs import ActivationStatus, RunStatus, SessionStatus
@@ -138,7 +138,7 @@ def run_fork(*, run: Run, seq: int, user=None, versions: dict[str, int] | None =
         logger.info("run forked", extra={"run": str(parent.id), "fork": str(fork.id), "seq": seq,
                                          "workflow": parent.workflow, "activations": len(restored),
                                          "files": len(files), "channels": len(channels)})
-        transaction.on_commit(lambda: run_dispatch_async(run_id=fork.id))
+        transaction.on_commit(lambda: dispatch_later(run_id=fork.id))
     return fork
 
 

@@ -1,6 +1,6 @@
 """A session's life in the database: begin (which agent, which tier), settle, suspend.
 
-Each takes the run's row lock (``runs._run_locked``); a settled session
+Each takes the run's row lock (``scheduler.run_locked``); a settled session
 dispatches what became ready and tells its parent (``children``) and the
 layer above (``hooks.RUN_HOOKS``).
 """
@@ -20,16 +20,10 @@ from django.utils import timezone
 
 from agents_app.execution.agents import AgentDefinition, agent_capped, agent_resolve, worker_definition_resolve
 from agents_app.execution.budget import reservation_release
-from agents_app.execution.children import (
-    CHILD_KINDS,
-    SETTLED_ACTIVATION_STATUSES,
-    _awaited,
-    _child_settled,
-    children_cancel,
-)
+from agents_app.execution.children import CHILD_KINDS, SETTLED_ACTIVATION_STATUSES, child_settled, children_cancel
 from agents_app.execution.escalation import Escalation, escalation_next
 from agents_app.execution.hooks import RUN_HOOKS
-from agents_app.execution.runs import DEFAULT_LIMITS, _dispatch, _run_locked, run_dispatch_async
+from agents_app.execution.runs import DEFAULT_LIMITS
 from agents_app.kernel.prompt import ExecutionContext, WorkspaceEntry
 from agents_app.models import Activation, Run, Session, WorkspaceFile
 from agents_app.models.runs import (
@@ -39,6 +33,7 @@ from agents_app.models.runs import (
     RunStatus,
     SessionStatus,
 )
+from agents_app.scheduler import awaited as activation_awaits, dispatch, dispatch_later, run_locked
 from agents_app.specs import AgentSpec
 from mas_core.eventlog import event_append as event_emit
 from memory_app.selectors import run_findings
@@ -128,7 +123,7 @@ def session_begin_failed(*, activation_id, worker: str, error: str) -> SessionEn
     """
     max_tries = max(1, int(getattr(settings, "MAS_MAX_BEGIN_TRIES", 3)))
     with transaction.atomic():
-        run = _run_locked(Activation.objects.filter(pk=activation_id).values_list("run_id", flat=True).get())
+        run = run_locked(Activation.objects.filter(pk=activation_id).values_list("run_id", flat=True).get())
         activation = Activation.objects.select_for_update().get(pk=activation_id)
         if activation.status not in OPEN_ACTIVATION_STATUSES or run.status in FINISHED_RUN_STATUSES:
             return None
@@ -145,7 +140,7 @@ def session_begin_failed(*, activation_id, worker: str, error: str) -> SessionEn
             event_emit(run_id=run.id, type="retry", agent=activation.agent, data={
                 "what": "session_begin", "activation": str(activation.id), "attempt": tries + 1, "delay_s": delay,
                 "reason": error[:500]})
-            transaction.on_commit(lambda: run_dispatch_async(run_id=run.id, countdown=delay))
+            transaction.on_commit(lambda: dispatch_later(run_id=run.id, delay_s=delay))
             return None
         # The session it would have resumed (a suspended or interrupted one) fails; with none, a failed one is
         # recorded, so the report is where a parent and the API read it.
@@ -163,7 +158,7 @@ def session_begin_failed(*, activation_id, worker: str, error: str) -> SessionEn
         end = _session_finish(run=run, session_id=session.id, status=SessionStatus.FAILED, result="", meta={},
                               failure=failure, ladder=[])
         _settled_hooks(run, end.activation, failure=failure)
-        _dispatch(run)
+        dispatch(run)
     return end
 
 
@@ -269,12 +264,12 @@ def session_settle(*, run_id, session_id, status: str, result: str, meta: dict[s
                    failure: dict[str, Any] | None, ladder: list[str]) -> SessionEnd:
     """Record a session's outcome and dispatch what comes next in its run, in one transaction."""
     with transaction.atomic():
-        run = _run_locked(run_id)
+        run = run_locked(run_id)
         end = _session_finish(run=run, session_id=session_id, status=status, result=result, meta=meta,
                               failure=failure, ladder=ladder)
         _settled_hooks(run, end.activation, tier=end.tier, meta=meta, failure=failure, ladder=ladder,
                        escalation=end.escalation)
-        _dispatch(run)
+        dispatch(run)
     return end
 
 
@@ -282,7 +277,7 @@ def _settled_hooks(run: Run, activation: Activation, *, tier: str = "", meta: di
                    failure: dict[str, Any] | None = None, ladder: list[str] | None = None,
                    escalation: Escalation | None = None) -> None:
     if activation.kind in CHILD_KINDS and activation.status in SETTLED_ACTIVATION_STATUSES:
-        _child_settled(run, activation)
+        child_settled(run, activation)
     if activation.kind in {"step", "plan"}:  # only workflows create these
         RUN_HOOKS.activation_settled(run=run, activation=activation, tier=tier, meta=meta or {}, failure=failure,
                                      ladder=ladder or [], escalation=escalation)
@@ -296,7 +291,7 @@ def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) ->
     they all settled already. Returns the ids of the children it waits for.
     """
     with transaction.atomic():
-        run = _run_locked(run_id)
+        run = run_locked(run_id)
         session = Session.objects.raw("SELECT * FROM agents_app_session WHERE id = %s FOR UPDATE", [session_id])[0]
         activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
                                             [session.activation_id])[0]
@@ -308,11 +303,11 @@ def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) ->
             return []
         session.status, session.result, session.meta = SessionStatus.WAITING, result, meta
         session.save(update_fields=["status", "result", "meta"])
-        awaited = _awaited(activation)
+        awaited = activation_awaits(activation)
         activation.status = ActivationStatus.WAITING if awaited else ActivationStatus.QUEUED
         activation.save(update_fields=["status"])
         people = set(map(str, session.approval_requests.filter(status="pending").values_list("id", flat=True)))
         event_emit(run_id=run.id, type="session_suspended", agent=session.agent, session_id=session.id,
                    data={"waiting_for": awaited, "reason": "approval" if people & set(awaited) else "children"})
-        _dispatch(run)
+        dispatch(run)
     return awaited

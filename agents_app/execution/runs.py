@@ -1,11 +1,11 @@
-"""Runs in the database: start, dispatch, finish, cancel.
+"""Runs in the database: start and cancel; the activations they queue.
 
 Plain synchronous ORM functions (the session coroutine calls them through
 ``runner.db``). Every state change takes the run's row lock, so concurrent
 sessions of one run never double-dispatch or double-finish it. The rest of a
-run's life is beside this module: sessions (``lifecycle``), parents and
-children (``children``), what tools ask (``tool_requests``), the sweeps
-(``reaper``).
+run's life is beside this module: what runs next and its end
+(``agents_app.scheduler``), sessions (``lifecycle``), parents and children
+(``children``), what tools ask (``tool_requests``), the sweeps (``reaper``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import Q
+from django.db import transaction
 from django.utils import timezone
 
 from agents_app.execution.agents import agent_resolve
@@ -22,22 +21,18 @@ from agents_app.execution.errors import RunError, ScriptError
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.models import Activation, Agent, Run, Session, Team
 from agents_app.models.runs import (
-    ACTIVE_ACTIVATION_STATUSES,
     FINISHED_RUN_STATUSES,
     ActivationStatus,
     RunStatus,
     SessionStatus,
 )
-from agents_app.money import money_str
+from agents_app.scheduler import DEFAULT_MAX_CONCURRENCY, ready_notify, run_end_notify
 from mas_core.eventlog import event_append as event_emit
 
 logger = logging.getLogger(__name__)
 
 
-logger = logging.getLogger(__name__)
-
-
-DEFAULT_LIMITS = {"max_depth": 3, "max_fanout": 5, "max_concurrency": 8, "max_retries": 2}
+DEFAULT_LIMITS = {"max_depth": 3, "max_fanout": 5, "max_concurrency": DEFAULT_MAX_CONCURRENCY, "max_retries": 2}
 
 
 # Activations are dispatched lowest priority number first (then oldest first): 0 before 100.
@@ -100,19 +95,19 @@ def run_start(
     event_emit(run_id=run.id, type="run_start", agent=agent,
                data={"agent": agent, "input": input, "limits": run.limits, "budget": run.budget,
                      **({"approvals": approvals} if approvals else {})})
-    # The root is the run's only activation: it goes straight to a worker, no dispatch round.
-    root = activation_create(run=run, agent=agent, input=input, kind="root", parent=None,
-                             status=ActivationStatus.DISPATCHED)
-    transaction.on_commit(lambda: _send([str(root.id)]))
+    # The root is the run's only activation: it is ready at once, no admission round.
+    activation_create(run=run, agent=agent, input=input, kind="root", parent=None, status=ActivationStatus.READY)
     return run
 
 
 def activation_create(*, run: Run, agent: str, input: str, kind: str, parent: Activation | None,
                       priority: int = DEFAULT_PRIORITY, context: dict[str, Any] | None = None,
                       status: str = ActivationStatus.QUEUED) -> Activation:
+    if status == ActivationStatus.READY:
+        ready_notify()
     activation = Activation.objects.create(
-        run=run, agent=agent, input=input, kind=kind, parent=parent, status=status,
-        dispatched_at=timezone.now() if status == ActivationStatus.DISPATCHED else None,
+        run=run, team_id=run.team_id, agent=agent, input=input, kind=kind, parent=parent, status=status,
+        ready_at=timezone.now() if status == ActivationStatus.READY else None,
         depth=(parent.depth + 1) if parent and kind in {"spawn", "delegate"} else (parent.depth if parent else 0),
         priority=priority, context=context or {},
     )
@@ -120,118 +115,6 @@ def activation_create(*, run: Run, agent: str, input: str, kind: str, parent: Ac
                data={"activation": str(activation.id), "kind": kind, "priority": priority,
                      "parent": str(parent.id) if parent else None, "depth": activation.depth})
     return activation
-
-
-def run_dispatch_async(*, run_id, countdown: float = 0) -> None:
-    from agents_app.tasks import dispatch_run
-
-    dispatch_run.apply_async((str(run_id),), countdown=countdown or None)
-
-
-def run_dispatch(*, run_id) -> list[str]:
-    """Send the run's queued activations to workers, up to ``max_concurrency``; finish an idle run.
-
-    Returns the ids of the activations sent.
-    """
-    with transaction.atomic():
-        return _dispatch(_run_locked(run_id))
-
-
-def _run_locked(run_id) -> Run:
-    # Raw SQL: the hottest lock of the kernel, without the ORM's query compilation.
-    return Run.objects.raw("SELECT * FROM agents_app_run WHERE id = %s FOR UPDATE", [run_id])[0]
-
-
-def _dispatch(run: Run) -> list[str]:
-    """:func:`run_dispatch` on a run whose row this transaction has locked."""
-    if run.status in FINISHED_RUN_STATUSES:
-        return []
-    now = timezone.now()
-    if run.status == RunStatus.QUEUED:
-        run.status, run.started_at = RunStatus.RUNNING, now
-        run.save(update_fields=["status", "started_at"])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FILTER (WHERE status = ANY(%s)), count(*) FILTER (WHERE status = %s), "
-            "count(*) FILTER (WHERE status = %s) FROM agents_app_activation WHERE run_id = %s",
-            [list(ACTIVE_ACTIVATION_STATUSES), ActivationStatus.QUEUED, ActivationStatus.WAITING, run.id],
-        )
-        active, waiting, suspended = cursor.fetchone()
-    room = max(0, int(run.limits.get("max_concurrency", DEFAULT_LIMITS["max_concurrency"])) - active)
-    ids: list = []
-    if waiting and room:
-        due = run.activations.filter(status=ActivationStatus.QUEUED).filter(
-            Q(not_before__isnull=True) | Q(not_before__lte=now))
-        ids = list(due.order_by("priority", "created_at").values_list("id", flat=True)[:room])
-        if ids:
-            Activation.objects.filter(pk__in=ids).update(status=ActivationStatus.DISPATCHED, dispatched_at=now)
-    if not ids and active == 0:
-        later = (run.activations.filter(status=ActivationStatus.QUEUED).exclude(not_before__isnull=True)
-                 .order_by("not_before").values_list("not_before", flat=True).first() if waiting else None)
-        if later is None:
-            if not suspended:  # a suspended session is resumed by what it waits for, not by dispatch
-                _run_finish(run)
-        else:  # only backed-off retries are left: come back when the first is due
-            delay = max(0.0, (later - now).total_seconds())
-            transaction.on_commit(lambda: run_dispatch_async(run_id=run.id, countdown=delay))
-        return []
-    ids = [str(activation_id) for activation_id in ids]
-    transaction.on_commit(lambda: _send(ids))
-    return ids
-
-
-def _send(activation_ids: list[str]) -> None:
-    """Hand dispatched activations to workers (after commit); what the broker refuses is queued again.
-
-    With the broker down the activation goes back to ``queued``: the reaper's
-    sweep (``runs_unstick``) dispatches it once the broker is back.
-    """
-    from agents_app.tasks import execute_activation
-
-    for index, activation_id in enumerate(activation_ids):
-        try:
-            execute_activation.delay(activation_id)
-        except Exception:
-            logger.warning("dispatch failed: the broker refused the task; queued again",
-                           extra={"activations": activation_ids[index:]}, exc_info=True)
-            Activation.objects.filter(pk__in=activation_ids[index:], status=ActivationStatus.DISPATCHED).update(
-                status=ActivationStatus.QUEUED, dispatched_at=None)
-            return
-
-
-def _run_finish(run: Run) -> None:
-    """All work is done: the run's outcome is its root agent's last result (or its workflow's)."""
-    from mas_core import telemetry
-    if RUN_HOOKS.run_finish(run):
-        run_end_notify(run)
-        telemetry.record_run(run)
-        return
-    root = run.activations.filter(parent__isnull=True).order_by("created_at").first()
-    last = run.activations.filter(agent=run.agent, kind__in=["root", "signal"]).order_by("-created_at").first()
-    failed = root is None or (last or root).status != ActivationStatus.DONE
-    run.status = RunStatus.FAILED if failed else RunStatus.SUCCEEDED
-    run.result = (last or root).result if root else ""
-    run.finished_at = timezone.now()
-    if failed and not run.error:
-        run.error = f"the root agent {run.agent} did not finish"
-    run.save(update_fields=["status", "result", "finished_at", "error"])
-    duration = (run.finished_at - (run.started_at or run.created_at)).total_seconds()
-    event_emit(run_id=run.id, type="run_complete", agent=run.agent, data={
-        "status": run.status, "result": run.result[:2000], "error": run.error,
-        "prompt_tokens": run.prompt_tokens, "completion_tokens": run.completion_tokens,
-        "cost_usd": money_str(run.cost_usd), "duration_s": round(duration, 3),
-    })
-    run_end_notify(run)
-    telemetry.record_run(run)
-
-
-def run_end_notify(run: Run) -> None:
-    """The team's webhook hears of the run's end (after commit; nothing when the team has none)."""
-    from agents_app.approvals.webhooks import webhook_notify
-
-    webhook_notify(team_id=run.team_id, event="run_end", data={
-        "run": str(run.id), "agent": run.agent, "workflow": run.workflow, "status": run.status,
-        "result": run.result[:2000], "error": run.error})
 
 
 @transaction.atomic
@@ -244,7 +127,7 @@ def run_cancel(*, run: Run, user=None) -> Run:
     run.error = f"cancelled by {user}" if user else "cancelled"
     run.save(update_fields=["status", "finished_at", "error"])
     # Waiting work is cancelled now; running sessions stop within a second (their worker's monitor).
-    run.activations.filter(status__in=[ActivationStatus.QUEUED, ActivationStatus.DISPATCHED,
+    run.activations.filter(status__in=[ActivationStatus.QUEUED, ActivationStatus.READY, ActivationStatus.DISPATCHED,
                                        ActivationStatus.WAITING]).update(status=ActivationStatus.CANCELLED)
     for session in Session.objects.filter(run=run, status=SessionStatus.WAITING):
         # Suspended sessions hold no worker: they end here, keeping their partial result.

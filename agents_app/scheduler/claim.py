@@ -1,0 +1,109 @@
+"""Which ready activation runs next, across all runs and teams: the claim of a worker with free slots.
+
+A claim takes the scheduler's advisory lock (claims are short, and one at a
+time keeps each team's count of running sessions exact), then hands out the
+worker's free slots one at a time, each to the team with ready work that
+uses the least of its weighted share: the fewest sessions holding a slot per
+unit of weight (``Team.weight``), never beyond its limit (the operator's cap
+``Team.max_sessions`` or ``MAS_TEAM_MAX_SESSIONS``, or lower, the team's own
+``Team.session_limit``). That is weighted round robin over the teams with
+queued work: a team's burst takes its share of the workers and no more, and
+another team's first activation gets the next free slot. Within a team, the
+lowest priority number goes first, then the oldest.
+
+Work is spread over the live workers too: a worker takes no more than its
+even part of what runs and is ready (the others take theirs when they wake).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+# The claim's advisory lock ("MASCLAIM" in ASCII), unique among MAS's advisory locks.
+CLAIM_LOCK = 0x4D4153434C41494D
+
+
+@dataclass(frozen=True)
+class Claimed:
+    activation_id: str
+    team_id: int
+    waited_s: float  # from ready to claimed
+
+
+def team_limit(*, max_sessions: int | None, session_limit: int | None) -> int:
+    """How many sessions of a team may hold a slot at once: the operator's cap, or the team's own lower one."""
+    cap = max_sessions if max_sessions is not None else int(settings.MAS_TEAM_MAX_SESSIONS)
+    return min(cap, session_limit) if session_limit is not None else cap
+
+
+def claim(*, worker: str, free: int, running: int) -> list[Claimed]:
+    """Claim up to ``free`` ready activations for ``worker`` (which carries ``running`` sessions now) and
+    mark them dispatched to it; returns them in the order they should start."""
+    if free <= 0:
+        return []
+    dead_s = float(settings.MAS_WORKER_DEAD_S)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CLAIM_LOCK])
+        cursor.execute(
+            """
+            SELECT a.team_id, count(*) FILTER (WHERE a.status = 'ready'),
+                   count(*) FILTER (WHERE a.status <> 'ready'), t.max_sessions, t.session_limit, t.weight
+            FROM agents_app_activation a JOIN agents_app_team t ON t.id = a.team_id
+            WHERE a.status IN ('ready', 'dispatched', 'running')
+            GROUP BY a.team_id, t.max_sessions, t.session_limit, t.weight
+            HAVING count(*) FILTER (WHERE a.status = 'ready') > 0
+            """)
+        teams = cursor.fetchall()
+        if not teams:
+            return []
+        cursor.execute(
+            "SELECT coalesce(sum(running) FILTER (WHERE name <> %s), 0), count(*) FILTER (WHERE name <> %s) "
+            "FROM agents_app_worker WHERE heartbeat_at >= now() - make_interval(secs => %s)",
+            [worker, worker, dead_s])
+        others_running, others = cursor.fetchone()
+        ready_total = sum(ready for _, ready, *_ in teams)
+        even = math.ceil((others_running + running + ready_total) / (others + 1))
+        take = min(free, ready_total, max(even - running, 1 if others == 0 else 0))
+        shares = _shares(teams, take)
+        claimed: list[Claimed] = []
+        now = timezone.now()
+        for team_id, count in shares.items():
+            cursor.execute(
+                """
+                UPDATE agents_app_activation a SET status = 'dispatched', worker = %s, dispatched_at = %s
+                FROM (SELECT id FROM agents_app_activation WHERE team_id = %s AND status = 'ready'
+                      ORDER BY priority, created_at LIMIT %s FOR UPDATE SKIP LOCKED) picked
+                WHERE a.id = picked.id
+                RETURNING a.id::text, a.priority, a.created_at, a.ready_at
+                """, [worker, now, team_id, count])
+            for activation_id, priority, created_at, ready_at in sorted(cursor.fetchall(), key=lambda r: r[1:3]):
+                claimed.append(Claimed(activation_id, team_id, (now - (ready_at or created_at)).total_seconds()))
+        if claimed:
+            cursor.execute("UPDATE agents_app_worker SET running = %s WHERE name = %s",
+                           [running + len(claimed), worker])
+    return claimed
+
+
+def _shares(teams: list[tuple], slots: int) -> dict[int, int]:
+    """Hand ``slots`` out one at a time, each to the team using the least of its weighted share."""
+    heap = []
+    for team_id, ready, active, max_sessions, session_limit, weight in teams:
+        room = min(ready, team_limit(max_sessions=max_sessions, session_limit=session_limit) - active)
+        if room > 0:
+            heap.append(((active + 1) / max(weight, 1), team_id, active, room, max(weight, 1)))
+    heapq.heapify(heap)
+    shares: dict[int, int] = {}
+    while slots > 0 and heap:
+        _, team_id, active, room, weight = heapq.heappop(heap)
+        shares[team_id] = shares.get(team_id, 0) + 1
+        slots -= 1
+        active, room = active + 1, room - 1
+        if room > 0:
+            heapq.heappush(heap, ((active + 1) / weight, team_id, active, room, weight))
+    return shares

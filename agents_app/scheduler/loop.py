@@ -1,0 +1,156 @@
+"""The scheduler's side in each worker process: claim ready work when a slot is free, run it, beat.
+
+One coroutine per process, on the process's session loop (``mas_core.runner``):
+it claims as many ready activations as the process has free slots
+(``MAS_WORKER_SLOTS``) and runs each session as a task on the same loop — no
+broker message, no thread per session. It wakes when a NOTIFY on
+``admission.READY_CHANNEL`` says work is ready (a LISTEN connection of its
+own), when one of its sessions ends, and at least every
+``MAS_SCHEDULER_POLL_S``. Beside it, a beat every ``MAS_WORKER_BEAT_S``
+records the process as alive and hands the work of dead workers to the
+living.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import Future
+
+import psycopg
+from django.conf import settings
+from django.db import connection
+
+from agents_app.scheduler import admission
+from agents_app.scheduler.claim import claim
+from agents_app.scheduler.workers import worker_beat, worker_gone, workers_dead, workers_reap
+from mas_core.runner import db, runner
+
+logger = logging.getLogger(__name__)
+
+# At most this many activations per claim: a burst is taken in steps, so other workers get their part.
+CLAIM_BATCH = 50
+
+
+class WorkerLoop:
+    def __init__(self, *, name: str, slots: int) -> None:
+        self.name, self.slots = name, slots
+        self.sessions: set[asyncio.Task] = set()
+        self.wake = asyncio.Event()
+        self.stopping = False
+        self.tasks: list[asyncio.Task] = []
+
+    async def serve(self) -> None:
+        await db(worker_beat)(name=self.name, slots=self.slots, running=0)
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(self._listen()), loop.create_task(self._beat())]
+        poll_s = float(settings.MAS_SCHEDULER_POLL_S)
+        while not self.stopping:
+            self.wake.clear()
+            free = self.slots - len(self.sessions)
+            claimed = []
+            if free > 0:
+                try:
+                    claimed = await db(claim)(worker=self.name, free=min(free, CLAIM_BATCH),
+                                              running=len(self.sessions))
+                except Exception:
+                    logger.warning("scheduler claim failed", exc_info=True)
+                    await asyncio.sleep(poll_s)
+                    continue
+            for item in claimed:
+                task = loop.create_task(self._run(item.activation_id))
+                self.sessions.add(task)
+                task.add_done_callback(self._ended)
+            if claimed and len(claimed) == min(free, CLAIM_BATCH):
+                await asyncio.sleep(0)  # more may be ready: claim again, after the sessions just started get going
+                continue
+            try:
+                await asyncio.wait_for(self.wake.wait(), poll_s)
+            except asyncio.TimeoutError:
+                pass
+
+    def _ended(self, task: asyncio.Task) -> None:
+        self.sessions.discard(task)
+        self.wake.set()
+
+    async def _run(self, activation_id: str) -> None:
+        from agents_app.execution.session import execute_activation
+
+        try:
+            await execute_activation(activation_id)
+        except Exception:
+            # Recorded where it could be; what could not (the database was away) the sweep finds again.
+            logger.exception("session failed on the worker", extra={"activation": activation_id})
+
+    async def _listen(self) -> None:
+        """Set ``wake`` on every NOTIFY of ready work; reconnect when the connection drops."""
+        while not self.stopping:
+            try:
+                async with await psycopg.AsyncConnection.connect(_conninfo(), autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {admission.READY_CHANNEL}")
+                    self.wake.set()  # anything made ready while it was not listening
+                    async for _ in conn.notifies():
+                        self.wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("scheduler LISTEN connection lost; polling until it is back", exc_info=True)
+                await asyncio.sleep(1.0)
+
+    async def _beat(self) -> None:
+        beat_s = float(settings.MAS_WORKER_BEAT_S)
+        while not self.stopping:
+            await asyncio.sleep(beat_s)
+            try:
+                await db(worker_beat)(name=self.name, slots=self.slots, running=len(self.sessions))
+                dead = await db(workers_dead)()
+                if dead and await db(workers_reap)(dead):
+                    self.wake.set()
+            except Exception:
+                logger.warning("worker beat failed", exc_info=True)
+
+
+def _conninfo() -> str:
+    params = connection.get_connection_params()
+    keep = {key: value for key, value in params.items()
+            if key in {"dbname", "user", "password", "host", "port", "sslmode", "options"} and value not in (None, "")}
+    return psycopg.conninfo.make_conninfo(**keep)
+
+
+_worker: WorkerLoop | None = None
+_future: Future | None = None
+
+
+def worker_start(*, name: str) -> WorkerLoop:
+    """Start this process's scheduler loop (from Celery's worker_ready); returns it."""
+    global _worker, _future
+    _worker = WorkerLoop(name=name, slots=int(settings.MAS_WORKER_SLOTS))
+    logger.info("scheduler started", extra={"worker": name, "slots": _worker.slots})
+    _future = asyncio.run_coroutine_threadsafe(_worker.serve(), runner.loop())
+    return _worker
+
+
+def worker_stop(*, drain_s: float | None = None) -> None:
+    """Stop claiming; let running sessions end for up to ``drain_s`` (``MAS_WORKER_DRAIN_S``), then mark the
+    process dead so the other workers resume what is left at once (from its checkpoints)."""
+    if _worker is None:
+        return
+    _worker.stopping = True
+    loop = runner.loop()
+    loop.call_soon_threadsafe(_worker.wake.set)
+    deadline = time.monotonic() + (float(settings.MAS_WORKER_DRAIN_S) if drain_s is None else drain_s)
+    while _worker.sessions and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for task in _worker.tasks:
+        loop.call_soon_threadsafe(task.cancel)
+    if _worker.sessions:
+        # What is still running stops with the process, as in a crash; the others resume it now.
+        loop.call_soon_threadsafe(loop.stop)
+    try:
+        from django.db import connections
+
+        worker_gone(name=_worker.name)
+        connections.close_all()
+    except Exception:
+        logger.warning("could not mark the worker gone; the others find it dead", exc_info=True)
