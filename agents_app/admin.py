@@ -29,6 +29,7 @@ from agents_app.models import (
     Team,
 )
 from agents_app.money import money_display
+from agents_app.scheduler import team_limit
 from mas_core.teams import (
     api_token_create,
     api_token_revoke,
@@ -158,7 +159,16 @@ class TeamMemberAdmin(TeamScopedAdmin):
 class TeamForm(forms.ModelForm):
     class Meta:
         model = Team
-        fields = ("slug", "name", "defs_dir", "tool_result_max_bytes", "stdio_mcp_allowed")
+        fields = ("slug", "name", "defs_dir", "tool_result_max_bytes", "stdio_mcp_allowed", "max_sessions",
+                  "session_limit", "weight")
+
+    def clean(self):
+        data = super().clean()
+        limit = data.get("session_limit")
+        cap = team_limit(max_sessions=data.get("max_sessions", self.instance.max_sessions), session_limit=None)
+        if limit is not None and limit > cap:
+            self.add_error("session_limit", f"At most {cap}, the operator's cap for this team.")
+        return data
 
     def clean_defs_dir(self):
         defs_dir = self.cleaned_data["defs_dir"]
@@ -175,7 +185,8 @@ class TeamAdmin(TeamMemberAdmin):
     team_lookup = "pk"
     list_display = ("slug", "name", "member_count", "created_at")
     search_fields = ("slug", "name")
-    fields = ("slug", "name", "defs_dir", "tool_result_max_bytes", "stdio_mcp_allowed")
+    fields = ("slug", "name", "defs_dir", "tool_result_max_bytes", "stdio_mcp_allowed", "max_sessions",
+              "session_limit", "weight")
 
     def team_id_of(self, obj) -> int:
         return obj.pk
@@ -192,10 +203,10 @@ class TeamAdmin(TeamMemberAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # defs_dir picks where the server writes files, stdio_mcp_allowed lets the team run commands on
-        # it: superusers only.
+        # it, max_sessions and weight are its share of the workers: superusers only.
         if request.user.is_superuser:
             return ["slug"] if obj else []
-        return ["slug", "defs_dir", "stdio_mcp_allowed"]
+        return ["slug", "defs_dir", "stdio_mcp_allowed", "max_sessions", "weight"]
 
     def has_add_permission(self, request):
         return request.user.is_superuser

@@ -27,6 +27,7 @@ from agents_app.approvals.services import (
     team_approvals_update,
 )
 from agents_app.models import ApprovalRequest, Team
+from agents_app.scheduler import team_limit
 from mas_core.permissions import Actor
 from mas_core.schemas import error_responses
 from mas_core.api_auth import api_auth
@@ -93,6 +94,9 @@ class TeamSettingsOut(BaseModel):
     approval_default: Literal["reject", "approve", "fail"]
     webhook_url: str
     webhook_secret_set: bool = Field(description="Whether a webhook secret is set (the secret is never shown).")
+    max_sessions: int = Field(description="The operator's cap: at most this many of the team's sessions run at once.")
+    session_limit: int | None = Field(description="The team's own lower limit, if its admins set one.")
+    weight: int = Field(description="The team's weight when teams with queued work share free worker slots.")
 
 
 class TeamSettingsIn(BaseModel):
@@ -104,6 +108,8 @@ class TeamSettingsIn(BaseModel):
     webhook_url: str | None = Field(default=None, max_length=500, description="Empty: no webhook.")
     webhook_secret: str | None = Field(default=None, min_length=0, max_length=200, description=(
         "The HMAC-SHA256 key of X-MAS-Signature (write-only; empty removes it)."))
+    session_limit: int | None = Field(default=None, ge=1, le=100_000, description=(
+        "At most this many of the team's sessions at once, at most the operator's cap (null: the cap)."))
 
 
 def approval_out(request: ApprovalRequest) -> dict[str, Any]:
@@ -121,14 +127,16 @@ def approval_out(request: ApprovalRequest) -> dict[str, Any]:
 def team_settings_out(team: Team) -> dict[str, Any]:
     return {"slug": team.slug, "name": team.name, "approval_policy": team.approval_policy,
             "approval_deadline_s": team.approval_deadline_s, "approval_default": team.approval_default,
-            "webhook_url": team.webhook_url, "webhook_secret_set": bool(team.webhook_secret)}
+            "webhook_url": team.webhook_url, "webhook_secret_set": bool(team.webhook_secret),
+            "max_sessions": team_limit(max_sessions=team.max_sessions, session_limit=None),
+            "session_limit": team.session_limit, "weight": team.weight}
 
 
 def _invalid(error: InvalidDecision) -> NinjaValidationError:
     text = str(error)
     field = re.match(r"[a-z_]*", text).group(0)  # the messages start with the field they are about
     field = field if field in {"decision", "arguments", "message", "answer", "approval_policy",
-                               "webhook_url"} else "decision"
+                               "webhook_url", "session_limit"} else "decision"
     return NinjaValidationError([{"loc": ("body", field), "msg": text, "type": "invalid_decision"}])
 
 
@@ -175,7 +183,8 @@ def get_team(request: HttpRequest):
 
 @router.patch("/team", auth=manage, response={200: TeamSettingsOut, **error_responses(401, 403, 413, 415, 422)},
               operation_id="team_update",
-              summary="Change the team's approval policy, deadline, default outcome or webhook (admins)")
+              summary="Change the team's approval policy, deadline, default outcome, webhook or own session limit "
+                      "(admins)")
 def patch_team(request: HttpRequest, payload: TeamSettingsIn):
     actor: Actor = request.auth
     changes = payload.model_dump(exclude_unset=True)

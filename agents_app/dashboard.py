@@ -187,6 +187,23 @@ def _recent(*, team: Team, now: datetime) -> dict[str, Any]:
     return {"runs": [{"run": run, "cost": money_display(run.cost_usd)} for run in recent_runs(team=team)]}
 
 
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+
+def _queue(*, team: Team, now: datetime) -> dict[str, Any]:
+    """The team's queue in the scheduler: depth, sessions running against its limit, recent waits."""
+    from agents_app.scheduler import WAIT_WINDOW_S, team_queues
+
+    [queue] = team_queues(team_ids=[team.pk])
+    return {"queue": queue, "wait_p50": _seconds(queue.wait_p50_s), "wait_p95": _seconds(queue.wait_p95_s),
+            "oldest": _seconds(queue.oldest_ready_s if queue.ready else None), "claimed": queue.claimed,
+            "window_min": WAIT_WINDOW_S // 60}
+
+
 panel_register(Panel("activity", "Runs", "admin/mas/panels/activity.html", _activity, order=10))
+panel_register(Panel("queue", "Queue", "admin/mas/panels/queue.html", _queue, order=15))
 panel_register(Panel("costs", "Cost by agent", "admin/mas/panels/costs.html", _costs, order=20))
 panel_register(Panel("recent_runs", "Recent runs", "admin/mas/panels/recent_runs.html", _recent, order=30))

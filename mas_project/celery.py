@@ -33,13 +33,19 @@ def _recover_on_start(**_kwargs) -> None:
 
 
 @worker_ready.connect
-def _scheduler_start(**_kwargs) -> None:
+def _scheduler_start(sender=None, **_kwargs) -> None:
     # Sessions are not Celery tasks: this process's scheduler loop claims them from Postgres when it has a
-    # free slot, fairly across teams (agents_app/scheduler).
+    # free slot, fairly across teams (agents_app/scheduler), from the pool of its first queue (-Q).
+    from django.conf import settings
+
     from agents_app.execution.session import WORKER
     from agents_app.scheduler import worker_start
 
-    worker_start(name=WORKER)
+    try:
+        queue = sender.task_consumer.queues[0].name
+    except (AttributeError, IndexError):
+        queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    worker_start(name=WORKER, queue=queue)
 
 
 @worker_shutdown.connect

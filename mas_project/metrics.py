@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 
+from agents_app.scheduler import WAIT_WINDOW_S, team_queues
 from mas_core import looplag
 
 LOCAL = {"127.0.0.1", "::1"}
@@ -72,6 +73,19 @@ def render() -> str:
     metric("mas_tool_errors_total", "counter", "Tool calls that returned an error.",
            [("", _scalar("SELECT count(*) FROM agents_app_event WHERE type = 'tool_result' "
                          "AND data->>'ok' = 'false'"))])
+    queues = team_queues()
+    metric("mas_scheduler_ready", "gauge", "Activations admitted by their runs and waiting for a worker, by team.",
+           [(f'{{team="{q.team}"}}', q.ready) for q in queues])
+    metric("mas_scheduler_running", "gauge", "Sessions holding a worker's slot, by team.",
+           [(f'{{team="{q.team}"}}', q.running) for q in queues])
+    metric("mas_scheduler_limit", "gauge", "Sessions a team may run at once.",
+           [(f'{{team="{q.team}"}}', q.limit) for q in queues])
+    metric("mas_scheduler_wait_seconds", "gauge",
+           f"Wait from ready to claimed by a worker over the last {WAIT_WINDOW_S} s, by team and quantile.",
+           [(f'{{team="{q.team}",quantile="{name}"}}', round(value, 4)) for q in queues
+            for name, value in (("0.5", q.wait_p50_s), ("0.95", q.wait_p95_s)) if value is not None])
+    metric("mas_scheduler_oldest_ready_seconds", "gauge", "How long the oldest ready activation has waited, by team.",
+           [(f'{{team="{q.team}"}}', round(q.oldest_ready_s, 3)) for q in queues if q.ready])
     depth = _queue_depth()
     if depth is not None:
         metric("mas_queue_depth", "gauge", "Tasks waiting in the Celery queue.",

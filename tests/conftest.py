@@ -145,6 +145,17 @@ def celery_worker_process(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture
+def unserved(monkeypatch):
+    """Work the test creates goes to a pool (a Celery queue) no worker serves: its rows stay as the test built
+    them, though a worker of this process's suite may be running. Returns that queue's name."""
+    from mas_project.celery import app
+
+    queue = f"unserved-{os.getpid()}"
+    monkeypatch.setitem(app.conf, "task_default_queue", queue)
+    return queue
+
+
+@pytest.fixture
 def runs_settled(transactional_db):
     """After a test with the worker: let its runs end (or cancel them) before the tables are emptied.
 
@@ -157,7 +168,7 @@ def runs_settled(transactional_db):
 
     def busy() -> bool:
         return (Run.objects.filter(status__in=["queued", "running"]).exists()
-                or Activation.objects.filter(status__in=["dispatched", "running"]).exists())
+                or Activation.objects.filter(status__in=["ready", "dispatched", "running"]).exists())
 
     deadline = time.monotonic() + 20
     while busy() and time.monotonic() < deadline:

@@ -18,6 +18,7 @@ class Worker:
     name: str
     process: subprocess.Popen
     log_path: Path
+    queue: str = ""  # the pool it serves
 
     def __getitem__(self, key):  # fixtures used to hand out a dict
         return {"name": self.name, "process": self.process}[key]
@@ -50,7 +51,7 @@ def start_worker(label: str, *, queue: str | None = None, env: dict[str, str] | 
         if process.poll() is not None:
             raise RuntimeError(f"celery worker exited with {process.returncode}; see {log_path}")
         if app.control.ping(destination=[name], timeout=0.5):
-            return Worker(name=name, process=process, log_path=log_path)
+            return Worker(name=name, process=process, log_path=log_path, queue=queue)
     process.kill()
     raise RuntimeError(f"celery worker {name} did not answer within 60 s; see {log_path}")
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from agents_app.approvals.webhooks import webhook_notify
 from mas_core.eventlog import event_append as event_emit
-from agents_app.scheduler import dispatch, run_locked, wake
+from agents_app.scheduler import dispatch, run_locked, team_limit, wake
 from agents_app.models import Activation, ApprovalRequest, Run, Session, Team
 from agents_app.models.approvals import RequestKind, RequestStatus
 from agents_app.models.runs import FINISHED_RUN_STATUSES, ActivationStatus, RunStatus
@@ -256,7 +256,8 @@ def approvals_cancel(*, run: Run) -> int:
 
 
 def team_approvals_update(*, team: Team, changes: dict[str, Any]) -> Team:
-    """Change a team's approval policy, deadline, default outcome and webhook (validated, then saved)."""
+    """Change a team's approval policy, deadline, default outcome, webhook and own session limit (validated,
+    then saved)."""
     from agents_app.approvals.policy import entries_check
     from agents_app.approvals.webhooks import webhook_url_refusal
 
@@ -272,8 +273,13 @@ def team_approvals_update(*, team: Team, changes: dict[str, Any]) -> Team:
             raise InvalidDecision(f"webhook_url: {url} {refusal}")
     with transaction.atomic():
         team = Team.objects.select_for_update().get(pk=team.pk)
+        limit = changes.get("session_limit")
+        cap = team_limit(max_sessions=team.max_sessions, session_limit=None)
+        if limit is not None and limit > cap:
+            raise InvalidDecision(f"session_limit: at most {cap}, the operator's cap for this team "
+                                  f"(a team's admins may only lower it)")
         for name, value in changes.items():
-            setattr(team, name, value if value is not None else "")
+            setattr(team, name, value if value is not None or name == "session_limit" else "")
         team.full_clean()
         team.save(update_fields=list(changes))
     return team

@@ -4,6 +4,14 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 
+def fill_team_and_queue(apps, schema_editor):
+    from django.conf import settings
+
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute("UPDATE agents_app_activation a SET team_id = r.team_id, queue = %s "
+                       "FROM agents_app_run r WHERE r.id = a.run_id", [settings.CELERY_TASK_DEFAULT_QUEUE])
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -15,6 +23,7 @@ class Migration(migrations.Migration):
             name='Worker',
             fields=[
                 ('name', models.CharField(max_length=200, primary_key=True, serialize=False)),
+                ('queue', models.CharField(default='mas', help_text='The pool it serves (its Celery queue)', max_length=200)),
                 ('slots', models.PositiveIntegerField(default=0)),
                 ('running', models.PositiveIntegerField(default=0, help_text='Sessions it carries now (as of its last beat)')),
                 ('started_at', models.DateTimeField(auto_now_add=True)),
@@ -36,11 +45,14 @@ class Migration(migrations.Migration):
             name='team',
             field=models.ForeignKey(db_index=False, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='agents_app.team'),
         ),
+        migrations.AddField(
+            model_name='activation',
+            name='queue',
+            field=models.CharField(blank=True, max_length=200),
+        ),
         # Existing activations: their run's team (and a dispatched one stays dispatched, to no worker: the
         # reaper hands it back to the scheduler).
-        migrations.RunSQL(
-            "UPDATE agents_app_activation a SET team_id = r.team_id FROM agents_app_run r WHERE r.id = a.run_id",
-            migrations.RunSQL.noop),
+        migrations.RunPython(fill_team_and_queue, migrations.RunPython.noop),
         migrations.AlterField(
             model_name='activation',
             name='team',
@@ -78,7 +90,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='activation',
-            index=models.Index(condition=models.Q(('status', 'ready')), fields=['team', 'priority', 'created_at'], name='activation_ready'),
+            index=models.Index(condition=models.Q(('status', 'ready')), fields=['queue', 'team', 'priority', 'created_at'], name='activation_ready'),
         ),
         migrations.AddIndex(
             model_name='activation',

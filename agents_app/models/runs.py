@@ -106,6 +106,14 @@ OPEN_ACTIVATION_STATUSES = (ActivationStatus.QUEUED, *ADMITTED_ACTIVATION_STATUS
 UNSETTLED_ACTIVATION_STATUSES = (*OPEN_ACTIVATION_STATUSES, ActivationStatus.WAITING)
 
 
+def current_queue() -> str:
+    """The worker pool of work created now: this process's Celery queue (MAS_CELERY_QUEUE, or the queue a
+    test module routes its work to)."""
+    from celery import current_app
+
+    return current_app.conf.task_default_queue or settings.CELERY_TASK_DEFAULT_QUEUE
+
+
 class Activation(models.Model):
     """Queued work: an agent with an input, in a run (SPEC §2)."""
 
@@ -127,6 +135,9 @@ class Activation(models.Model):
     ready_at = models.DateTimeField(null=True, blank=True, help_text="When its run last admitted it")
     dispatched_at = models.DateTimeField(null=True, blank=True, help_text="When a worker last claimed it")
     worker = models.CharField(max_length=200, blank=True, help_text="The worker that claimed it last")
+    # The worker pool that runs it: the Celery queue of the process that created it (MAS_CELERY_QUEUE); a
+    # worker claims only the work of the queues it serves (``celery worker -Q``).
+    queue = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -136,7 +147,7 @@ class Activation(models.Model):
         indexes = [
             models.Index(fields=["run", "status", "priority", "created_at"], name="activation_queue"),
             # The scheduler's: what each team has ready, in its order, and what holds a slot.
-            models.Index(fields=["team", "priority", "created_at"], name="activation_ready",
+            models.Index(fields=["queue", "team", "priority", "created_at"], name="activation_ready",
                          condition=models.Q(status="ready")),
             models.Index(fields=["team"], name="activation_active",
                          condition=models.Q(status__in=["dispatched", "running"])),
@@ -148,6 +159,8 @@ class Activation(models.Model):
     def save(self, *args, **kwargs) -> None:
         if self.team_id is None and self.run_id is not None:  # the run's team, unless the caller gave it
             self.team_id = self.run.team_id
+        if not self.queue:
+            self.queue = current_queue()
         super().save(*args, **kwargs)
 
 
@@ -211,6 +224,7 @@ class Worker(models.Model):
     """
 
     name = models.CharField(max_length=200, primary_key=True)
+    queue = models.CharField(max_length=200, default="mas", help_text="The pool it serves (its Celery queue)")
     slots = models.PositiveIntegerField(default=0)
     running = models.PositiveIntegerField(default=0, help_text="Sessions it carries now (as of its last beat)")
     started_at = models.DateTimeField(auto_now_add=True)

@@ -16,6 +16,7 @@ session's activation.
 
 from agents_app.scheduler.admission import (  # noqa: F401
     DEFAULT_MAX_CONCURRENCY,
+    current_queue,
     dispatch,
     dispatch_later,
     dispatch_run,
@@ -24,15 +25,16 @@ from agents_app.scheduler.admission import (  # noqa: F401
     run_finish,
     run_locked,
 )
-from agents_app.scheduler.stats import TeamQueue, team_queues  # noqa: F401
+from agents_app.scheduler.stats import WAIT_WINDOW_S, TeamQueue, team_queues  # noqa: F401
 from agents_app.scheduler.waits import awaited, wake  # noqa: F401
 
 
-def worker_start(*, name: str):
-    """Start this worker process's scheduler loop (Celery's worker_ready)."""
+def worker_start(*, name: str, queue: str):
+    """Start this worker process's scheduler loop, claiming the work of the pool ``queue`` (Celery's
+    worker_ready)."""
     from agents_app.scheduler.loop import worker_start as start
 
-    return start(name=name)
+    return start(name=name, queue=queue)
 
 
 def worker_stop() -> None:

@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.models import Run
-from agents_app.models.runs import (
+from agents_app.models.runs import (  # noqa: F401  (current_queue: re-exported)
+    current_queue,
     ADMITTED_ACTIVATION_STATUSES,
     FINISHED_RUN_STATUSES,
     ActivationStatus,

@@ -42,30 +42,34 @@ def team_limit(*, max_sessions: int | None, session_limit: int | None) -> int:
     return min(cap, session_limit) if session_limit is not None else cap
 
 
-def claim(*, worker: str, free: int, running: int) -> list[Claimed]:
-    """Claim up to ``free`` ready activations for ``worker`` (which carries ``running`` sessions now) and
-    mark them dispatched to it; returns them in the order they should start."""
+def claim(*, worker: str, queue: str, free: int, running: int) -> list[Claimed] | None:
+    """Claim up to ``free`` ready activations of ``queue`` for ``worker`` (which carries ``running`` sessions
+    now) and mark them dispatched to it; returns them in the order they should start, or None when another
+    claim is under way (try again in a moment)."""
     if free <= 0:
         return []
     dead_s = float(settings.MAS_WORKER_DEAD_S)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CLAIM_LOCK])
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [CLAIM_LOCK])
+        if not cursor.fetchone()[0]:
+            return None
+        # A team's sessions count against its limit in every pool; only this pool's ready work is handed out.
         cursor.execute(
             """
-            SELECT a.team_id, count(*) FILTER (WHERE a.status = 'ready'),
+            SELECT a.team_id, count(*) FILTER (WHERE a.status = 'ready' AND a.queue = %(queue)s),
                    count(*) FILTER (WHERE a.status <> 'ready'), t.max_sessions, t.session_limit, t.weight
             FROM agents_app_activation a JOIN agents_app_team t ON t.id = a.team_id
             WHERE a.status IN ('ready', 'dispatched', 'running')
             GROUP BY a.team_id, t.max_sessions, t.session_limit, t.weight
-            HAVING count(*) FILTER (WHERE a.status = 'ready') > 0
-            """)
+            HAVING count(*) FILTER (WHERE a.status = 'ready' AND a.queue = %(queue)s) > 0
+            """, {"queue": queue})
         teams = cursor.fetchall()
         if not teams:
             return []
         cursor.execute(
             "SELECT coalesce(sum(running) FILTER (WHERE name <> %s), 0), count(*) FILTER (WHERE name <> %s) "
-            "FROM agents_app_worker WHERE heartbeat_at >= now() - make_interval(secs => %s)",
-            [worker, worker, dead_s])
+            "FROM agents_app_worker WHERE queue = %s AND heartbeat_at >= now() - make_interval(secs => %s)",
+            [worker, worker, queue, dead_s])
         others_running, others = cursor.fetchone()
         ready_total = sum(ready for _, ready, *_ in teams)
         even = math.ceil((others_running + running + ready_total) / (others + 1))
@@ -77,11 +81,12 @@ def claim(*, worker: str, free: int, running: int) -> list[Claimed]:
             cursor.execute(
                 """
                 UPDATE agents_app_activation a SET status = 'dispatched', worker = %s, dispatched_at = %s
-                FROM (SELECT id FROM agents_app_activation WHERE team_id = %s AND status = 'ready'
+                FROM (SELECT id FROM agents_app_activation
+                      WHERE queue = %s AND team_id = %s AND status = 'ready'
                       ORDER BY priority, created_at LIMIT %s FOR UPDATE SKIP LOCKED) picked
                 WHERE a.id = picked.id
                 RETURNING a.id::text, a.priority, a.created_at, a.ready_at
-                """, [worker, now, team_id, count])
+                """, [worker, now, queue, team_id, count])
             for activation_id, priority, created_at, ready_at in sorted(cursor.fetchall(), key=lambda r: r[1:3]):
                 claimed.append(Claimed(activation_id, team_id, (now - (ready_at or created_at)).total_seconds()))
         if claimed:

@@ -31,18 +31,20 @@ logger = logging.getLogger(__name__)
 
 # At most this many activations per claim: a burst is taken in steps, so other workers get their part.
 CLAIM_BATCH = 50
+# A claim that found another under way tries again after this long.
+CLAIM_RETRY_S = 0.005
 
 
 class WorkerLoop:
-    def __init__(self, *, name: str, slots: int) -> None:
-        self.name, self.slots = name, slots
+    def __init__(self, *, name: str, queue: str, slots: int) -> None:
+        self.name, self.queue, self.slots = name, queue, slots
         self.sessions: set[asyncio.Task] = set()
         self.wake = asyncio.Event()
         self.stopping = False
         self.tasks: list[asyncio.Task] = []
 
     async def serve(self) -> None:
-        await db(worker_beat)(name=self.name, slots=self.slots, running=0)
+        await db(worker_beat)(name=self.name, queue=self.queue, slots=self.slots, running=0)
         loop = asyncio.get_running_loop()
         self.tasks = [loop.create_task(self._listen()), loop.create_task(self._beat())]
         poll_s = float(settings.MAS_SCHEDULER_POLL_S)
@@ -52,11 +54,14 @@ class WorkerLoop:
             claimed = []
             if free > 0:
                 try:
-                    claimed = await db(claim)(worker=self.name, free=min(free, CLAIM_BATCH),
+                    claimed = await db(claim)(worker=self.name, queue=self.queue, free=min(free, CLAIM_BATCH),
                                               running=len(self.sessions))
                 except Exception:
                     logger.warning("scheduler claim failed", exc_info=True)
                     await asyncio.sleep(poll_s)
+                    continue
+                if claimed is None:  # another worker is claiming: its turn, then ours
+                    await asyncio.sleep(CLAIM_RETRY_S)
                     continue
             for item in claimed:
                 task = loop.create_task(self._run(item.activation_id))
@@ -103,7 +108,8 @@ class WorkerLoop:
         while not self.stopping:
             await asyncio.sleep(beat_s)
             try:
-                await db(worker_beat)(name=self.name, slots=self.slots, running=len(self.sessions))
+                await db(worker_beat)(name=self.name, queue=self.queue, slots=self.slots,
+                                      running=len(self.sessions))
                 dead = await db(workers_dead)()
                 if dead and await db(workers_reap)(dead):
                     self.wake.set()
@@ -122,10 +128,10 @@ _worker: WorkerLoop | None = None
 _future: Future | None = None
 
 
-def worker_start(*, name: str) -> WorkerLoop:
-    """Start this process's scheduler loop (from Celery's worker_ready); returns it."""
+def worker_start(*, name: str, queue: str) -> WorkerLoop:
+    """Start this process's scheduler loop for the pool ``queue`` (from Celery's worker_ready); returns it."""
     global _worker, _future
-    _worker = WorkerLoop(name=name, slots=int(settings.MAS_WORKER_SLOTS))
+    _worker = WorkerLoop(name=name, queue=queue, slots=int(settings.MAS_WORKER_SLOTS))
     logger.info("scheduler started", extra={"worker": name, "slots": _worker.slots})
     _future = asyncio.run_coroutine_threadsafe(_worker.serve(), runner.loop())
     return _worker

@@ -16,14 +16,15 @@ from django.db import connection, transaction
 logger = logging.getLogger(__name__)
 
 
-def worker_beat(*, name: str, slots: int, running: int) -> None:
-    """Record that ``name`` is alive with ``running`` of its ``slots`` in use (registering it if need be)."""
+def worker_beat(*, name: str, queue: str, slots: int, running: int) -> None:
+    """Record that ``name`` (serving ``queue``) is alive with ``running`` of its ``slots`` in use (registering
+    it if need be)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO agents_app_worker (name, slots, running, started_at, heartbeat_at) "
-            "VALUES (%s, %s, %s, now(), now()) ON CONFLICT (name) DO UPDATE "
-            "SET slots = EXCLUDED.slots, running = EXCLUDED.running, heartbeat_at = now()",
-            [name, slots, running])
+            "INSERT INTO agents_app_worker (name, queue, slots, running, started_at, heartbeat_at) "
+            "VALUES (%s, %s, %s, %s, now(), now()) ON CONFLICT (name) DO UPDATE "
+            "SET queue = EXCLUDED.queue, slots = EXCLUDED.slots, running = EXCLUDED.running, heartbeat_at = now()",
+            [name, queue, slots, running])
 
 
 def worker_gone(*, name: str) -> None:

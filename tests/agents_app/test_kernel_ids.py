@@ -108,12 +108,8 @@ def test_two_delegations_under_one_provider_id_start_two_children(team_a, celery
     assert len(server.requests) == 5
 
 
-def test_stored_results_of_the_agents_sessions_in_a_run_have_their_own_names(team_a, monkeypatch):
+def test_stored_results_of_the_agents_sessions_in_a_run_have_their_own_names(team_a, unserved):
     """Call ids repeat from one session to the next (tc-1, …): a result file's name tells the sessions apart."""
-    from agents_app.execution import runs
-
-    monkeypatch.setattr(runs, "run_dispatch_async", lambda **kwargs: None)  # rows only: no worker takes them
-    monkeypatch.setattr(runs, "_send", lambda ids: None)
     define(team_a, AGENT, "---\nname: Lead\n---\n\nYou lead.\n")
     run = run_start(team=team_a, agent="lead", input="x", script={"lead": [{"text": "unused"}]})
     root = Activation.objects.get(run=run)

@@ -1,4 +1,4 @@
-"""Work nothing would pick up again: lost task messages, a refusing broker, a session whose worker keeps dying.
+"""Work nothing would pick up again: a claim by a worker that vanished, a session whose worker keeps dying.
 
 Here the test is the sweeper: it holds the sweep's lock (``sweeps_held``),
 so the periodic sweeps of the workers alive meanwhile cannot take the work
@@ -11,15 +11,13 @@ from datetime import timedelta
 import pytest
 from django.db import connection, connections
 from django.utils import timezone
-from kombu.exceptions import OperationalError
-
-from agents_app.execution import runs
 from agents_app.execution.lifecycle import session_begin
 from agents_app.execution.reaper import runs_unstick, sessions_reap
 from agents_app.execution.runs import run_start
 from agents_app.execution.recovery import SWEEP_LOCK, Sweep, recovery_sweep
 from agents_app.models import Activation, Event, Run, Session
-from agents_app.tasks import execute_activation
+from agents_app.scheduler import dispatch_run
+from agents_app.scheduler.claim import claim
 from tests.runs import agent, finish
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -70,54 +68,41 @@ def sweep_elsewhere() -> Sweep | None:
 
 
 def age(run, seconds):
-    """Pretend the run and its dispatches happened ``seconds`` ago."""
+    """Pretend the run and its claims happened ``seconds`` ago."""
     past = timezone.now() - timedelta(seconds=seconds)
     Run.objects.filter(pk=run.pk).update(created_at=past)
     Activation.objects.filter(run=run).exclude(dispatched_at=None).update(dispatched_at=past)
 
 
+def claim_for(name: str, queue: str) -> list[str]:
+    """A worker ``name`` (which then vanishes) claims the ready work of ``queue``."""
+    return [c.activation_id for c in claim(worker=name, queue=queue, free=10, running=0)]
+
+
 @pytest.mark.worker
-def test_a_lost_task_message_is_sent_again_by_the_sweep(team_a, fault_worker, runs_settled, sweeps_held,
-                                                        monkeypatch):
+def test_work_claimed_by_a_worker_that_is_gone_is_ready_again(team_a, fault_worker, runs_settled, sweeps_held,
+                                                               unserved):
     lead(team_a)
-    monkeypatch.setattr(execute_activation, "delay", lambda *args: None)  # the broker loses the message
     run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
-    monkeypatch.undo()
     [root] = Activation.objects.filter(run=run)
-    assert (root.status, Run.objects.get(pk=run.pk).status) == ("dispatched", "queued")
-    assert runs_unstick() == []  # not yet stale: a worker may still be about to take it
+    assert (root.status, root.queue, Run.objects.get(pk=run.pk).status) == ("ready", unserved, "queued")
+    assert claim_for("gone:1", unserved) == [str(root.id)]  # a worker with no row: it died before its first beat
+    root.refresh_from_db()
+    assert (root.status, root.worker) == ("dispatched", "gone:1")
+    assert runs_unstick() == []  # not yet stale: it may still be about to begin it
     age(run, 40)  # older than this process's MAS_SESSION_STALE_S (the default 30 s)
+    Activation.objects.filter(pk=root.pk).update(queue=fault_worker.queue)  # now a live worker may take it
     assert runs_unstick() == [str(run.id)]
     run = finish(run)
     assert (run.status, run.result) == ("succeeded", "done")
     [retry] = [e.data for e in Event.objects.filter(run=run, type="retry")]
     assert retry == {"what": "dispatch", "activation": str(root.id), "delay_s": 0,
-                     "reason": "no worker took it within 30 s (its task message was lost)"}
+                     "reason": "worker gone:1 took it and is gone"}
     assert Session.objects.filter(run=run).count() == 1
 
 
-@pytest.mark.worker
-def test_a_refusing_broker_leaves_the_work_queued_for_the_sweep(team_a, fault_worker, runs_settled, sweeps_held,
-                                                                monkeypatch):
+def test_a_session_whose_worker_keeps_dying_is_resumed_then_failed_with_the_reason(team_a, sweeps_held, unserved):
     lead(team_a)
-
-    def refuse(*args):
-        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
-
-    monkeypatch.setattr(execute_activation, "delay", refuse)
-    run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
-    monkeypatch.undo()
-    [root] = Activation.objects.filter(run=run)
-    assert (root.status, root.dispatched_at) == ("queued", None)
-    age(run, 40)
-    assert runs_unstick() == [str(run.id)]
-    assert (finish(run).status, Session.objects.filter(run=run).count()) == ("succeeded", 1)
-
-
-def test_a_session_whose_worker_keeps_dying_is_resumed_then_failed_with_the_reason(team_a, sweeps_held, monkeypatch):
-    lead(team_a)
-    monkeypatch.setattr(execute_activation, "delay", lambda *args: None)
-    monkeypatch.setattr(runs, "run_dispatch_async", lambda **kwargs: None)
     run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
     [root] = Activation.objects.filter(run=run)
     for resume in (1, 2, 3):
@@ -126,7 +111,7 @@ def test_a_session_whose_worker_keeps_dying_is_resumed_then_failed_with_the_reas
         Session.objects.filter(pk=start.session.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=60))
         assert sessions_reap() == [str(root.id)]
         root.refresh_from_db()
-        assert (root.status, root.context["resumes"]) == ("queued", resume)
+        assert (root.status, root.context["resumes"]) == ("ready", resume)  # admitted again at once
         Activation.objects.filter(pk=root.pk).update(status="dispatched")
     start = session_begin(activation_id=root.id, worker="host:4")
     Session.objects.filter(pk=start.session.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=60))
@@ -147,37 +132,37 @@ def test_a_session_whose_worker_keeps_dying_is_resumed_then_failed_with_the_reas
 
 
 
-def test_work_queued_again_waits_for_a_worker_however_many_sweeps_pass(team_a, sweeps_held, monkeypatch):
+def test_work_queued_again_waits_for_a_worker_however_many_sweeps_pass(team_a, sweeps_held, unserved):
     """A reaped activation is not reaped again before a worker claims it (that would count deaths that did not
-    happen); if its dispatch is lost, it is sent again; a session is never claimed twice."""
+    happen); if its claimer vanishes, it is ready again; a session is never begun twice."""
     lead(team_a)
-    monkeypatch.setattr(execute_activation, "delay", lambda *args: None)
-    monkeypatch.setattr(runs, "run_dispatch_async", lambda **kwargs: None)
     run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
     [root] = Activation.objects.filter(run=run)
     start = session_begin(activation_id=root.id, worker="host:1")
     Session.objects.filter(pk=start.session.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=60))
     assert sessions_reap() == [str(root.id)]
-    assert runs.run_dispatch(run_id=run.id) == [str(root.id)]  # sent again; no worker has taken it yet
+    root.refresh_from_db()
+    assert root.status == "ready"  # admitted again; no worker has taken it yet
+    assert claim_for("host:9", unserved) == [str(root.id)]
+    assert dispatch_run(run_id=run.id) == []  # admitting again admits nothing twice
 
     for _ in range(3):  # sweep after sweep: still one resume
         assert sessions_reap() == []
     root.refresh_from_db()
     assert (root.status, root.context["resumes"]) == ("dispatched", 1)
     assert Event.objects.filter(run=run, type="retry").count() == 1
-    assert runs_unstick() == []  # its dispatch is recent
+    assert runs_unstick() == []  # its claim is recent
 
-    # That message is lost: once the dispatch is older than the stale time, the sweep sends it again.
+    # Its claimer vanished: once the claim is older than the stale time, the sweep makes it ready again.
     Activation.objects.filter(pk=root.pk).update(dispatched_at=timezone.now() - timedelta(seconds=60))
     assert runs_unstick() == [str(run.id)]
     root.refresh_from_db()
-    assert (root.status, root.context["resumes"]) == ("queued", 1)
+    assert (root.status, root.context["resumes"]) == ("ready", 1)
     assert [e.data["what"] for e in Event.objects.filter(run=run, type="retry").order_by("seq")] == [
         "session_resume", "dispatch"]
 
-    # A worker claims it and resumes the session; the same message delivered again is refused, even in the
-    # same process (this would run the session twice at once).
-    runs.run_dispatch(run_id=run.id)
+    # A worker claims it and resumes the session; beginning it again is refused, even in the same process
+    # (this would run the session twice at once).
     resumed = session_begin(activation_id=root.id, worker="host:2")
     assert (resumed.session.pk, resumed.resumed) == (start.session.pk, True)
     assert session_begin(activation_id=root.id, worker="host:2") is None
@@ -187,7 +172,7 @@ def test_work_queued_again_waits_for_a_worker_however_many_sweeps_pass(team_a, s
     assert (sessions_reap(), runs_unstick()) == ([], [])
 
 
-def test_one_sweep_at_a_time_across_processes(team_a, monkeypatch):
+def test_one_sweep_at_a_time_across_processes(team_a, monkeypatch, unserved):
     """While one connection holds the sweep's lock, a sweep elsewhere skips; a sweep gives back what it took."""
     sweep_lock(True)  # first, so that no worker alive meanwhile sweeps the session made stale below
     try:
@@ -199,8 +184,6 @@ def test_one_sweep_at_a_time_across_processes(team_a, monkeypatch):
 
 def one_sweep_at_a_time(team_a, monkeypatch):
     lead(team_a)
-    monkeypatch.setattr(execute_activation, "delay", lambda *args: None)
-    monkeypatch.setattr(runs, "run_dispatch_async", lambda **kwargs: None)
     run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
     [root] = Activation.objects.filter(run=run)
     start = session_begin(activation_id=root.id, worker="host:1")
@@ -214,7 +197,7 @@ def one_sweep_at_a_time(team_a, monkeypatch):
     # This connection holds the lock, so its own sweep runs (advisory locks nest per connection) ...
     assert recovery_sweep() == Sweep(resumed=[str(root.id)], dispatched=[])
     root.refresh_from_db()
-    assert (root.status, root.context["resumes"]) == ("queued", 1)
+    assert (root.status, root.context["resumes"]) == ("ready", 1)
     # ... and gives back only its own hold: the lock is still this test's, other sweeps still skip.
     assert my_advisory_locks() == [SWEEP_LOCK]
     assert sweep_elsewhere() is None

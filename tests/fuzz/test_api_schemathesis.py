@@ -17,10 +17,11 @@ FUZZ_EXAMPLES = int(os.environ.get("MAS_FUZZ_EXAMPLES", 8))
 @pytest.fixture
 def fuzz_token(team_a, make_member, make_token, monkeypatch):
     from agents_app.kinds import AGENT
-    from agents_app.tasks import dispatch_run, execute_activation
+    from agents_app.tasks import dispatch_run
+    from mas_project.celery import app
     from tests.runs import define
 
-    monkeypatch.setattr(execute_activation, "delay", lambda *args, **kwargs: None)
+    monkeypatch.setitem(app.conf, "task_default_queue", f"unserved-{os.getpid()}")  # no worker runs these
     monkeypatch.setattr(dispatch_run, "apply_async", lambda *args, **kwargs: None)
     define(team_a, AGENT, "---\nname: Lead\n---\n\nYou work.\n")
     return make_token(team_a, make_member(team_a, "admin"))

@@ -39,9 +39,10 @@ def demo_like_team(make_team, make_member, make_token, settings, tmp_path, monke
     from mas_core.definitions.sync import markdown_sync
     from agents_app.execution.runs import run_start
     from agents_app.execution.tool_requests import workspace_write
-    from agents_app.tasks import dispatch_run, execute_activation
+    from agents_app.tasks import dispatch_run
+    from mas_project.celery import app
 
-    monkeypatch.setattr(execute_activation, "delay", lambda *args, **kwargs: None)
+    monkeypatch.setitem(app.conf, "task_default_queue", f"unserved-{os.getpid()}")  # no worker runs these
     monkeypatch.setattr(dispatch_run, "apply_async", lambda *args, **kwargs: None)
     settings.MAS_TEAM_SECRETS = "OPENAI_API_KEY=fuzz,GITHUB_TOKEN=fuzz"
     copy = tmp_path / "fuzz-defs"

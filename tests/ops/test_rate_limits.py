@@ -119,10 +119,7 @@ def test_successful_requests_never_count(team_a, api_for, settings):
         assert client.get("/api/me", REMOTE_ADDR=where).status_code == 200
 
 
-def test_run_starts_are_limited_per_team(team_a, team_b, api_for, settings, monkeypatch):
-    from agents_app.tasks import execute_activation
-
-    monkeypatch.setattr(execute_activation, "delay", lambda activation_id: None)
+def test_run_starts_are_limited_per_team(team_a, team_b, api_for, settings, unserved):
     settings.MAS_RUNS_PER_MIN = 3
     for team in (team_a, team_b):
         agent(team, "Lead")

@@ -296,16 +296,15 @@ def allowing_worker(django_db_setup, django_db_blocker):
 
 
 def start_on(queue: str, **kwargs) -> Run:
-    """run_start, its root sent to ``queue`` (the worker there sends everything after to its own queue)."""
-    from django.db import connection, transaction
+    """run_start, its work in the pool ``queue`` (the worker there puts everything after in its own pool)."""
+    from mas_project.celery import app
 
-    from agents_app.tasks import execute_activation
-
-    with transaction.atomic():
-        run = run_start(**kwargs)
-        connection.run_on_commit = []  # not to the default queue's worker
-    execute_activation.apply_async((str(run.activations.get().id),), queue=queue)
-    return run
+    before = app.conf.task_default_queue
+    app.conf.task_default_queue = queue
+    try:
+        return run_start(**kwargs)
+    finally:
+        app.conf.task_default_queue = before
 
 
 @pytest.mark.django_db(transaction=True)

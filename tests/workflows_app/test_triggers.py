@@ -7,8 +7,7 @@ import pytest
 from workflows_app.kinds import WORKFLOW
 from mas_core.definitions.markdown import DefinitionError
 from agents_app.execution.runs import run_start
-from agents_app.models import Run
-from agents_app.tasks import execute_activation
+from agents_app.models import Activation, Run
 from memory_app.board import channel_publish
 from tests.runs import agent, define
 from workflows_app.models import Workflow, WorkflowRun
@@ -22,12 +21,23 @@ ON_NEWS = ("---\nname: On news\ntrigger: channel\nchannel: news\ninputs: [headli
            "- id: react\n  agent: lead\n  prompt: 'React to {headline}{extra}'\n---\n")
 
 
+class Sent:
+    """The activations made ready for workers, oldest first (none runs: these runs only need to start)."""
+
+    def ids(self) -> list[str]:
+        return [str(pk) for pk in Activation.objects.filter(status="ready").order_by("created_at")
+                .values_list("id", flat=True)]
+
+    def __iter__(self):
+        return iter(self.ids())
+
+    def __len__(self):
+        return len(self.ids())
+
+
 @pytest.fixture
-def sent(monkeypatch):
-    """The activations sent to workers (not executed: these runs only need to start)."""
-    ids = []
-    monkeypatch.setattr(execute_activation, "delay", lambda activation_id: ids.append(activation_id))
-    return ids
+def sent(unserved):
+    return Sent()
 
 
 def test_cron_expressions_match_like_crontab():
