@@ -74,10 +74,10 @@ def claim(*, worker: str, queue: str, free: int, running: int) -> list[Claimed] 
         ready_total = sum(ready for _, ready, *_ in teams)
         even = math.ceil((others_running + running + ready_total) / (others + 1))
         take = min(free, ready_total, max(even - running, 1 if others == 0 else 0))
-        shares = _shares(teams, take)
-        claimed: list[Claimed] = []
+        order = _shares(teams, take)
+        picked: dict[int, list[Claimed]] = {}
         now = timezone.now()
-        for team_id, count in shares.items():
+        for team_id in dict.fromkeys(order):
             cursor.execute(
                 """
                 UPDATE agents_app_activation a SET status = 'dispatched', worker = %s, dispatched_at = %s
@@ -86,29 +86,33 @@ def claim(*, worker: str, queue: str, free: int, running: int) -> list[Claimed] 
                       ORDER BY priority, created_at LIMIT %s FOR UPDATE SKIP LOCKED) picked
                 WHERE a.id = picked.id
                 RETURNING a.id::text, a.priority, a.created_at, a.ready_at
-                """, [worker, now, queue, team_id, count])
-            for activation_id, priority, created_at, ready_at in sorted(cursor.fetchall(), key=lambda r: r[1:3]):
-                claimed.append(Claimed(activation_id, team_id, (now - (ready_at or created_at)).total_seconds()))
+                """, [worker, now, queue, team_id, order.count(team_id)])
+            rows = sorted(cursor.fetchall(), key=lambda row: row[1:3])
+            picked[team_id] = [Claimed(activation_id, team_id, (now - (ready_at or created_at)).total_seconds())
+                               for activation_id, _, created_at, ready_at in rows]
+        # In the order the slots were handed out: the teams interleaved as their shares go.
+        claimed = [picked[team_id].pop(0) for team_id in order if picked[team_id]]
         if claimed:
             cursor.execute("UPDATE agents_app_worker SET running = %s WHERE name = %s",
                            [running + len(claimed), worker])
     return claimed
 
 
-def _shares(teams: list[tuple], slots: int) -> dict[int, int]:
-    """Hand ``slots`` out one at a time, each to the team using the least of its weighted share."""
+def _shares(teams: list[tuple], slots: int) -> list[int]:
+    """Hand ``slots`` out one at a time, each to the team using the least of its weighted share; returns the
+    team of each slot in turn."""
     heap = []
     for team_id, ready, active, max_sessions, session_limit, weight in teams:
         room = min(ready, team_limit(max_sessions=max_sessions, session_limit=session_limit) - active)
         if room > 0:
             heap.append(((active + 1) / max(weight, 1), team_id, active, room, max(weight, 1)))
     heapq.heapify(heap)
-    shares: dict[int, int] = {}
+    order: list[int] = []
     while slots > 0 and heap:
         _, team_id, active, room, weight = heapq.heappop(heap)
-        shares[team_id] = shares.get(team_id, 0) + 1
+        order.append(team_id)
         slots -= 1
         active, room = active + 1, room - 1
         if room > 0:
             heapq.heappush(heap, ((active + 1) / weight, team_id, active, room, weight))
-    return shares
+    return order
