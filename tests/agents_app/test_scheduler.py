@@ -203,15 +203,15 @@ def test_a_killed_workers_session_resumes_on_another_within_seconds(leads, monke
     agent(alpha, "Lead", "tools: [vfs_write]\n")
     queue = f"failover-{os.getpid()}"
     monkeypatch.setitem(app.conf, "task_default_queue", queue)
-    first = start_worker(f"{queue}-a", queue=queue)
-    second = None
+    workers = [start_worker(f"{queue}-a", queue=queue), start_worker(f"{queue}-b", queue=queue)]
     try:
-        script = {"lead": [{"tool_calls": [call("vfs_write", path="note.md", content="once")]},
-                           {"text": "thinking", "latency_ms": 8000}, {"text": "done"}]}
+        script = {"lead": [call("vfs_write", path="note.md", content="once"),
+                           {"text": "done", "latency_ms": 8000}]}
         run = run_start(team=alpha, agent="lead", input="x", script=script)
         wait_until(lambda: Event.objects.filter(run=run, type="tool_result").exists(), 30, "the tool call")
-        second = start_worker(f"{queue}-b", queue=queue)
-        os.killpg(first.process.pid, signal.SIGKILL)
+        holder = Session.objects.get(run=run).worker
+        [victim] = [w for w in workers if holder.endswith(f":{w.process.pid}")]
+        os.killpg(victim.process.pid, signal.SIGKILL)
         killed_at = time.time()
         resumed = wait_until(lambda: Event.objects.filter(run=run, type="session_start", data__resumed=True).first(),
                              15, "the session to resume on the other worker")
@@ -219,9 +219,10 @@ def test_a_killed_workers_session_resumes_on_another_within_seconds(leads, monke
         run = finish(run)
         assert (run.status, run.result) == ("succeeded", "done")
         assert [e.data["name"] for e in events(run, "tool_call")] == ["vfs_write"]  # made once
-        workers = list(Session.objects.filter(run=run).values_list("worker", flat=True))
-        assert len(workers) == 1  # one session, resumed
+        [session] = Session.objects.filter(run=run)  # one session, resumed on the other worker
+        assert session.worker != holder and session.worker.startswith(holder.split(":")[0])
+        [retry] = [e.data for e in events(run, "retry")]
+        assert (retry["what"], retry["reason"]) == ("session_resume", f"worker {holder} died")
     finally:
-        stop_worker(first)
-        if second is not None:
-            stop_worker(second)
+        for worker in workers:
+            stop_worker(worker)
