@@ -226,3 +226,55 @@ def test_a_killed_workers_session_resumes_on_another_within_seconds(leads, monke
     finally:
         for worker in workers:
             stop_worker(worker)
+
+
+# -- what a team and the operator see and set -------------------------------------------------------
+
+
+def test_each_teams_queue_shows_in_metrics_and_on_its_dashboard(leads, unserved, make_member, settings):
+    from django.test import Client
+    from django.urls import reverse
+
+    from tests.agents_app.test_admin_definitions import client_for
+    from tests.ops.test_metrics import samples
+
+    alpha, beta, _ = leads
+    settings.MAS_METRICS_TOKEN = ""
+    Team.objects.filter(pk=beta.pk).update(max_sessions=7)
+    ready_runs(alpha, 3)
+    ready_runs(beta, 1)
+    claim(worker="w:1", queue=unserved, free=2, running=0)  # alpha's first, then beta's
+    values = samples(Client().get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode())
+    assert {k: v for k, v in values.items() if k.startswith(("mas_scheduler_ready", "mas_scheduler_running",
+                                                             "mas_scheduler_limit"))} == {
+        'mas_scheduler_ready{team="alpha"}': 2, 'mas_scheduler_ready{team="beta"}': 0,
+        'mas_scheduler_running{team="alpha"}': 1, 'mas_scheduler_running{team="beta"}': 1,
+        'mas_scheduler_limit{team="alpha"}': 500, 'mas_scheduler_limit{team="beta"}': 7}
+    waits = {k for k in values if k.startswith("mas_scheduler_wait_seconds")}
+    assert waits == {f'mas_scheduler_wait_seconds{{team="{t}",quantile="{q}"}}' for t in ("alpha", "beta")
+                     for q in ("0.5", "0.95")}
+    assert set(k for k in values if k.startswith("mas_scheduler_oldest")) == {
+        'mas_scheduler_oldest_ready_seconds{team="alpha"}'}
+
+    page = client_for(make_member(alpha, "viewer")).get(reverse("admin:index")).content.decode()
+    assert '<span class="mas-number">2</span> waiting for a worker' in page
+    assert '<span class="mas-number">1</span> of 500 sessions running' in page
+    assert "over the 1 session started in the last 5 minutes" in page
+
+
+def test_a_team_admin_may_lower_the_teams_session_limit_but_not_raise_it(leads, api_for):
+    alpha, *_ = leads
+    Team.objects.filter(pk=alpha.pk).update(max_sessions=20)
+    admin = api_for(alpha, "admin")
+    shown = admin.get("/api/team").json()
+    assert (shown["max_sessions"], shown["session_limit"], shown["weight"]) == (20, None, 1)
+    refused = admin.patch("/api/team", {"session_limit": 21})
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["msg"] == (
+        "session_limit: at most 20, the operator's cap for this team (a team's admins may only lower it)")
+    assert Team.objects.get(pk=alpha.pk).session_limit is None
+    assert admin.patch("/api/team", {"session_limit": 5}).json()["session_limit"] == 5
+    assert [q.limit for q in team_queues(team_ids=[alpha.pk])] == [5]
+    assert admin.patch("/api/team", {"session_limit": None}).json()["session_limit"] is None
+    assert api_for(alpha, "editor").patch("/api/team", {"session_limit": 1}).status_code == 403
+    assert Team.objects.get(pk=alpha.pk).session_limit is None
