@@ -9,9 +9,10 @@ one instant turn (a zero-latency answer). Figures per try:
 
 - B's completion: B's ``run_start`` call .. the run's ``finished_at`` (the
   worker's clock; same machine), and B's wait: .. its ``session_start`` event;
-- what B found when it started: A's root activations by status (dispatched =
-  in the broker or reserved by the worker, running), A's sessions running, A's
-  runs finished, and the length of the Celery queue in Redis;
+- what B found when it started: A's root activations by status (ready =
+  admitted and waiting for a worker's slot, claimed by a worker, running), A's
+  sessions running, A's runs finished, and the length of the Celery queue in
+  Redis (which no longer carries sessions: 0 since the scheduler);
 - A's throughput: A's model turns (``llm_response`` events) ÷ (A's first
   ``session_start`` .. last ``session_end``), and A's makespan (commit .. last
   run finished).
@@ -92,6 +93,7 @@ def a_state(run_ids: list) -> dict:
     activations = dict(Activation.objects.filter(run_id__in=run_ids).values_list("status")
                        .annotate(n=Count("id")).values_list("status", "n"))
     return {
+        "ready": activations.get("ready", 0),
         "dispatched": activations.get("dispatched", 0), "running": activations.get("running", 0),
         "sessions_running": Session.objects.filter(run_id__in=run_ids, status="running").count(),
         "runs_finished": Run.objects.filter(pk__in=run_ids, status__in=FINISHED).count(),
@@ -242,7 +244,7 @@ def report(index: str, r: dict, args) -> None:
     c.say(line)
     c.say(f"{'':>14}A's sessions started after the commit: p50 {c.percentile(r['a_waits'], 50):.1f} s, "
           f"max {max(r['a_waits']):.1f} s")
-    c.say(f"{'':>14}at +{r['b_at']:.1f} s: A activations dispatched (broker or reserved) {s['dispatched']}, running "
+    c.say(f"{'':>14}at +{r['b_at']:.1f} s: A activations ready {s['ready']}, claimed {s['dispatched']}, running "
           f"{s['running']}; sessions running {s['sessions_running']}; A runs finished {s['runs_finished']}; "
           f"broker queue {s['broker']}")
     if r["with_b"]:
@@ -332,7 +334,8 @@ def main() -> None:
               f"max {max(wait):.2f} s")
         c.say(f"  A's runs finished before B's: p50 {c.percentile([r['b']['a_finished_before'] for r in with_b], 50):.0f}"
               f" of {args.a_runs}; at B's start, broker queue p50 "
-              f"{c.percentile([r['at_b']['broker'] for r in with_b], 50):.0f}, A activations dispatched p50 "
+              f"{c.percentile([r['at_b']['broker'] for r in with_b], 50):.0f}, A activations ready p50 "
+              f"{c.percentile([r['at_b']['ready'] for r in with_b], 50):.0f}, claimed p50 "
               f"{c.percentile([r['at_b']['dispatched'] for r in with_b], 50):.0f}, A sessions running p50 "
               f"{c.percentile([r['at_b']['sessions_running'] for r in with_b], 50):.0f}")
     for label, group in (("with B", with_b), ("without B", without_b)):

@@ -34,10 +34,20 @@ class LoopRunner:
             with self._lock:
                 if self._loop is None or self._pid != os.getpid():
                     loop = asyncio.new_event_loop()
-                    loop.set_default_executor(ThreadPoolExecutor(self._db_threads, thread_name_prefix="mas-db"))
+                    self._executor = ThreadPoolExecutor(self._db_threads, thread_name_prefix="mas-db")
+                    loop.set_default_executor(self._executor)
                     threading.Thread(target=loop.run_forever, name="mas-sessions", daemon=True).start()
                     self._loop, self._pid = loop, os.getpid()
         return self._loop
+
+    def db_backlog(self) -> int:
+        """Database calls waiting for one of the loop's threads now (0 before the loop starts)."""
+        executor = getattr(self, "_executor", None)
+        return executor._work_queue.qsize() if executor is not None else 0
+
+    @property
+    def db_threads(self) -> int:
+        return self._db_threads
 
     def running_loop(self) -> asyncio.AbstractEventLoop | None:
         """This process's session loop if it was started (in a worker), else None."""

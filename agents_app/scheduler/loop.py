@@ -3,7 +3,9 @@
 One coroutine per process, on the process's session loop (``mas_core.runner``):
 it claims as many ready activations as the process has free slots
 (``MAS_WORKER_SLOTS``) and runs each session as a task on the same loop — no
-broker message, no thread per session. It wakes when a NOTIFY on
+broker message, no thread per session. A process whose database threads are
+backed up claims nothing until they catch up: what it would take would only
+queue behind its own work, where no other team's run could overtake it. It wakes when a NOTIFY on
 ``admission.READY_CHANNEL`` says work is ready (a LISTEN connection of its
 own), when one of its sessions ends, and at least every
 ``MAS_SCHEDULER_POLL_S``. Beside it, a beat every ``MAS_WORKER_BEAT_S``
@@ -33,6 +35,9 @@ logger = logging.getLogger(__name__)
 CLAIM_BATCH = 50
 # A claim that found another under way tries again after this long.
 CLAIM_RETRY_S = 0.005
+# No claim while more than this many database calls per thread wait for the loop's threads; look again after.
+BACKLOG_PER_THREAD = 2
+BUSY_WAIT_S = 0.02
 
 
 class WorkerLoop:
@@ -51,6 +56,11 @@ class WorkerLoop:
         while not self.stopping:
             self.wake.clear()
             free = self.slots - len(self.sessions)
+            if free > 0 and runner.db_backlog() > BACKLOG_PER_THREAD * runner.db_threads:
+                # The process is saturated: work it claimed now would wait here behind its own backlog,
+                # while a worker with room (or this one, in a moment) could start it at once.
+                await asyncio.sleep(BUSY_WAIT_S)
+                continue
             claimed = []
             if free > 0:
                 try:
