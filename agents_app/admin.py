@@ -162,6 +162,14 @@ class TeamForm(forms.ModelForm):
         fields = ("slug", "name", "defs_dir", "tool_result_max_bytes", "stdio_mcp_allowed", "max_sessions",
                   "session_limit", "weight")
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "weight" in self.fields:
+            self.fields["weight"].required = False  # blank: 1
+
+    def clean_weight(self):
+        return self.cleaned_data.get("weight") or 1
+
     def clean(self):
         data = super().clean()
         limit = data.get("session_limit")

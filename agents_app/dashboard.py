@@ -193,11 +193,14 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
 
 
-def _queue(*, team: Team, now: datetime) -> dict[str, Any]:
-    """The team's queue in the scheduler: depth, sessions running against its limit, recent waits."""
+def _queue(*, team: Team, now: datetime) -> dict[str, Any] | None:
+    """The team's queue in the scheduler: depth, sessions running against its limit, recent waits (hidden
+    while the team has had nothing to run for a while)."""
     from agents_app.scheduler import WAIT_WINDOW_S, team_queues
 
     [queue] = team_queues(team_ids=[team.pk])
+    if not (queue.ready or queue.running or queue.claimed):
+        return None
     return {"queue": queue, "wait_p50": _seconds(queue.wait_p50_s), "wait_p95": _seconds(queue.wait_p95_s),
             "oldest": _seconds(queue.oldest_ready_s if queue.ready else None), "claimed": queue.claimed,
             "window_min": WAIT_WINDOW_S // 60}

@@ -266,7 +266,8 @@ def test_viewers_see_the_inbox_but_cannot_decide_and_other_teams_see_nothing(
     assert events(run, "approval_decided") == []
     team = viewer.get("/api/team").json()
     assert team == {"slug": "alpha", "name": team_a.name, "approval_policy": [], "approval_deadline_s": 86400,
-                    "approval_default": "reject", "webhook_url": "", "webhook_secret_set": False}
+                    "approval_default": "reject", "webhook_url": "", "webhook_secret_set": False,
+                    "max_sessions": 500, "session_limit": None, "weight": 1}
     assert viewer.patch("/api/team", {"approval_deadline_s": 60}).status_code == 403
     run_cancel(run=run)
 

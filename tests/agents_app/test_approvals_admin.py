@@ -218,7 +218,8 @@ def test_team_settings_are_saved_through_the_service_and_the_secret_is_write_onl
     # The API reads the same settings; the page never shows the secret.
     assert api_for(team_a, "viewer").get("/api/team").json() == {
         "slug": "alpha", "name": team_a.name, "approval_policy": team.approval_policy, "approval_deadline_s": 3600,
-        "approval_default": "approve", "webhook_url": "https://hooks.example.com/mas", "webhook_secret_set": True}
+        "approval_default": "approve", "webhook_url": "https://hooks.example.com/mas", "webhook_secret_set": True,
+        "max_sessions": 500, "session_limit": None, "weight": 1}
     body = admin.get(SETTINGS).content.decode()
     assert "s3cret-value" not in body and 'id="secret-state">set<' in body
     # As YAML (the database keeps the mapping's keys in its own order).

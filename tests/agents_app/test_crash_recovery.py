@@ -54,7 +54,7 @@ def test_sigkill_mid_session_resumes_without_rerunning_tools(team_a, monkeypatch
     assert starts == [False, True]
     resume = [e.data for e in events if e.type == "retry"]
     assert len(resume) == 1 and resume[0]["what"] == "session_resume"
-    assert resume[0]["reason"].startswith("worker ") and resume[0]["reason"].endswith(" stopped answering")
+    assert resume[0]["reason"].startswith("worker ") and resume[0]["reason"].endswith(" died")
     assert types_without_duplicates(events)
 
 

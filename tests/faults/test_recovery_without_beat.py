@@ -65,8 +65,7 @@ def test_a_killed_worker_replaced_at_once_is_recovered_without_beat(team_a, monk
         # start-up sweep (already done) could not resume it.
         silent_s = (timezone.now() - session.heartbeat_at).total_seconds()
         assert silent_s < STALE_S - 2, f"the worker took too long to start ({silent_s:.0f} s since the heartbeat)"
-        assert (Run.objects.get(pk=run.pk).status, Event.objects.filter(run=run, type="retry").count()) == (
-            "running", 0)
+        assert Run.objects.get(pk=run.pk).status == "running"
         run = wait_until(lambda: Run.objects.filter(pk=run.pk, status__in=["succeeded", "failed"]).first(),
                          STALE_S + 40, "the run to finish")
     finally:
@@ -82,11 +81,12 @@ def test_a_killed_worker_replaced_at_once_is_recovered_without_beat(team_a, monk
         f"step-{n:02}.md" for n in range(1, STEPS + 1)]
     assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "version")) == {
         f"step-{n:02}.md": 1 for n in range(1, STEPS + 1)}
-    # One session, resumed once from its checkpoint, by the periodic sweep of the second worker.
+    # One session, resumed once from its checkpoint: the second worker saw the first stop beating (long before
+    # the session's own heartbeat was stale).
     [session] = Session.objects.filter(run=run)
     assert (session.attempt, session.status) == (1, "ok")
     assert [e.data["resumed"] for e in events if e.type == "session_start"] == [False, True]
     [resume] = [e for e in events if e.type == "retry"]
     assert (resume.data["what"], resume.data["resume"]) == ("session_resume", 1)
-    assert resume.data["reason"] == f"worker {socket.gethostname()}:{first.process.pid} stopped answering"
+    assert resume.data["reason"] == f"worker {socket.gethostname()}:{first.process.pid} died"
     assert sum(e.type == "tool_result" and e.seq < resume.seq for e in events) == done_at_kill
