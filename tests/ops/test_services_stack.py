@@ -83,10 +83,10 @@ def test_the_stack_starts_two_workers_and_beat_which_fires_a_schedule_and_stop_e
         pids = {name: pid_of(tmp_path, name) for name in names}
         assert status[:4] == [f"{name:<9} running, pid {pids[name]}" for name in names]
         for i in (0, 1):
-            cmdline = Path(f"/proc/{pids[f'worker-{i}']}/cmdline").read_bytes().split(b"\0")
-            assert b" ".join(cmdline[1:]).decode() == (
-                f"-A mas_project worker -l info -Q {env['MAS_CELERY_QUEUE']} --pool threads --concurrency 4 "
-                f"-n mas-worker-{i}@{host}")
+            cmdline = Path(f"/proc/{pids[f'worker-{i}']}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
+            assert cmdline[1:] == [  # [0]: the Python of the celery script's #! line
+                str(Path(sys.executable).parent / "celery"), "-A", "mas_project", "worker", "-l", "info",
+                "-Q", env["MAS_CELERY_QUEUE"], "--pool", "threads", "--concurrency", "4", "-n", f"mas-worker-{i}@{host}"]
             assert (tmp_path / "log" / f"worker-{i}.log").stat().st_size > 0
         assert "beat" in Path(f"/proc/{pids['beat']}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         # Started again: nothing twice.
