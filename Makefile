@@ -27,7 +27,8 @@ demo: setup sandbox
 	@echo "  admin       http://127.0.0.1:8000/admin/   (user demo)"
 	@echo "  API docs    http://127.0.0.1:8000/api/docs"
 	@echo "  health      http://127.0.0.1:8000/api/health"
-	@echo "  logs        var/log/web.log, var/log/worker.log, var/log/beat.log"
+	@echo "  logs        var/log/web.log, var/log/beat.log, and var/log/worker-<i>.log: one per worker process"
+	@echo "              (worker-0.log ... , one per core; MAS_WORKERS sets how many)"
 	@echo "  stop with   make stop"
 	@echo
 	@echo "Running the demo workflow (research -> two reviews at once -> report):"

@@ -2,13 +2,16 @@
 """Start, check and stop the local MAS stack for `make demo`, `make test`, `make stop`.
 
     services.py deps     ensure PostgreSQL (embedded unless DATABASE_URL) and Redis
-    services.py start    start daphne, a Celery worker and Celery beat in the background (once)
+    services.py start    start daphne, Celery workers and Celery beat in the background (once)
     services.py wait     wait for /api/health and print the report
     services.py status   what runs, with pids
     services.py stop     stop what `start` started (and the Redis that `deps` started)
 
-Runs with the project's virtualenv Python; state lives under var/ (pids in
-var/run/, logs in var/log/; beat's schedule in var/run/celerybeat-schedule).
+Workers: one Celery worker process per core (``MAS_WORKERS`` sets how many),
+each with the node name ``mas-worker-<i>@<host>`` and its own pid file and log
+(worker-<i>), as `scripts/workers.py` describes. Runs with the project's
+virtualenv Python; state lives under var/ (pids in var/run/, logs in var/log/;
+beat's schedule in var/run/celerybeat-schedule).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ PORT = int(os.environ.get("MAS_PORT", "8000"))
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 sys.path.insert(0, str(ROOT))
+
+from workers import node_name, worker_argv, worker_count  # noqa: E402 - scripts/workers.py, beside this file
 
 
 def say(message: str) -> None:
@@ -82,24 +87,30 @@ def running(pid: int) -> bool:
 
 
 def stop(name: str, marker: str, timeout: float = 20) -> bool:
-    pid = pid_alive(name, marker)
-    if pid is None:
-        (RUN / f"{name}.pid").unlink(missing_ok=True)
-        return False
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    # Until it is gone, not only until its command line is (an exiting process loses it first).
+    return stop_together({name: marker}, timeout)[name]
+
+
+def stop_together(markers: dict[str, str], timeout: float = 20) -> dict[str, bool]:
+    """SIGTERM to every one (name -> a word of its command line) at once, then wait for all; SIGKILL to
+    those still there after ``timeout``. Whether each was running."""
+    pids = {name: pid_alive(name, marker) for name, marker in markers.items()}
+    for pid in pids.values():
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    # Until they are gone, not only until their command lines are (an exiting process loses it first).
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and running(pid):
+    while time.monotonic() < deadline and any(pid is not None and running(pid) for pid in pids.values()):
         time.sleep(0.2)
-    if running(pid):
-        os.killpg(pid, signal.SIGKILL)
-        while running(pid):
-            time.sleep(0.1)
-    (RUN / f"{name}.pid").unlink(missing_ok=True)
-    return True
+    for name, pid in pids.items():
+        if pid is not None and running(pid):
+            os.killpg(pid, signal.SIGKILL)
+            while running(pid):
+                time.sleep(0.1)
+        (RUN / f"{name}.pid").unlink(missing_ok=True)
+    return {name: pid is not None for name, pid in pids.items()}
 
 
 # -- dependencies -------------------------------------------------------------
@@ -167,31 +178,34 @@ def deps() -> None:
 
 # -- the stack ------------------------------------------------------------------
 
-SERVICES = {
-    "web": (
-        "daphne",
-        [str(BIN / "daphne"), "-b", HOST, "-p", str(PORT), "mas_project.asgi:application"],
-    ),
-    "worker": (
-        "celery",
-        [
-            str(BIN / "celery"), "-A", "mas_project", "worker", "-l", "info", "-Q",
-            # A Celery thread only waits while its session runs on the worker's
-            # asyncio loop: threads are cheap, and they bound concurrent sessions.
-            os.environ.get("MAS_CELERY_QUEUE", "mas"), "--pool", "threads",
-            "--concurrency", os.environ.get("MAS_WORKER_CONCURRENCY", "256"),
-            "-n", f"mas-worker@{os.uname().nodename}",
-        ],
-    ),
-    # One beat: schedule triggers, the periodic sweep for lost work, retention (settings.CELERY_BEAT_SCHEDULE).
-    "beat": (
-        "beat",
-        [
-            str(BIN / "celery"), "-A", "mas_project", "beat", "-l", "info",
-            "--schedule", str(RUN / "celerybeat-schedule"), "--pidfile", "",
-        ],
-    ),
-}
+def services() -> dict[str, tuple[str, list[str]]]:
+    """name -> (a word of its command line, its command line): web, worker-0 … worker-<N-1>, beat."""
+    workers = {
+        f"worker-{i}": ("celery", worker_argv(i, celery=str(BIN / "celery"))) for i in range(worker_count())
+    }
+    return {
+        "web": ("daphne", [str(BIN / "daphne"), "-b", HOST, "-p", str(PORT), "mas_project.asgi:application"]),
+        **workers,
+        # One beat: schedule triggers, the periodic sweep for lost work, retention (settings.CELERY_BEAT_SCHEDULE).
+        "beat": (
+            "beat",
+            [
+                str(BIN / "celery"), "-A", "mas_project", "beat", "-l", "info",
+                "--schedule", str(RUN / "celerybeat-schedule"), "--pidfile", "",
+            ],
+        ),
+    }
+
+
+def every_service() -> dict[str, tuple[str, list[str]]]:
+    """``services()`` and the workers with a pid file it does not name (started with a larger MAS_WORKERS,
+    or the single `worker` of earlier versions), in the order web, workers, beat: what `stop` and `status`
+    look at."""
+    current = services()
+    found = [path.stem for path in RUN.glob("worker*.pid")] if RUN.is_dir() else []
+    earlier = {name: ("celery", []) for name in sorted(found, key=lambda n: (len(n), n)) if name not in current}
+    web, beat = current.pop("web"), current.pop("beat")
+    return {"web": web, **current, **earlier, "beat": beat}
 
 
 def port_taken() -> bool:
@@ -203,7 +217,7 @@ def port_taken() -> bool:
 
 
 def start() -> None:
-    for name, (marker, argv) in SERVICES.items():
+    for name, (marker, argv) in services().items():
         pid = pid_alive(name, marker)
         if pid:
             say(f"{name} already running (pid {pid})")
@@ -226,7 +240,8 @@ def wait(timeout: float = 180) -> None:
             status, report = error.code, json.load(error) if error.code == 503 else None
         except (urllib.error.URLError, OSError, ValueError):
             status = None
-        if status == 200:
+        missing = workers_missing(report) if status == 200 else []
+        if status == 200 and not missing:
             break
         time.sleep(1)
     if report is None:
@@ -236,17 +251,27 @@ def wait(timeout: float = 180) -> None:
         print(f"    {'ok ' if check['ok'] else 'FAIL'} {name:<11} {check['detail']}")
     if status != 200:
         sys.exit(f"[mas] unhealthy: {', '.join(report['failed'])}; logs in {LOG}")
+    if missing:
+        sys.exit(f"[mas] no heartbeat from {', '.join(missing)} within {timeout:.0f} s; logs in {LOG}")
+
+
+def workers_missing(report: dict) -> list[str]:
+    """The node names of the workers `start` starts that the health report's celery check does not list."""
+    detail = report["checks"].get("celery", {}).get("detail", "")
+    listed = set(detail.split(": ", 1)[1].split(", ")) if ": " in detail else set()
+    return [node_name(i) for i in range(worker_count()) if node_name(i) not in listed]
 
 
 def status() -> None:
-    for name, (marker, _argv) in {**SERVICES, "redis": ("redis-server", [])}.items():
+    for name, (marker, _argv) in {**every_service(), "redis": ("redis-server", [])}.items():
         pid = pid_alive(name, marker)
-        print(f"{name:<7} {'running, pid ' + str(pid) if pid else 'not running (not started by make)'}")
+        print(f"{name:<9} {'running, pid ' + str(pid) if pid else 'not running (not started by make)'}")
 
 
 def stop_all() -> None:
-    for name, (marker, _argv) in SERVICES.items():
-        say(f"stopped {name}" if stop(name, marker) else f"{name} was not running")
+    markers = {name: marker for name, (marker, _argv) in every_service().items()}
+    for name, was_running in stop_together(markers).items():
+        say(f"stopped {name}" if was_running else f"{name} was not running")
     if stop("redis", "redis-server"):
         say("stopped the Redis that `make` had started")
 

@@ -52,10 +52,10 @@ def test_the_stack_has_every_service(services):
 def test_roles_run_the_right_commands(services):
     assert command(services["migrate"]) == "python manage.py migrate --noinput"
     assert command(services["web"]) == "daphne -b 0.0.0.0 -p 8000 mas_project.asgi:application"
-    worker = command(services["worker"])
-    assert worker.startswith("celery -A mas_project worker -l info ")
-    # `mas` is the default of MAS_CELERY_QUEUE, the queue tasks are sent to.
-    assert " -Q mas " in worker
+    # One Celery worker process per core (tests/ops/test_workers_script.py: each runs
+    # `celery -A mas_project worker -l info -Q mas --pool threads …`, mas being MAS_CELERY_QUEUE's default).
+    assert command(services["worker"]) == "python scripts/workers.py run"
+    assert "MAS_CELERY_QUEUE" not in services["worker"]["environment"]
     assert command(services["beat"]).startswith("celery -A mas_project beat ")
     assert services["migrate"]["restart"] == "no"
     for name in ("postgres", "redis", "web", "worker", "beat"):
@@ -67,8 +67,8 @@ def test_every_long_running_service_but_beat_has_a_healthcheck(services):
     assert healthcheck(services["redis"]) == "redis-cli ping"
     assert "http://127.0.0.1:8000/api/health" in healthcheck(services["web"])
     assert "'Host': 'localhost'" in healthcheck(services["web"])
-    assert healthcheck(services["worker"]).startswith("celery -A mas_project inspect ping -d mas-worker@$$HOSTNAME")
-    assert "-n mas-worker@%h" in command(services["worker"]), "the ping names the worker by its node name"
+    # Every worker process of the container answers a ping, by its node name mas-worker-<i>@<hostname>.
+    assert services["worker"]["healthcheck"]["test"] == ["CMD", "python", "scripts/workers.py", "ping"]
     assert "healthcheck" not in services["beat"]
     assert "healthcheck" not in services["migrate"]
 
@@ -165,6 +165,14 @@ def test_dockerfile_runs_daphne_as_a_non_root_user():
     assert instructions[-1] == ("CMD", '["daphne", "-b", "0.0.0.0", "-p", "8000", "mas_project.asgi:application"]')
     env = " ".join(arguments for instruction, arguments in instructions if instruction == "ENV")
     assert "PYTHONPATH=/app" in env and "MAS_DEFS_ROOT=/data/defs" in env
+
+
+def test_the_image_has_the_workers_script():
+    # The worker service's command and healthcheck run it from /app, where `COPY . .` puts the code.
+    ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
+    assert (ROOT / "scripts" / "workers.py").is_file()
+    assert not any(entry.strip("/") in {"scripts", "scripts/workers.py"} for entry in ignored)
+    assert ("WORKDIR", "/app") in dockerfile_instructions() and ("COPY", ". .") in dockerfile_instructions()
 
 
 def test_dockerignore_keeps_local_state_and_secrets_out():
