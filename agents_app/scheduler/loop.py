@@ -10,13 +10,14 @@ queue behind its own work, where no other team's run could overtake it. It wakes
 own), when one of its sessions ends, and at least every
 ``MAS_SCHEDULER_POLL_S``. Beside it, a beat every ``MAS_WORKER_BEAT_S``
 records the process as alive and hands the work of dead workers to the
-living.
+living (on a thread of its own: a saturated loop must not look dead).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from concurrent.futures import Future
 
@@ -51,7 +52,9 @@ class WorkerLoop:
     async def serve(self) -> None:
         await db(worker_beat)(name=self.name, queue=self.queue, slots=self.slots, running=0)
         loop = asyncio.get_running_loop()
-        self.tasks = [loop.create_task(self._listen()), loop.create_task(self._beat())]
+        self.tasks = [loop.create_task(self._listen())]
+        self.beat = threading.Thread(target=self._beat, args=(loop,), name="mas-beat", daemon=True)
+        self.beat.start()
         poll_s = float(settings.MAS_SCHEDULER_POLL_S)
         while not self.stopping:
             self.wake.clear()
@@ -113,18 +116,27 @@ class WorkerLoop:
                 logger.warning("scheduler LISTEN connection lost; polling until it is back", exc_info=True)
                 await asyncio.sleep(1.0)
 
-    async def _beat(self) -> None:
+    def _beat(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Beat, and hand the work of dead workers to the living: on a thread of its own with its own
+        connection, so a busy loop or backed-up database threads never make a live worker look dead."""
+        from django.db import connections
+
         beat_s = float(settings.MAS_WORKER_BEAT_S)
-        while not self.stopping:
-            await asyncio.sleep(beat_s)
-            try:
-                await db(worker_beat)(name=self.name, queue=self.queue, slots=self.slots,
-                                      running=len(self.sessions))
-                dead = await db(workers_dead)()
-                if dead and await db(workers_reap)(dead):
-                    self.wake.set()
-            except Exception:
-                logger.warning("worker beat failed", exc_info=True)
+        try:
+            while not self.stopping:
+                time.sleep(beat_s)
+                if self.stopping:
+                    break
+                try:
+                    worker_beat(name=self.name, queue=self.queue, slots=self.slots, running=len(self.sessions))
+                    dead = workers_dead()
+                    if dead and workers_reap(dead):
+                        loop.call_soon_threadsafe(self.wake.set)
+                except Exception:
+                    logger.warning("worker beat failed", exc_info=True)
+                    connections.close_all()
+        finally:
+            connections.close_all()
 
 
 def _conninfo() -> str:
@@ -160,6 +172,9 @@ def worker_stop(*, drain_s: float | None = None) -> None:
         time.sleep(0.1)
     for task in _worker.tasks:
         loop.call_soon_threadsafe(task.cancel)
+    beat = getattr(_worker, "beat", None)
+    if beat is not None:
+        beat.join(float(settings.MAS_WORKER_BEAT_S) + 5)  # its last beat must not come after the mark below
     if _worker.sessions:
         # What is still running stops with the process, as in a crash; the others resume it now.
         loop.call_soon_threadsafe(loop.stop)
