@@ -77,33 +77,93 @@ class AccessWatch:
     """Closes a socket 4401 once what let it in no longer holds (``ws_reads._access_holds``), checked every
     ``MAS_WS_ACCESS_CHECK_S``: a revoked token, a removed member, a token above its member's lowered role,
     a user signed out or deactivated. A role lowered but still allowed to view keeps its socket: every role
-    may watch its team's runs. Consumers set ``team_id`` and list their other tasks in ``tasks``."""
+    may watch its team's runs. Consumers set ``team_id``, list their other tasks in ``tasks`` and call
+    :meth:`watch_access` once in and :meth:`unwatch_access` on disconnect.
+
+    The sockets of a process are checked together (:class:`AccessChecks`): one thread hop per period, and
+    one check per credential and team however many sockets share it — fifty sockets on one token cost one
+    check a second, not fifty."""
 
     team_id: int
     tasks: list
 
+    def access_key(self) -> tuple:
+        """What the check depends on: the bearer token, or the session user and session (and the team)."""
+        token = ws_reads._bearer(self.scope)
+        if token is not None:
+            return ("token", token, self.team_id)
+        user, session = self.scope.get("user"), self.scope.get("session")
+        return ("session", getattr(user, "pk", None), getattr(session, "session_key", None), self.team_id)
+
     async def access_holds(self) -> bool:
         return await database_sync_to_async(ws_reads._access_holds)(self.scope, self.team_id)
 
-    async def watch_access(self) -> None:
-        while True:
-            await asyncio.sleep(_access_check_s())
-            try:
-                holds = await self.access_holds()
-            except Exception:  # noqa: BLE001 - the database is away (a restart): asked again next period
-                logger.warning("websocket access check failed", exc_info=True)
-                continue
-            if not holds:
-                await self.close_for_access()
-                return
+    def watch_access(self) -> None:
+        access_checks().add(self)
+
+    def unwatch_access(self) -> None:
+        checks = _access_checks.get(id(asyncio.get_running_loop()))
+        if checks is not None:
+            checks.discard(self)
 
     async def close_for_access(self) -> None:
+        self.unwatch_access()
         current = asyncio.current_task()
         for task in [*self.tasks, getattr(self, "flusher", None)]:
             if task is not None and task is not current:
                 task.cancel()
         self.revoked = True
         await self.close(code=4401, reason=ACCESS_GONE)
+
+
+class AccessChecks:
+    """The access checks of one event loop's sockets: every ``MAS_WS_ACCESS_CHECK_S``, each distinct
+    credential is checked once, in one thread hop for all, and the sockets whose access ended are closed.
+    A socket is thus closed at most one period (plus the check) after its access ended, as when each socket
+    checked on its own."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.sockets: set[AccessWatch] = set()
+        self.task: asyncio.Task | None = None
+
+    def add(self, socket: AccessWatch) -> None:
+        self.sockets.add(socket)
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self.run())
+
+    def discard(self, socket: AccessWatch) -> None:
+        self.sockets.discard(socket)
+        if not self.sockets and self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
+            self.task = None
+
+    async def run(self) -> None:
+        while self.sockets:
+            await asyncio.sleep(_access_check_s())
+            sockets = list(self.sockets)
+            checks = {socket.access_key(): (socket.scope, socket.team_id) for socket in sockets}
+            try:
+                holds = await database_sync_to_async(ws_reads._access_holds_all)(checks)
+            except Exception:  # noqa: BLE001 - the database is away (a restart): asked again next period
+                logger.warning("websocket access check failed", exc_info=True)
+                continue
+            for socket in sockets:
+                if socket in self.sockets and not holds[socket.access_key()]:
+                    self.sockets.discard(socket)
+                    asyncio.ensure_future(socket.close_for_access())
+        self.task = None
+
+
+_access_checks: dict[int, AccessChecks] = {}
+
+
+def access_checks() -> AccessChecks:
+    loop = asyncio.get_running_loop()
+    found = _access_checks.get(id(loop))
+    if found is None or found.loop is not loop:
+        found = _access_checks[id(loop)] = AccessChecks(loop)
+    return found
 
 
 # -- /ws/runs/<id>/ ---------------------------------------------------------------------------
@@ -153,10 +213,11 @@ class RunEventsConsumer(AccessWatch, AsyncWebsocketConsumer):
         await self.catch_up()
         room_expect(self.run_id, self.last_seq + 1)
         await self.send_json({"message": "replayed", "last_seq": self.last_seq})
-        self.tasks = [asyncio.ensure_future(self.deliver_forever()), asyncio.ensure_future(self.ping_forever()),
-                      asyncio.ensure_future(self.watch_access())]
+        self.tasks = [asyncio.ensure_future(self.deliver_forever()), asyncio.ensure_future(self.ping_forever())]
+        self.watch_access()
 
     async def disconnect(self, code) -> None:
+        self.unwatch_access()
         for task in self.tasks:
             task.cancel()
         if self.joined:
@@ -273,9 +334,10 @@ class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
         if since is not None:
             for summary in await database_sync_to_async(ws_reads._runs_since)(self.team_id, since):
                 await self.send(text_data=json.dumps({"message": "run", "run": summary}, default=str))
-        self.tasks = [asyncio.ensure_future(self.watch_access())]
+        self.watch_access()
 
     async def disconnect(self, code) -> None:
+        self.unwatch_access()
         for task in self.tasks:
             task.cancel()
         if self.flusher is not None:

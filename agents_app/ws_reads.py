@@ -83,6 +83,12 @@ def _access_holds(scope, team_id: int) -> bool:
     return current[0] or Membership.objects.filter(user_id=user.pk, team_id=team_id).exists()
 
 
+def _access_holds_all(checks: dict[tuple, tuple[Any, int]]) -> dict[tuple, bool]:
+    """:func:`_access_holds` of each ``key: (scope, team_id)``, in one thread hop for all of a process's
+    sockets (``consumers.AccessChecks``)."""
+    return {key: _access_holds(scope, team_id) for key, (scope, team_id) in checks.items()}
+
+
 def _run_team(run_id: str, team_ids: list[int]) -> tuple[int, int] | None:
     """The run's team and its last event's seq, if the run is in one of ``team_ids``."""
     from agents_app.models import Run
