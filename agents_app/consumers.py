@@ -54,8 +54,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from agents_app import ws_reads
-from agents_app.ws_rooms import REPLAY_PAGE, RoomUnavailable, encoded, room_expect, room_join, room_leave
-from mas_core.events import team_runs_group
+from agents_app.ws_rooms import REPLAY_PAGE, RoomUnavailable, encoded, room_expect, room_join, room_leave, subscriber
+from mas_core.events import team_runs_channel
 
 MAX_MESSAGE_CHARS = 256_000  # events per message stop here (an event's data is bounded well below)
 
@@ -328,8 +328,13 @@ class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
             await self.close(code=4404)
             return
         # Subscribe first, then read what changed since the page was drawn: nothing falls in between.
-        self.group = team_runs_group(self.team_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        try:
+            await subscriber().subscribe(team_runs_channel(self.team_id), self)
+        except Exception:  # noqa: BLE001 - Redis is away: the client retries
+            logger.warning("run list subscription failed", exc_info=True)
+            await self.close(code=1011)
+            return
+        self.group = team_runs_channel(self.team_id)
         await self.send(text_data=json.dumps({"message": "subscribed", "team": self.team_id}))
         if since is not None:
             for summary in await database_sync_to_async(ws_reads._runs_since)(self.team_id, since):
@@ -343,14 +348,25 @@ class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
         if self.flusher is not None:
             self.flusher.cancel()
         if self.group is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await subscriber().unsubscribe(self.group, self)
 
-    async def runs_changed(self, message: dict[str, Any]) -> None:
+    def published(self, data: bytes) -> None:
+        """A run of the team changed (its id, from ``ws_rooms.Subscriber``)."""
         # Totals change with every model call: send each run at most every FLUSH_S.
         if self.revoked:
             return
-        self.pending.add(message["run"])
+        self.pending.add(data.decode())
         if self.flusher is None or self.flusher.done():
+            self.flusher = asyncio.ensure_future(self.flush_soon())
+
+    def resubscribed(self, lost_at: float) -> None:
+        """The subscription broke and is back: the runs that changed meanwhile (or still go) are sent again."""
+        self.tasks.append(asyncio.ensure_future(self.send_since(datetime.fromtimestamp(lost_at - 1, tz=UTC))))
+
+    async def send_since(self, since: datetime) -> None:
+        for summary in await database_sync_to_async(ws_reads._runs_since)(self.team_id, since):
+            self.pending.add(summary["id"])
+        if self.pending and (self.flusher is None or self.flusher.done()):
             self.flusher = asyncio.ensure_future(self.flush_soon())
 
     async def flush_soon(self) -> None:

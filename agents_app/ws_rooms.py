@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from channels.db import database_sync_to_async
@@ -66,20 +67,20 @@ class Room:
     async def open(self) -> None:
         try:
             self.subscriber = subscriber()
-            await self.subscriber.subscribe(self)
+            await self.subscriber.subscribe(run_channel(self.run_id), self)
         except Exception:
             self.failed = True
             raise
         finally:
             self.ready.set()  # sockets waiting to join learn the outcome either way
 
-    def receive(self, events: list[dict[str, Any]]) -> None:
-        """A published batch of the run's events (from the subscriber)."""
-        frames = encoded(sorted(events, key=lambda event: event["seq"]))
+    def published(self, data: bytes) -> None:
+        """A published batch of the run's events (a JSON list, from the subscriber)."""
+        frames = encoded(sorted(json.loads(data), key=lambda event: event["seq"]))
         if frames:
             self.arrive(frames)
 
-    def resubscribed(self) -> None:
+    def resubscribed(self, lost_at: float) -> None:
         """The subscription was lost and is back: what was published meanwhile is read from the database."""
         if self.filler is None and self.next_seq is not None:
             self.filler = asyncio.ensure_future(self.fill_from_database())
@@ -163,23 +164,26 @@ class Room:
         if self.filler is not None:
             self.filler.cancel()
         if self.subscriber is not None:
-            await self.subscriber.unsubscribe(self)
+            await self.subscriber.unsubscribe(run_channel(self.run_id), self)
 
 
 class Subscriber:
-    """One event loop's pub/sub connection: the run channels its rooms follow, read by one task.
+    """One event loop's pub/sub connection: the channels its listeners follow (runs' rooms, teams' run
+    lists), read by one task.
 
-    :meth:`subscribe` returns once Redis confirmed the subscription, so a socket that joins and then reads
-    the database misses nothing published in between. When the connection breaks, the reader reconnects
-    (every second until Redis is back), subscribes again and has each room read what it missed from the
-    database.
+    A listener has ``published(data: bytes)`` and ``resubscribed(lost_at: float)``. :meth:`subscribe`
+    returns once Redis confirmed the subscription, so a socket that subscribes and then reads the
+    database misses nothing published in between. When the connection breaks, the reader reconnects
+    (every second until Redis is back), subscribes again and tells each listener, which reads what it
+    missed from the database.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.rooms: dict[str, Room] = {}  # channel -> room
+        self.listeners: dict[str, set] = {}  # channel -> its listeners
         self.waiting: dict[str, asyncio.Future] = {}  # channel -> its confirmation
-        self.lost: set[str] = set()  # channels subscribed again after a break: their rooms read the gap
+        self.lost: set[str] = set()  # channels subscribed again after a break
+        self.lost_at = 0.0
         self.client = None
         self.pubsub = None
         self.reader: asyncio.Task | None = None
@@ -190,41 +194,48 @@ class Subscriber:
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
 
-        # No silent reconnection inside redis-py: a break must reach read(), which reads the gap back.
+        # No silent reconnection inside redis-py: a break must reach read(), which has the gap read back.
         self.client = redis.asyncio.Redis.from_url(live_redis_url(), socket_connect_timeout=2,
                                                    retry=Retry(NoBackoff(), 0))
         self.pubsub = self.client.pubsub()
 
-    async def subscribe(self, room: Room) -> None:
-        channel = run_channel(room.run_id)
-        self.rooms[channel] = room
-        confirmed = self.waiting[channel] = self.loop.create_future()
+    async def subscribe(self, channel: str, listener) -> None:
+        listeners = self.listeners.setdefault(channel, set())
+        first = not listeners
+        listeners.add(listener)
         try:
-            async with self.commands:
-                if self.pubsub is None:
-                    await self.connect()
-                await self.pubsub.subscribe(channel)
-            if self.reader is None:
-                self.reader = asyncio.ensure_future(self.read())
-            await asyncio.wait_for(asyncio.shield(confirmed), timeout=5)
+            if first:
+                confirmed = self.waiting[channel] = self.loop.create_future()
+                async with self.commands:
+                    if self.pubsub is None:
+                        await self.connect()
+                    await self.pubsub.subscribe(channel)
+                if self.reader is None:
+                    self.reader = asyncio.ensure_future(self.read())
+            else:
+                confirmed = self.waiting.get(channel)
+            if confirmed is not None:
+                await asyncio.wait_for(asyncio.shield(confirmed), timeout=5)
         except BaseException:
-            self.rooms.pop(channel, None)
-            self.waiting.pop(channel, None)
+            await self.unsubscribe(channel, listener)
             raise
 
-    async def unsubscribe(self, room: Room) -> None:
-        channel = run_channel(room.run_id)
-        if self.rooms.get(channel) is not room:
-            return  # a new room of the run took the channel over
-        del self.rooms[channel]
+    async def unsubscribe(self, channel: str, listener) -> None:
+        listeners = self.listeners.get(channel)
+        if listeners is None or listener not in listeners:
+            return
+        listeners.discard(listener)
+        if listeners:
+            return
+        del self.listeners[channel]
         self.waiting.pop(channel, None)
-        if not self.rooms:
+        if not self.listeners:
             await self.close()
             return
         try:
             async with self.commands:
                 await self.pubsub.unsubscribe(channel)
-        except Exception:  # noqa: BLE001 - the connection broke: the reader subscribes only to live rooms again
+        except Exception:  # noqa: BLE001 - the connection broke: the reader subscribes only to live channels again
             logger.debug("monitor unsubscribe failed", exc_info=True)
 
     async def close(self) -> None:
@@ -256,27 +267,29 @@ class Subscriber:
         kind, channel = message["type"], message["channel"]
         channel = channel.decode() if isinstance(channel, bytes) else channel
         if kind == "message":
-            room = self.rooms.get(channel)
-            if room is not None:
-                room.receive(json.loads(message["data"]))
+            for listener in list(self.listeners.get(channel, ())):
+                try:
+                    listener.published(message["data"])
+                except Exception:  # noqa: BLE001 - one listener's bad message must not stop the others
+                    logger.warning("monitor message not handled", extra={"channel": channel}, exc_info=True)
         elif kind == "subscribe":
             confirmed = self.waiting.pop(channel, None)
             if confirmed is not None and not confirmed.done():
                 confirmed.set_result(None)
             if channel in self.lost:
                 self.lost.discard(channel)
-                room = self.rooms.get(channel)
-                if room is not None:
-                    room.resubscribed()
+                for listener in list(self.listeners.get(channel, ())):
+                    listener.resubscribed(self.lost_at)
 
     async def reconnect(self) -> None:
+        self.lost_at = time.time()
         while True:
             await asyncio.sleep(1)
             old = (self.pubsub, self.client)
             try:
                 async with self.commands:
                     await self.connect()
-                    channels = list(self.rooms)
+                    channels = list(self.listeners)
                     self.lost = set(channels)
                     if channels:
                         await self.pubsub.subscribe(*channels)
@@ -299,7 +312,7 @@ _subscribers: dict[int, Subscriber] = {}
 
 
 def subscriber() -> Subscriber:
-    """The running loop's subscriber (made on first use, closed with its last room)."""
+    """The running loop's subscriber (made on first use, closed with its last listener)."""
     loop = asyncio.get_running_loop()
     found = _subscribers.get(id(loop))
     if found is None or found.loop is not loop:

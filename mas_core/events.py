@@ -12,8 +12,8 @@ web process's receive loop the queue events waited in (``bench/load.py``,
 bench/RESULTS.md). A web process subscribes once per run its sockets follow
 (``agents_app.ws_rooms``) and reads every message on one connection. Pub/sub
 keeps nothing for a subscriber that is away: a push lost that way is a gap
-the rooms read back from the database, as before. The team's run list
-(``runs.changed``) stays on the Channels layer.
+the rooms read back from the database, as before. A team's run list hears
+which of its runs changed on :func:`team_runs_channel`, in the same round trip.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import json
 import logging
 from typing import Any
 
-from channels.layers import get_channel_layer
 from django.conf import settings
 
 from mas_core.models import Event
@@ -31,10 +30,6 @@ from mas_core.models import Event
 logger = logging.getLogger(__name__)
 
 MAX_EVENT_DATA_CHARS = 64_000
-
-
-def run_group(run_id) -> str:
-    return f"run.{run_id}"
 
 
 def live_prefix() -> str:
@@ -54,9 +49,9 @@ def live_redis_url() -> str:
     return host["address"] if isinstance(host, dict) else host
 
 
-def team_runs_group(team_id) -> str:
-    """The group of a team's run list (``/ws/runs/``): told which run changed, not how."""
-    return f"team.{team_id}.runs"
+def team_runs_channel(team_id) -> str:
+    """The pub/sub channel of a team's run list (``/ws/runs/``): told which run changed (its id), not how."""
+    return f"{live_prefix()}:team.{team_id}.runs"
 
 
 # Events after which a run's row (status, totals) has changed.
@@ -121,33 +116,31 @@ def _sync_redis():
     return _sync_client
 
 
+def _publishes(payloads: list[dict[str, Any]], team_id: int | None) -> list[tuple[str, str]]:
+    # The run's events, and the run's id to its team's run list when they changed its status or totals.
+    run_id = payloads[0]["run"]
+    out = [(run_channel(run_id), _encoded(payloads))]
+    if team_id is not None and any(payload["type"] in RUN_CHANGES for payload in payloads):
+        out.append((team_runs_channel(team_id), run_id))
+    return out
+
+
 def events_push(payloads: list[dict[str, Any]], *, team_id: int | None = None) -> None:
-    """Publish committed events (of one run) from sync code: one ``PUBLISH``, no hop to an event loop.
+    """Publish committed events (of one run) from sync code: one round trip, no hop to an event loop.
 
     With ``team_id``, the team's run list hears of the run too when the events changed its status or
-    totals (through the Channels layer). A failed push is logged: the sockets read the events back.
+    totals. A failed push is logged: the sockets read the events back from the database.
     """
     if not payloads:
         return
-    run_id = payloads[0]["run"]
     try:
-        _sync_redis().publish(run_channel(run_id), _encoded(payloads))
+        pipe = _sync_redis().pipeline(transaction=False)
+        for channel, text in _publishes(payloads, team_id):
+            pipe.publish(channel, text)
+        pipe.execute()
     except Exception:
-        logger.warning("event push failed", extra={"run": run_id, "seq": payloads[0]["seq"]}, exc_info=True)
-    if team_id is not None and any(payload["type"] in RUN_CHANGES for payload in payloads):
-        from asgiref.sync import async_to_sync
-
-        async_to_sync(_runs_changed)(team_id, run_id)
-
-
-async def _runs_changed(team_id: int, run_id: str) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        await layer.group_send(team_runs_group(team_id), {"type": "runs.changed", "run": run_id})
-    except Exception:
-        logger.warning("run list push failed", extra={"run": run_id}, exc_info=True)
+        logger.warning("event push failed", extra={"run": payloads[0]["run"], "seq": payloads[0]["seq"]},
+                       exc_info=True)
 
 
 class Publisher:
@@ -159,16 +152,14 @@ class Publisher:
 
         self.loop = loop
         self.client = redis.asyncio.Redis.from_url(live_redis_url(), socket_timeout=5, socket_connect_timeout=2)
-        self.outbox: list[tuple[str, str, asyncio.Future]] = []
+        self.outbox: list[tuple[str, str]] = []
+        self.waiters: list[asyncio.Future] = []
         self.sending: asyncio.Task | None = None
-        self.teams: set[tuple[int, str]] = set()  # (team, run) whose run list should hear of the run
 
     def push(self, payloads: list[dict[str, Any]], team_id: int | None) -> asyncio.Future:
-        run_id = payloads[0]["run"]
-        done = asyncio.get_running_loop().create_future()
-        self.outbox.append((run_channel(run_id), _encoded(payloads), done))
-        if team_id is not None and any(payload["type"] in RUN_CHANGES for payload in payloads):
-            self.teams.add((team_id, run_id))
+        done = self.loop.create_future()
+        self.outbox += _publishes(payloads, team_id)
+        self.waiters.append(done)
         if self.sending is None:
             self.sending = asyncio.ensure_future(self.send())
         return done
@@ -177,19 +168,17 @@ class Publisher:
         try:
             while self.outbox:
                 batch, self.outbox = self.outbox, []
-                teams, self.teams = self.teams, set()
+                waiters, self.waiters = self.waiters, []
                 try:
                     pipe = self.client.pipeline(transaction=False)
-                    for channel, text, _ in batch:
+                    for channel, text in batch:
                         pipe.publish(channel, text)
                     await pipe.execute()
                 except Exception:
-                    logger.warning("event push failed", extra={"pushes": len(batch)}, exc_info=True)
-                for _, _, done in batch:
+                    logger.warning("event push failed", extra={"publishes": len(batch)}, exc_info=True)
+                for done in waiters:
                     if not done.done():
                         done.set_result(None)
-                for team_id, run_id in sorted(teams):
-                    await _runs_changed(team_id, run_id)
         finally:
             self.sending = None
 
