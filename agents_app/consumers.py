@@ -49,7 +49,6 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
@@ -96,7 +95,7 @@ class AccessWatch:
         return ("session", getattr(user, "pk", None), getattr(session, "session_key", None), self.team_id)
 
     async def access_holds(self) -> bool:
-        return await database_sync_to_async(ws_reads._access_holds)(self.scope, self.team_id)
+        return await ws_reads.db_read(ws_reads._access_holds)(self.scope, self.team_id)
 
     def watch_access(self) -> None:
         access_checks().add(self)
@@ -144,7 +143,7 @@ class AccessChecks:
             sockets = list(self.sockets)
             checks = {socket.access_key(): (socket.scope, socket.team_id) for socket in sockets}
             try:
-                holds = await database_sync_to_async(ws_reads._access_holds_all)(checks)
+                holds = await ws_reads.db_read(ws_reads._access_holds_all)(checks)
             except Exception:  # noqa: BLE001 - the database is away (a restart): asked again next period
                 logger.warning("websocket access check failed", exc_info=True)
                 continue
@@ -184,7 +183,7 @@ class RunEventsConsumer(AccessWatch, AsyncWebsocketConsumer):
         self.behind = False  # batches were dropped since the last read from the database
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         await self.accept()
-        team_ids, refused = await database_sync_to_async(ws_reads._team_ids)(self.scope)
+        team_ids, refused = await ws_reads.db_read(ws_reads._team_ids)(self.scope)
         if refused is not None:
             await self.close(*refused)
             return
@@ -193,7 +192,7 @@ class RunEventsConsumer(AccessWatch, AsyncWebsocketConsumer):
         except ValueError:
             await self.close(code=4400, reason="after must be a whole number: the last seq the client has")
             return
-        found = await database_sync_to_async(ws_reads._run_team)(self.run_id, team_ids)
+        found = await ws_reads.db_read(ws_reads._run_team)(self.run_id, team_ids)
         if found is None:
             await self.close(code=4404)
             return
@@ -265,7 +264,7 @@ class RunEventsConsumer(AccessWatch, AsyncWebsocketConsumer):
     async def _read_database(self, until: int | None = None) -> None:
         """Send the events after ``last_seq`` (up to ``until``) from the database, a page per query."""
         while True:
-            page = await database_sync_to_async(ws_reads._events_after)(
+            page = await ws_reads.db_read(ws_reads._events_after)(
                 self.run_id, self.last_seq, REPLAY_PAGE, None if until is None else until + 1)
             if page:
                 await self.send_events([text for _, text in encoded(page)])
@@ -311,7 +310,7 @@ class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
         self.tasks: list[asyncio.Task] = []
         self.revoked = False
         await self.accept()
-        team_ids, refused = await database_sync_to_async(ws_reads._team_ids)(self.scope)
+        team_ids, refused = await ws_reads.db_read(ws_reads._team_ids)(self.scope)
         if refused is not None:
             await self.close(*refused)
             return
@@ -323,7 +322,7 @@ class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
             except (ValueError, OverflowError, OSError):
                 await self.close(code=4400)
                 return
-        self.team_id = await database_sync_to_async(ws_reads._pick_team)(team_ids, query.get("team", [""])[0])
+        self.team_id = await ws_reads.db_read(ws_reads._pick_team)(team_ids, query.get("team", [""])[0])
         if self.team_id is None:
             await self.close(code=4404)
             return
@@ -337,7 +336,7 @@ class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
         self.group = team_runs_channel(self.team_id)
         await self.send(text_data=json.dumps({"message": "subscribed", "team": self.team_id}))
         if since is not None:
-            for summary in await database_sync_to_async(ws_reads._runs_since)(self.team_id, since):
+            for summary in await ws_reads.db_read(ws_reads._runs_since)(self.team_id, since):
                 await self.send(text_data=json.dumps({"message": "run", "run": summary}, default=str))
         self.watch_access()
 
@@ -364,7 +363,7 @@ class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
         self.tasks.append(asyncio.ensure_future(self.send_since(datetime.fromtimestamp(lost_at - 1, tz=UTC))))
 
     async def send_since(self, since: datetime) -> None:
-        for summary in await database_sync_to_async(ws_reads._runs_since)(self.team_id, since):
+        for summary in await ws_reads.db_read(ws_reads._runs_since)(self.team_id, since):
             self.pending.add(summary["id"])
         if self.pending and (self.flusher is None or self.flusher.done()):
             self.flusher = asyncio.ensure_future(self.flush_soon())
@@ -380,7 +379,7 @@ class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
                 await self.close_for_access()
                 return
             for run_id in sorted(runs):
-                summary = await database_sync_to_async(ws_reads._run_summary)(run_id, self.team_id)
+                summary = await ws_reads.db_read(ws_reads._run_summary)(run_id, self.team_id)
                 if summary is not None:
                     await self.send(text_data=json.dumps({"message": "run", "run": summary}, default=str))
 

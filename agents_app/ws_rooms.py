@@ -13,7 +13,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from channels.db import database_sync_to_async
 
 from agents_app import ws_reads
 from mas_core.events import live_redis_url, run_channel
@@ -121,7 +120,7 @@ class Room:
                 until = min(self.held) if self.held else None
                 if until is not None and until <= self.next_seq:
                     break  # the gap closed while the database was read
-                events = await database_sync_to_async(ws_reads._events_after)(self.run_id, self.next_seq - 1,
+                events = await ws_reads.db_read(ws_reads._events_after)(self.run_id, self.next_seq - 1,
                                                                      REPLAY_PAGE, until)
                 if events:
                     self.hand_out(encoded(events))
