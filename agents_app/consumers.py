@@ -49,13 +49,12 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from agents_app import ws_reads
-from agents_app.ws_rooms import REPLAY_PAGE, RoomUnavailable, encoded, room_expect, room_join, room_leave
-from mas_core.events import team_runs_group
+from agents_app.ws_rooms import REPLAY_PAGE, RoomUnavailable, encoded, room_expect, room_join, room_leave, subscriber
+from mas_core.events import team_runs_channel
 
 MAX_MESSAGE_CHARS = 256_000  # events per message stop here (an event's data is bounded well below)
 
@@ -77,33 +76,93 @@ class AccessWatch:
     """Closes a socket 4401 once what let it in no longer holds (``ws_reads._access_holds``), checked every
     ``MAS_WS_ACCESS_CHECK_S``: a revoked token, a removed member, a token above its member's lowered role,
     a user signed out or deactivated. A role lowered but still allowed to view keeps its socket: every role
-    may watch its team's runs. Consumers set ``team_id`` and list their other tasks in ``tasks``."""
+    may watch its team's runs. Consumers set ``team_id``, list their other tasks in ``tasks`` and call
+    :meth:`watch_access` once in and :meth:`unwatch_access` on disconnect.
+
+    The sockets of a process are checked together (:class:`AccessChecks`): one thread hop per period, and
+    one check per credential and team however many sockets share it — fifty sockets on one token cost one
+    check a second, not fifty."""
 
     team_id: int
     tasks: list
 
-    async def access_holds(self) -> bool:
-        return await database_sync_to_async(ws_reads._access_holds)(self.scope, self.team_id)
+    def access_key(self) -> tuple:
+        """What the check depends on: the bearer token, or the session user and session (and the team)."""
+        token = ws_reads._bearer(self.scope)
+        if token is not None:
+            return ("token", token, self.team_id)
+        user, session = self.scope.get("user"), self.scope.get("session")
+        return ("session", getattr(user, "pk", None), getattr(session, "session_key", None), self.team_id)
 
-    async def watch_access(self) -> None:
-        while True:
-            await asyncio.sleep(_access_check_s())
-            try:
-                holds = await self.access_holds()
-            except Exception:  # noqa: BLE001 - the database is away (a restart): asked again next period
-                logger.warning("websocket access check failed", exc_info=True)
-                continue
-            if not holds:
-                await self.close_for_access()
-                return
+    async def access_holds(self) -> bool:
+        return await ws_reads.db_read(ws_reads._access_holds)(self.scope, self.team_id)
+
+    def watch_access(self) -> None:
+        access_checks().add(self)
+
+    def unwatch_access(self) -> None:
+        checks = _access_checks.get(id(asyncio.get_running_loop()))
+        if checks is not None:
+            checks.discard(self)
 
     async def close_for_access(self) -> None:
+        self.unwatch_access()
         current = asyncio.current_task()
         for task in [*self.tasks, getattr(self, "flusher", None)]:
             if task is not None and task is not current:
                 task.cancel()
         self.revoked = True
         await self.close(code=4401, reason=ACCESS_GONE)
+
+
+class AccessChecks:
+    """The access checks of one event loop's sockets: every ``MAS_WS_ACCESS_CHECK_S``, each distinct
+    credential is checked once, in one thread hop for all, and the sockets whose access ended are closed.
+    A socket is thus closed at most one period (plus the check) after its access ended, as when each socket
+    checked on its own."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.sockets: set[AccessWatch] = set()
+        self.task: asyncio.Task | None = None
+
+    def add(self, socket: AccessWatch) -> None:
+        self.sockets.add(socket)
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self.run())
+
+    def discard(self, socket: AccessWatch) -> None:
+        self.sockets.discard(socket)
+        if not self.sockets and self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
+            self.task = None
+
+    async def run(self) -> None:
+        while self.sockets:
+            await asyncio.sleep(_access_check_s())
+            sockets = list(self.sockets)
+            checks = {socket.access_key(): (socket.scope, socket.team_id) for socket in sockets}
+            try:
+                holds = await ws_reads.db_read(ws_reads._access_holds_all)(checks)
+            except Exception:  # noqa: BLE001 - the database is away (a restart): asked again next period
+                logger.warning("websocket access check failed", exc_info=True)
+                continue
+            for socket in sockets:
+                if socket in self.sockets and not holds[socket.access_key()]:
+                    self.sockets.discard(socket)
+                    asyncio.ensure_future(socket.close_for_access())
+        self.task = None
+
+
+_access_checks: dict[int, AccessChecks] = {}
+
+
+def access_checks() -> AccessChecks:
+    loop = asyncio.get_running_loop()
+    found = _access_checks.get(id(loop))
+    if found is None or found.loop is not loop:
+        found = _access_checks[id(loop)] = AccessChecks(loop)
+    return found
 
 
 # -- /ws/runs/<id>/ ---------------------------------------------------------------------------
@@ -124,7 +183,7 @@ class RunEventsConsumer(AccessWatch, AsyncWebsocketConsumer):
         self.behind = False  # batches were dropped since the last read from the database
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         await self.accept()
-        team_ids, refused = await database_sync_to_async(ws_reads._team_ids)(self.scope)
+        team_ids, refused = await ws_reads.db_read(ws_reads._team_ids)(self.scope)
         if refused is not None:
             await self.close(*refused)
             return
@@ -133,7 +192,7 @@ class RunEventsConsumer(AccessWatch, AsyncWebsocketConsumer):
         except ValueError:
             await self.close(code=4400, reason="after must be a whole number: the last seq the client has")
             return
-        found = await database_sync_to_async(ws_reads._run_team)(self.run_id, team_ids)
+        found = await ws_reads.db_read(ws_reads._run_team)(self.run_id, team_ids)
         if found is None:
             await self.close(code=4404)
             return
@@ -153,10 +212,11 @@ class RunEventsConsumer(AccessWatch, AsyncWebsocketConsumer):
         await self.catch_up()
         room_expect(self.run_id, self.last_seq + 1)
         await self.send_json({"message": "replayed", "last_seq": self.last_seq})
-        self.tasks = [asyncio.ensure_future(self.deliver_forever()), asyncio.ensure_future(self.ping_forever()),
-                      asyncio.ensure_future(self.watch_access())]
+        self.tasks = [asyncio.ensure_future(self.deliver_forever()), asyncio.ensure_future(self.ping_forever())]
+        self.watch_access()
 
     async def disconnect(self, code) -> None:
+        self.unwatch_access()
         for task in self.tasks:
             task.cancel()
         if self.joined:
@@ -204,7 +264,7 @@ class RunEventsConsumer(AccessWatch, AsyncWebsocketConsumer):
     async def _read_database(self, until: int | None = None) -> None:
         """Send the events after ``last_seq`` (up to ``until``) from the database, a page per query."""
         while True:
-            page = await database_sync_to_async(ws_reads._events_after)(
+            page = await ws_reads.db_read(ws_reads._events_after)(
                 self.run_id, self.last_seq, REPLAY_PAGE, None if until is None else until + 1)
             if page:
                 await self.send_events([text for _, text in encoded(page)])
@@ -250,7 +310,7 @@ class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
         self.tasks: list[asyncio.Task] = []
         self.revoked = False
         await self.accept()
-        team_ids, refused = await database_sync_to_async(ws_reads._team_ids)(self.scope)
+        team_ids, refused = await ws_reads.db_read(ws_reads._team_ids)(self.scope)
         if refused is not None:
             await self.close(*refused)
             return
@@ -262,33 +322,50 @@ class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
             except (ValueError, OverflowError, OSError):
                 await self.close(code=4400)
                 return
-        self.team_id = await database_sync_to_async(ws_reads._pick_team)(team_ids, query.get("team", [""])[0])
+        self.team_id = await ws_reads.db_read(ws_reads._pick_team)(team_ids, query.get("team", [""])[0])
         if self.team_id is None:
             await self.close(code=4404)
             return
         # Subscribe first, then read what changed since the page was drawn: nothing falls in between.
-        self.group = team_runs_group(self.team_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        try:
+            await subscriber().subscribe(team_runs_channel(self.team_id), self)
+        except Exception:  # noqa: BLE001 - Redis is away: the client retries
+            logger.warning("run list subscription failed", exc_info=True)
+            await self.close(code=1011)
+            return
+        self.group = team_runs_channel(self.team_id)
         await self.send(text_data=json.dumps({"message": "subscribed", "team": self.team_id}))
         if since is not None:
-            for summary in await database_sync_to_async(ws_reads._runs_since)(self.team_id, since):
+            for summary in await ws_reads.db_read(ws_reads._runs_since)(self.team_id, since):
                 await self.send(text_data=json.dumps({"message": "run", "run": summary}, default=str))
-        self.tasks = [asyncio.ensure_future(self.watch_access())]
+        self.watch_access()
 
     async def disconnect(self, code) -> None:
+        self.unwatch_access()
         for task in self.tasks:
             task.cancel()
         if self.flusher is not None:
             self.flusher.cancel()
         if self.group is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await subscriber().unsubscribe(self.group, self)
 
-    async def runs_changed(self, message: dict[str, Any]) -> None:
+    def published(self, data: bytes) -> None:
+        """A run of the team changed (its id, from ``ws_rooms.Subscriber``)."""
         # Totals change with every model call: send each run at most every FLUSH_S.
         if self.revoked:
             return
-        self.pending.add(message["run"])
+        self.pending.add(data.decode())
         if self.flusher is None or self.flusher.done():
+            self.flusher = asyncio.ensure_future(self.flush_soon())
+
+    def resubscribed(self, lost_at: float) -> None:
+        """The subscription broke and is back: the runs that changed meanwhile (or still go) are sent again."""
+        self.tasks.append(asyncio.ensure_future(self.send_since(datetime.fromtimestamp(lost_at - 1, tz=UTC))))
+
+    async def send_since(self, since: datetime) -> None:
+        for summary in await ws_reads.db_read(ws_reads._runs_since)(self.team_id, since):
+            self.pending.add(summary["id"])
+        if self.pending and (self.flusher is None or self.flusher.done()):
             self.flusher = asyncio.ensure_future(self.flush_soon())
 
     async def flush_soon(self) -> None:
@@ -302,7 +379,7 @@ class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
                 await self.close_for_access()
                 return
             for run_id in sorted(runs):
-                summary = await database_sync_to_async(ws_reads._run_summary)(run_id, self.team_id)
+                summary = await ws_reads.db_read(ws_reads._run_summary)(run_id, self.team_id)
                 if summary is not None:
                     await self.send(text_data=json.dumps({"message": "run", "run": summary}, default=str))
 

@@ -1,7 +1,7 @@
 """What the monitor's sockets read from the database: who is asking, a run's events, the team's runs.
 
 Small sync functions, run in a thread (``database_sync_to_async``) by
-``agents_app.consumers`` and ``agents_app.ws_rooms``, which call them through
+``agents_app.consumers`` and ``agents_app.ws_rooms`` (through :func:`db_read`), which call them through
 this module so a test can stand in for one read.
 """
 
@@ -10,7 +10,27 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from channels.db import database_sync_to_async
+
 SINCE_LIMIT = 100  # runs sent on connect to /ws/runs/?since=
+
+
+def db_read(function):
+    """``function`` run in a thread of the loop's pool, not in the one thread every thread-sensitive call of
+    the process shares: fifty sockets joining at once read side by side instead of queueing behind each
+    other while their live events wait. Each read holds a database connection only while it runs: it goes
+    back to the web process's pool (``MAS_DB_POOL_MAX``), or is closed where there is no pool, rather than
+    staying open in a pool thread."""
+
+    def read(*args):
+        from django.db import connection
+
+        try:
+            return function(*args)
+        finally:
+            connection.close()
+
+    return database_sync_to_async(read, thread_sensitive=False)
 
 
 def _bearer(scope) -> str | None:
@@ -81,6 +101,12 @@ def _access_holds(scope, team_id: int) -> bool:
     if not current:
         return False
     return current[0] or Membership.objects.filter(user_id=user.pk, team_id=team_id).exists()
+
+
+def _access_holds_all(checks: dict[tuple, tuple[Any, int]]) -> dict[tuple, bool]:
+    """:func:`_access_holds` of each ``key: (scope, team_id)``, in one thread hop for all of a process's
+    sockets (``consumers.AccessChecks``)."""
+    return {key: _access_holds(scope, team_id) for key, (scope, team_id) in checks.items()}
 
 
 def _run_team(run_id: str, team_ids: list[int]) -> tuple[int, int] | None:

@@ -1,6 +1,8 @@
 """One subscription per run and process: the sockets of a process that follow a run share one :class:`Room`.
 
-See ``agents_app.consumers`` for the protocol the sockets speak.
+A process's rooms share one Redis pub/sub connection per event loop (:class:`Subscriber`), on which the
+workers publish each commit's events (``mas_core.events.run_channel``): the messages of every run stream
+in on it, with no round trip per message. See ``agents_app.consumers`` for the protocol the sockets speak.
 """
 
 from __future__ import annotations
@@ -8,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
-from channels.db import database_sync_to_async
 
 from agents_app import ws_reads
-from mas_core.events import run_group
+from mas_core.events import live_redis_url, run_channel
 
 if TYPE_CHECKING:
     from agents_app.consumers import RunEventsConsumer
@@ -29,17 +31,17 @@ def encoded(events: list[dict[str, Any]]) -> list[tuple[int, str]]:
 
 
 class Room:
-    """The sockets of one process that follow one run, fed by a single channel-layer subscription.
+    """The sockets of one process that follow one run, fed by a single subscription.
 
     Fifty browsers on one run cost one Redis message and one JSON encoding
-    per event, not fifty: the room reads the run's group once and hands each
+    per event, not fifty: the room reads the run's channel once and hands each
     socket the frames, already encoded. A socket that falls behind (its
     queue full) drops what it cannot take and reads it back from the
     database.
 
     Pushes of one run can reach Redis out of order (its sessions push
     concurrently, after their own commits), and a busy process can lose some
-    (the channel layer drops what overflows its capacity). A batch that comes
+    (pub/sub keeps nothing while a subscription is broken). A batch that comes
     before the one preceding it is held here, for at most ``HOLD_S``, until
     the gap fills; a gap still open then is read from the database once, for
     every socket — not by each socket, which under load would multiply the
@@ -49,11 +51,10 @@ class Room:
     HOLD_S = 0.05
     SETTLE_S = 0.25  # quiet this long after events came: check the database once for a lost last push
 
-    def __init__(self, run_id: str, layer) -> None:
-        self.run_id, self.layer = run_id, layer
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
         self.sockets: set[RunEventsConsumer] = set()
-        self.channel: str | None = None
-        self.reader: asyncio.Task | None = None
+        self.subscriber: Subscriber | None = None
         self.ready = asyncio.Event()
         self.failed = False
         self.next_seq: int | None = None  # the first seq not handed out yet (None: nothing seen)
@@ -64,31 +65,24 @@ class Room:
 
     async def open(self) -> None:
         try:
-            self.channel = await self.layer.new_channel()
-            await self.layer.group_add(run_group(self.run_id), self.channel)
+            self.subscriber = subscriber()
+            await self.subscriber.subscribe(run_channel(self.run_id), self)
         except Exception:
             self.failed = True
             raise
         finally:
             self.ready.set()  # sockets waiting to join learn the outcome either way
-        self.reader = asyncio.ensure_future(self.read())
 
-    async def read(self) -> None:
-        while True:
-            try:
-                message = await self.layer.receive(self.channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # Redis went away: keep trying; meanwhile the sockets' pings catch up from the database.
-                logger.warning("monitor room receive failed", extra={"run": self.run_id}, exc_info=True)
-                await asyncio.sleep(1)
-                continue
-            if message.get("type") != "run.events":
-                continue
-            frames = encoded(sorted(message["events"], key=lambda event: event["seq"]))
-            if frames:
-                self.arrive(frames)
+    def published(self, data: bytes) -> None:
+        """A published batch of the run's events (a JSON list, from the subscriber)."""
+        frames = encoded(sorted(json.loads(data), key=lambda event: event["seq"]))
+        if frames:
+            self.arrive(frames)
+
+    def resubscribed(self, lost_at: float) -> None:
+        """The subscription was lost and is back: what was published meanwhile is read from the database."""
+        if self.filler is None and self.next_seq is not None:
+            self.filler = asyncio.ensure_future(self.fill_from_database())
 
     def expect(self, seq: int) -> None:
         """A socket has sent everything before ``seq``: the room starts from there if it has seen nothing."""
@@ -126,7 +120,7 @@ class Room:
                 until = min(self.held) if self.held else None
                 if until is not None and until <= self.next_seq:
                     break  # the gap closed while the database was read
-                events = await database_sync_to_async(ws_reads._events_after)(self.run_id, self.next_seq - 1,
+                events = await ws_reads.db_read(ws_reads._events_after)(self.run_id, self.next_seq - 1,
                                                                      REPLAY_PAGE, until)
                 if events:
                     self.hand_out(encoded(events))
@@ -168,24 +162,175 @@ class Room:
                 timer.cancel()
         if self.filler is not None:
             self.filler.cancel()
-        if self.reader is not None:
+        if self.subscriber is not None:
+            await self.subscriber.unsubscribe(run_channel(self.run_id), self)
+
+
+class Subscriber:
+    """One event loop's pub/sub connection: the channels its listeners follow (runs' rooms, teams' run
+    lists), read by one task.
+
+    A listener has ``published(data: bytes)`` and ``resubscribed(lost_at: float)``. :meth:`subscribe`
+    returns once Redis confirmed the subscription, so a socket that subscribes and then reads the
+    database misses nothing published in between. When the connection breaks, the reader reconnects
+    (every second until Redis is back), subscribes again and tells each listener, which reads what it
+    missed from the database.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.listeners: dict[str, set] = {}  # channel -> its listeners
+        self.waiting: dict[str, asyncio.Future] = {}  # channel -> its confirmation
+        self.lost: set[str] = set()  # channels subscribed again after a break
+        self.lost_at = 0.0
+        self.client = None
+        self.pubsub = None
+        self.reader: asyncio.Task | None = None
+        self.commands = asyncio.Lock()  # SUBSCRIBE and UNSUBSCRIBE reach Redis in the order they were asked
+
+    async def connect(self) -> None:
+        import redis.asyncio
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        # No silent reconnection inside redis-py: a break must reach read(), which has the gap read back.
+        self.client = redis.asyncio.Redis.from_url(live_redis_url(), socket_connect_timeout=2,
+                                                   retry=Retry(NoBackoff(), 0))
+        self.pubsub = self.client.pubsub()
+
+    async def subscribe(self, channel: str, listener) -> None:
+        listeners = self.listeners.setdefault(channel, set())
+        first = not listeners
+        listeners.add(listener)
+        try:
+            if first:
+                confirmed = self.waiting[channel] = self.loop.create_future()
+                async with self.commands:
+                    if self.pubsub is None:
+                        await self.connect()
+                    await self.pubsub.subscribe(channel)
+                if self.reader is None:
+                    self.reader = asyncio.ensure_future(self.read())
+            else:
+                confirmed = self.waiting.get(channel)
+            if confirmed is not None:
+                await asyncio.wait_for(asyncio.shield(confirmed), timeout=5)
+        except BaseException:
+            await self.unsubscribe(channel, listener)
+            raise
+
+    async def unsubscribe(self, channel: str, listener) -> None:
+        listeners = self.listeners.get(channel)
+        if listeners is None or listener not in listeners:
+            return
+        listeners.discard(listener)
+        if listeners:
+            return
+        del self.listeners[channel]
+        self.waiting.pop(channel, None)
+        if not self.listeners:
+            await self.close()
+            return
+        try:
+            async with self.commands:
+                await self.pubsub.unsubscribe(channel)
+        except Exception:  # noqa: BLE001 - the connection broke: the reader subscribes only to live channels again
+            logger.debug("monitor unsubscribe failed", exc_info=True)
+
+    async def close(self) -> None:
+        if _subscribers.get(id(self.loop)) is self:
+            del _subscribers[id(self.loop)]
+        if self.reader is not None and self.reader is not asyncio.current_task():
             self.reader.cancel()
-        if self.channel is not None:
-            await self.layer.group_discard(run_group(self.run_id), self.channel)
+        for closing in (self.pubsub, self.client):
+            if closing is not None:
+                try:
+                    await closing.aclose()
+                except Exception:  # noqa: BLE001
+                    logger.debug("monitor subscriber close failed", exc_info=True)
+
+    async def read(self) -> None:
+        while True:
+            try:
+                message = await self.pubsub.get_message(timeout=None)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("monitor subscription lost; reconnecting", exc_info=True)
+                await self.reconnect()
+                continue
+            if message is not None:
+                self.dispatch(message)
+
+    def dispatch(self, message: dict[str, Any]) -> None:
+        kind, channel = message["type"], message["channel"]
+        channel = channel.decode() if isinstance(channel, bytes) else channel
+        if kind == "message":
+            for listener in list(self.listeners.get(channel, ())):
+                try:
+                    listener.published(message["data"])
+                except Exception:  # noqa: BLE001 - one listener's bad message must not stop the others
+                    logger.warning("monitor message not handled", extra={"channel": channel}, exc_info=True)
+        elif kind == "subscribe":
+            confirmed = self.waiting.pop(channel, None)
+            if confirmed is not None and not confirmed.done():
+                confirmed.set_result(None)
+            if channel in self.lost:
+                self.lost.discard(channel)
+                for listener in list(self.listeners.get(channel, ())):
+                    listener.resubscribed(self.lost_at)
+
+    async def reconnect(self) -> None:
+        self.lost_at = time.time()
+        while True:
+            await asyncio.sleep(1)
+            old = (self.pubsub, self.client)
+            try:
+                async with self.commands:
+                    await self.connect()
+                    channels = list(self.listeners)
+                    self.lost = set(channels)
+                    if channels:
+                        await self.pubsub.subscribe(*channels)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("monitor subscription: Redis still away", exc_info=True)
+                continue
+            finally:
+                for closing in old:
+                    if closing is not None and closing not in (self.pubsub, self.client):
+                        try:
+                            await closing.aclose()
+                        except Exception:  # noqa: BLE001 - already broken
+                            pass
+            return
+
+
+_subscribers: dict[int, Subscriber] = {}
+
+
+def subscriber() -> Subscriber:
+    """The running loop's subscriber (made on first use, closed with its last listener)."""
+    loop = asyncio.get_running_loop()
+    found = _subscribers.get(id(loop))
+    if found is None or found.loop is not loop:
+        found = _subscribers[id(loop)] = Subscriber(loop)
+    return found
 
 
 _rooms: dict[tuple[int, str], Room] = {}
 
 
 class RoomUnavailable(Exception):
-    """The channel layer refused the run's subscription (Redis down)."""
+    """Redis refused the run's subscription (Redis down)."""
 
 
 async def room_join(run_id: str, socket: "RunEventsConsumer") -> None:
     key = (id(asyncio.get_running_loop()), run_id)
     room = _rooms.get(key)
     if room is None:
-        room = _rooms[key] = Room(run_id, socket.channel_layer)
+        room = _rooms[key] = Room(run_id)
         room.sockets.add(socket)
         try:
             await room.open()
@@ -197,7 +342,7 @@ async def room_join(run_id: str, socket: "RunEventsConsumer") -> None:
         room.sockets.add(socket)
         await room.ready.wait()
         if room.failed:
-            raise RoomUnavailable("the channel layer is unavailable")
+            raise RoomUnavailable("Redis is unavailable")
 
 
 def room_expect(run_id: str, seq: int) -> None:

@@ -75,7 +75,10 @@ def clients_main(base: str, token: str, run_ids: list[str], results) -> None:
                             last = event["seq"]
                             seen.append((event["seq"], event["created_at"], time.time()))
                             if event["type"] == "run_complete":
-                                return {"run": run_id, "seen": seen, "replayed_to": replayed_to or 0,
+                                # A run that ended before the socket joined ends within the replay:
+                                # all it received was replayed, none of it was live.
+                                return {"run": run_id, "seen": seen,
+                                        "replayed_to": last if replayed_to is None else replayed_to,
                                         "reconnects": reconnects}
             except (OSError, websockets.ConnectionClosed):
                 reconnects += 1

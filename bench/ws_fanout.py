@@ -6,7 +6,7 @@ clients (``websockets``, in a separate process so they do not share this
 process's GIL) follow ``/ws/runs/<id>/`` with a bearer token. This process
 commits events the way a worker does (``eventlog.events_append``; after
 commit the push goes to the process's session loop, ``runner``, which sends
-it to the Redis channel layer on its pooled connections) and notes the time
+it to Redis pub/sub, one pipeline per round) and notes the time
 each commit returned; clients note when each event arrived. Same machine,
 same clock.
 
@@ -14,8 +14,8 @@ same clock.
 - paced phase: 200 events/s for 5 s (one event per transaction);
 - burst phase: 2,000 events committed as fast as possible, in transactions
   of 10 — events/s delivered to every client, and whether any was lost
-  (a client's channel holds 100 messages; what overflows is read back from
-  the database by the consumer, so nothing may be missing);
+  (a socket holds 1,000 batches; what overflows is read back from the
+  database by the consumer, so nothing may be missing);
 - stalled phase: the paced phase again with one more client that connects
   and then reads nothing — the commit rate and the reading client's latency
   should not change (the kernel never waits for a client).
@@ -167,7 +167,7 @@ def main() -> None:
     parser.add_argument("--subscribers", default="1,50")
     args = parser.parse_args()
     levels = [int(x) for x in args.subscribers.split(",")]
-    c.say("ws_fanout: events committed -> received over /ws/runs/<id>/ (daphne, Redis channel layer)")
+    c.say("ws_fanout: events committed -> received over /ws/runs/<id>/ (daphne, Redis pub/sub)")
     c.say(f"machine {c.machine()}, {c.now_utc()}, load average {c.os.getloadavg()[0]:.2f}")
     c.django_setup()
     from mas_core.runner import runner

@@ -13,10 +13,9 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 
-from mas_core.events import RUN_CHANGES, _bounded, events_push_async
+from mas_core.events import RUN_CHANGES, _bounded, events_push, events_push_async
 
 # Inserts the events of ``%(events)s`` (a JSON array of {i, type, agent, session, data, at}) numbered
 # after ``r.base``; a statement using it defines ``r`` as the run's counter UPDATE ... RETURNING base.
@@ -96,30 +95,20 @@ def event_append(*, run_id, type: str, agent: str = "", session_id=None,
 
 
 def _push(pushed: list[dict[str, Any]], team_id: int | None) -> None:
-    # In a worker the push goes to the session loop and is not waited for; elsewhere it is sent now.
+    # In a worker the push goes to the session loop and is not waited for; elsewhere it is published now.
     from mas_core.runner import runner
 
     loop = runner.running_loop()
     if loop is not None:
         asyncio.run_coroutine_threadsafe(push_bounded(pushed, team_id=team_id), loop)
     else:
-        async_to_sync(events_push_async)(pushed, team_id=team_id)
-
-
-_push_slots: dict[int, asyncio.Semaphore] = {}
-MAX_CONCURRENT_PUSHES = 16
+        events_push(pushed, team_id=team_id)
 
 
 async def push_bounded(pushed: list[dict[str, Any]], *, team_id: int | None = None) -> None:
-    """Push committed events from a worker's loop, at most 16 at a time.
+    """Push committed events from a worker's loop; returns once they are sent.
 
-    Hundreds of sessions push at once; unbounded, every push would open a new
-    Redis connection (each costing milliseconds of the loop's time) instead
-    of reusing a few.
+    Hundreds of sessions push at once: the loop's pushes go out together, one
+    pipeline per Redis round trip (``mas_core.events.Publisher``), on one connection.
     """
-    loop = asyncio.get_running_loop()
-    slots = _push_slots.get(id(loop))
-    if slots is None:
-        slots = _push_slots[id(loop)] = asyncio.Semaphore(MAX_CONCURRENT_PUSHES)
-    async with slots:
-        await events_push_async(pushed, team_id=team_id)
+    await events_push_async(pushed, team_id=team_id)

@@ -1,16 +1,29 @@
-"""Events of runs: their JSON, their websocket groups, and pushing them live.
+"""Events of runs: their JSON, their live channels, and pushing them live.
 
-An event is committed first and sent to the Channels group ``run.<id>``
-after: a websocket client never sees an event the database does not have.
-Writing them is :mod:`mas_core.eventlog`'s job.
+An event is committed first and published after: a websocket client never
+sees an event the database does not have. Writing them is
+:mod:`mas_core.eventlog`'s job.
+
+A run's events travel on the Redis pub/sub channel :func:`run_channel` (one
+``PUBLISH`` of a JSON list per commit), not through the Channels layer: a
+Channels ``group_send`` costs four Redis round trips and each message received
+three more, one message at a time per process, which under load made the
+web process's receive loop the queue events waited in (``bench/load.py``,
+bench/RESULTS.md). A web process subscribes once per run its sockets follow
+(``agents_app.ws_rooms``) and reads every message on one connection. Pub/sub
+keeps nothing for a subscriber that is away: a push lost that way is a gap
+the rooms read back from the database, as before. A team's run list hears
+which of its runs changed on :func:`team_runs_channel`, in the same round trip.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from typing import Any
 
-from channels.layers import get_channel_layer
+from django.conf import settings
 
 from mas_core.models import Event
 
@@ -19,13 +32,26 @@ logger = logging.getLogger(__name__)
 MAX_EVENT_DATA_CHARS = 64_000
 
 
-def run_group(run_id) -> str:
-    return f"run.{run_id}"
+def live_prefix() -> str:
+    """The pub/sub channels' prefix: the Channels layer's (pub/sub channels are global to a Redis server,
+    not per database, so the demo, the tests and the benches need their own)."""
+    return settings.CHANNEL_LAYERS["default"].get("CONFIG", {}).get("prefix", "mas")
 
 
-def team_runs_group(team_id) -> str:
-    """The group of a team's run list (``/ws/runs/``): told which run changed, not how."""
-    return f"team.{team_id}.runs"
+def run_channel(run_id) -> str:
+    """The Redis pub/sub channel of a run's live events: a JSON list of events per message, in seq order."""
+    return f"{live_prefix()}:run.{run_id}"
+
+
+def live_redis_url() -> str:
+    """The Redis server of the live channels: the Channels layer's."""
+    host = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]
+    return host["address"] if isinstance(host, dict) else host
+
+
+def team_runs_channel(team_id) -> str:
+    """The pub/sub channel of a team's run list (``/ws/runs/``): told which run changed (its id), not how."""
+    return f"{live_prefix()}:team.{team_id}.runs"
 
 
 # Events after which a run's row (status, totals) has changed.
@@ -67,8 +93,6 @@ def events_after(*, run_id, after: int, limit: int, before: int | None = None) -
 
 def _bounded(data: dict[str, Any]) -> dict[str, Any]:
     # Payloads stay well under the channel layer's 1 MB message limit.
-    import json
-
     text = json.dumps(data, default=str)
     if len(text) <= MAX_EVENT_DATA_CHARS:
         return data
@@ -76,27 +100,107 @@ def _bounded(data: dict[str, Any]) -> dict[str, Any]:
             for key, value in data.items()} | {"truncated": True}
 
 
-def _message(payloads: list[dict[str, Any]]) -> dict[str, Any]:
-    # One channel message per commit: {"type": "run.events", "events": [...]}, in seq order.
-    return {"type": "run.events", "events": payloads}
+def _encoded(payloads: list[dict[str, Any]]) -> str:
+    return json.dumps(payloads, default=str)
+
+
+_sync_client = None
+
+
+def _sync_redis():
+    global _sync_client
+    if _sync_client is None:
+        import redis
+
+        _sync_client = redis.Redis.from_url(live_redis_url(), socket_timeout=5, socket_connect_timeout=2)
+    return _sync_client
+
+
+def _publishes(payloads: list[dict[str, Any]], team_id: int | None) -> list[tuple[str, str]]:
+    # The run's events, and the run's id to its team's run list when they changed its status or totals.
+    run_id = payloads[0]["run"]
+    out = [(run_channel(run_id), _encoded(payloads))]
+    if team_id is not None and any(payload["type"] in RUN_CHANGES for payload in payloads):
+        out.append((team_runs_channel(team_id), run_id))
+    return out
+
+
+def events_push(payloads: list[dict[str, Any]], *, team_id: int | None = None) -> None:
+    """Publish committed events (of one run) from sync code: one round trip, no hop to an event loop.
+
+    With ``team_id``, the team's run list hears of the run too when the events changed its status or
+    totals. A failed push is logged: the sockets read the events back from the database.
+    """
+    if not payloads:
+        return
+    try:
+        pipe = _sync_redis().pipeline(transaction=False)
+        for channel, text in _publishes(payloads, team_id):
+            pipe.publish(channel, text)
+        pipe.execute()
+    except Exception:
+        logger.warning("event push failed", extra={"run": payloads[0]["run"], "seq": payloads[0]["seq"]},
+                       exc_info=True)
+
+
+class Publisher:
+    """One event loop's pushes, sent together: whatever was committed while the last batch was on its way
+    goes out in one pipeline (one round trip), in the order it was pushed."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        import redis.asyncio
+
+        self.loop = loop
+        self.client = redis.asyncio.Redis.from_url(live_redis_url(), socket_timeout=5, socket_connect_timeout=2)
+        self.outbox: list[tuple[str, str]] = []
+        self.waiters: list[asyncio.Future] = []
+        self.sending: asyncio.Task | None = None
+
+    def push(self, payloads: list[dict[str, Any]], team_id: int | None) -> asyncio.Future:
+        done = self.loop.create_future()
+        self.outbox += _publishes(payloads, team_id)
+        self.waiters.append(done)
+        if self.sending is None:
+            self.sending = asyncio.ensure_future(self.send())
+        return done
+
+    async def send(self) -> None:
+        try:
+            while self.outbox:
+                batch, self.outbox = self.outbox, []
+                waiters, self.waiters = self.waiters, []
+                try:
+                    pipe = self.client.pipeline(transaction=False)
+                    for channel, text in batch:
+                        pipe.publish(channel, text)
+                    await pipe.execute()
+                except Exception:
+                    logger.warning("event push failed", extra={"publishes": len(batch)}, exc_info=True)
+                for done in waiters:
+                    if not done.done():
+                        done.set_result(None)
+        finally:
+            self.sending = None
+
+
+_publishers: dict[int, Publisher] = {}
 
 
 async def events_push_async(payloads: list[dict[str, Any]], *, team_id: int | None = None) -> None:
-    """Send committed events (of one run) to its websocket group, in one message.
+    """Publish committed events (of one run) from an event loop; returns once they are sent.
 
-    With ``team_id``, the team's run list hears of the run too when the
-    events changed its status or totals.
+    The pushes of a loop share one pipeline per round trip (:class:`Publisher`), in the order they came.
+    With ``team_id``, the team's run list hears of the run too when the events changed its status or totals.
     """
-    layer = get_channel_layer()
-    if layer is None or not payloads:
+    if not payloads:
         return
-    run_id = payloads[0]["run"]
-    try:
-        await layer.group_send(run_group(run_id), _message(payloads))
-        if team_id is not None and any(payload["type"] in RUN_CHANGES for payload in payloads):
-            await layer.group_send(team_runs_group(team_id), {"type": "runs.changed", "run": run_id})
-    except Exception:
-        logger.warning("event push failed", extra={"run": run_id, "seq": payloads[0]["seq"]}, exc_info=True)
+    loop = asyncio.get_running_loop()
+    publisher = _publishers.get(id(loop))
+    if publisher is None or publisher.loop is not loop:
+        for key in [key for key, old in _publishers.items() if old.loop.is_closed()]:
+            del _publishers[key]  # loops gone (a test's): their connections close with them
+        publisher = _publishers[id(loop)] = Publisher(loop)
+    await publisher.push(payloads, team_id)
 
 
 def event_emit(*, run_id, type: str, data: dict[str, Any] | None = None, agent: str = "",

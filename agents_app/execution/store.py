@@ -493,7 +493,7 @@ class DatabaseStore:
 
     def _push(self, payloads: list[dict[str, Any]]) -> None:
         # In commit order, without holding up the session: each push waits for the one before,
-        # and what is committed meanwhile rides along with the waiting push (one group_send).
+        # and what is committed meanwhile rides along with the waiting push (one PUBLISH).
         if not payloads:
             return
         if self.waiting_push is not None:

@@ -249,10 +249,8 @@ def test_a_lost_last_push_is_read_once_soon_after_the_run_goes_quiet(team_a, mem
 
 def test_pushes_that_arrive_out_of_order_are_put_back_in_order_without_reading_the_database(team_a, member,
                                                                                             monkeypatch):
-    from channels.layers import get_channel_layer
-
     monkeypatch.setattr(ws_rooms.Room, "SETTLE_S", 60)  # no quiet-time read in between
-    from mas_core.events import event_to_dict, run_group
+    from mas_core.events import _sync_redis, event_to_dict, run_channel
 
     _, token = member
     run = make_run(team_a)
@@ -271,9 +269,8 @@ def test_pushes_that_arrive_out_of_order_are_put_back_in_order_without_reading_t
         await sync_to_async(quietly_append)(run, "tool_call", 2)
         events = await sync_to_async(lambda: [event_to_dict(e) for e in Event.objects.filter(run=run, seq__gt=1)
                                               .order_by("seq")])()
-        layer = get_channel_layer()
-        await layer.group_send(run_group(run.id), {"type": "run.events", "events": [events[1]]})
-        await layer.group_send(run_group(run.id), {"type": "run.events", "events": [events[0]]})
+        _sync_redis().publish(run_channel(run.id), json.dumps([events[1]]))
+        _sync_redis().publish(run_channel(run.id), json.dumps([events[0]]))
         messages = await messages_until(communicator, reaches(3))
         assert await communicator.receive_nothing(timeout=0.3)
         await communicator.disconnect()
