@@ -57,7 +57,7 @@ from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Activation, Run, Session, Team
 from agents_app.money import money_str
 from agents_app.skills import skill_text, skills_for, skills_section
-from mas_core import telemetry
+from mas_core import phases, telemetry
 from mas_core.llm_types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
 from mas_core.logs import bind
 from mas_core.outputs import INVALID_OUTPUT, answer_check, answer_format
@@ -484,32 +484,35 @@ class ToolCaller:
     async def __call__(self, call: ToolCall) -> ToolResult:
         self.ids["current"], self.ids["call"] = f"{self.session_id}:{call.id}", call.id
         registry, gate = self.registry, self.gate
-        rule = gate.rule(call.name, registry.get(call.name)) if call.name in registry else None
-        if call.name not in WORKSPACE_TOOLS or rule is not None:
-            # The tool may record events of its own (spawn, delegate, memory, ...):
-            # this session's tool_call must be numbered before them.
-            await self.store.flush()
-        arguments = call.arguments
-        if rule is not None:  # a person approves this call first (agents_app.approvals)
-            verdict = await gate.call(call_id=call.id, name=call.name, arguments=call.arguments,
-                                      schema=registry.schema(call.name), rule=rule)
-            if verdict.suspend:
-                return ToolResult(ok=True, content="", suspended=True)
-            if verdict.refusal is not None:
-                return ToolResult(ok=False, content=verdict.refusal, error_kind="rejected")
-            arguments = verdict.arguments
+        with phases.timed("gate"):
+            rule = gate.rule(call.name, registry.get(call.name)) if call.name in registry else None
+            if call.name not in WORKSPACE_TOOLS or rule is not None:
+                # The tool may record events of its own (spawn, delegate, memory, ...):
+                # this session's tool_call must be numbered before them.
+                await self.store.flush()
+            arguments = call.arguments
+            if rule is not None:  # a person approves this call first (agents_app.approvals)
+                verdict = await gate.call(call_id=call.id, name=call.name, arguments=call.arguments,
+                                          schema=registry.schema(call.name), rule=rule)
+                if verdict.suspend:
+                    return ToolResult(ok=True, content="", suspended=True)
+                if verdict.refusal is not None:
+                    return ToolResult(ok=False, content=verdict.refusal, error_kind="rejected")
+                arguments = verdict.arguments
         span = telemetry.child_span(self.span, f"execute_tool {call.name}", {
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id})
         try:
-            outcome = await registry.call(call.name, arguments, self.context)
+            with phases.timed("tool"):
+                outcome = await registry.call(call.name, arguments, self.context)
         except ToolSuspended:
             telemetry.end(span, attributes={"mas.tool.suspended": True})
             return ToolResult(ok=True, content="", suspended=True)
         telemetry.end(span, error=None if outcome.ok else (outcome.error_kind or "tool_error"))
         rejected = _text(call.arguments.get("value")) if outcome.error_kind == INVALID_OUTPUT else None
-        content = await result_kept(name=call.name, call_id=call.id, arguments=call.arguments,
-                                    content=outcome.content, agent=self.agent, max_bytes=self.result_limit,
-                                    write=self.store.file_write, scope=self.scope)
+        with phases.timed("tool result kept"):
+            content = await result_kept(name=call.name, call_id=call.id, arguments=call.arguments,
+                                        content=outcome.content, agent=self.agent, max_bytes=self.result_limit,
+                                        write=self.store.file_write, scope=self.scope)
         return ToolResult(ok=outcome.ok, content=content, error_kind=outcome.error_kind, rejected=rejected)
 
 
@@ -555,14 +558,19 @@ async def execute_activation(activation_id: str) -> None:
     tools, approval gate, the loop's configuration), loop (the kernel, as a task the run's cancellation
     can stop) and settle (record how it ended and dispatch what comes next).
     """
-    start = await _begin(activation_id)
+    with phases.timed("session begin"):
+        start = await _begin(activation_id)
     if start is None:
         return
-    work = await _prepare(start)
+    with phases.timed("session prepare"):
+        work = await _prepare(start)
     if work is None:  # its model could not be resolved: the session has failed and is settled
         return
-    ending = await _loop(work)
-    await _settle(work, ending)
+    with phases.timed("session loop"):
+        ending = await _loop(work)
+    with phases.timed("session settle"):
+        await _settle(work, ending)
+    phases.dump()
 
 
 async def _begin(activation_id: str) -> SessionStart | None:

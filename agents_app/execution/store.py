@@ -33,6 +33,7 @@ from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.kernel.loop import PolicyDenied, SessionState
 from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Session
+from mas_core import phases
 from mas_core.runner import db
 from tools_app.plugin import ToolAborted
 
@@ -54,6 +55,7 @@ class ConnectionPool:
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
         """An autocommit connection: one statement is one transaction."""
         async with self.slots:
+            phases.count("async connection use")
             conn = self.idle.pop() if self.idle else await psycopg.AsyncConnection.connect(**_conn_params())
             try:
                 yield conn
@@ -255,6 +257,16 @@ class DatabaseStore:
     # SessionStore
 
     async def checkpoint(self, state: SessionState, *, before_tools: bool = False) -> None:
+        with phases.timed("checkpoint staging"):
+            self._stage_checkpoint(state)
+        if before_tools:
+            # Written with the tool's own write (a file), or before a tool that writes elsewhere
+            # (see session.call_tool), or within the live delay — whichever comes first.
+            self._schedule_live_write()
+            return
+        await self._write()
+
+    def _stage_checkpoint(self, state: SessionState) -> None:
         positions = ({key: self.cursor.get(key) for key in (self.agent, COMPACTOR_KEY)
                       if key == self.agent or key in self.cursor.positions} if self.cursor is not None else {})
         state.cursor = positions
@@ -269,12 +281,6 @@ class DatabaseStore:
             self.pending_extra.extend([(emitted, None)] * (added - 1) + [(emitted, self.pending_counters)])
         self.pending_positions = positions
         self.checkpoint_bytes = len(self.pending_counters) + sum(len(e[2]) for e in self.pending_entries)
-        if before_tools:
-            # Written with the tool's own write (a file), or before a tool that writes elsewhere
-            # (see session.call_tool), or within the live delay — whichever comes first.
-            self._schedule_live_write()
-            return
-        await self._write()
 
     def _stage(self, staged: Staged) -> None:
         self.pending_entries.extend(staged.entries)
@@ -295,6 +301,15 @@ class DatabaseStore:
         return self.pending_counters is not None or bool(self.pending_entries or self.pending_marks)
 
     async def emit(self, type: str, data: dict[str, Any]) -> None:
+        with phases.timed("events"):
+            self._emit(type, data)
+        if type in self.LIVE:
+            if live_delay_s() <= 0:
+                await self.flush()
+            else:
+                self._schedule_live_write()
+
+    def _emit(self, type: str, data: dict[str, Any]) -> None:
         self.pending.append(entry(type, agent=self.agent, session_id=self.session_id, data=data))
         if type == "llm_response":
             usage = data["usage"]
@@ -304,11 +319,6 @@ class DatabaseStore:
             # A use of the large tier is a call to a model whose row says large; a cached answer called none.
             # (A compaction's summary names the tier of the model it called.)
             self.usage[3] += 1 if (data.get("tier") or self.tier) == "large" and not data.get("cached") else 0
-        if type in self.LIVE:
-            if live_delay_s() <= 0:
-                await self.flush()
-            else:
-                self._schedule_live_write()
 
     async def cancelled(self) -> bool:
         return self.cancel_requested
@@ -376,6 +386,10 @@ class DatabaseStore:
         return bool(row[1])
 
     async def _write(self, *, sql: str = WRITE_SQL, file: dict[str, Any] | None = None) -> tuple | None:
+        with phases.timed("checkpoint+events write" if file is None else "file write"):
+            return await self._write_now(sql=sql, file=file)
+
+    async def _write_now(self, *, sql: str, file: dict[str, Any] | None) -> tuple | None:
         async with self.writing:
             if self.live_timer is not None:
                 self.live_timer.cancel()
@@ -413,6 +427,7 @@ class DatabaseStore:
             if file is not None:
                 params |= {**file, "at": datetime.now(UTC)}
             batch = (events, usage, release, entries, marks, extra, counters, positions)
+            phases.count("statement")
             try:
                 async with pool().connection() as conn:
                     if sql is FILE_WRITE_SQL:
@@ -506,7 +521,8 @@ class DatabaseStore:
             if previous is not None:
                 await previous
             self.waiting_push = None
-            await push_bounded(batch, team_id=self.team_id)
+            with phases.timed("push (after commit)"):
+                await push_bounded(batch, team_id=self.team_id)
 
         self.pushing = asyncio.ensure_future(push())
 
