@@ -72,7 +72,7 @@ def count(name: str, n: int = 1) -> None:
 
 def dump() -> None:
     """Write this process's totals to ``MAS_PHASES`` (replacing the file; a no-op when off)."""
-    if not ON:
+    if not ON or not PATH:
         return
     with _lock:
         data = {"pid": os.getpid(), "process_cpu": time.process_time(), "totals": totals}

@@ -66,6 +66,7 @@ from memory_app.cache import cached_model
 from tools_app.catalog import BUILTIN_TOOLS
 from tools_app.custom import custom_tool, worker_definition
 from tools_app.mcp.bridge import SessionServers, agent_servers, rows_for
+from tools_app.paths import is_agent_file, normalise_path
 from tools_app.plugin import ToolContext, ToolError, ToolSuspended
 from tools_app.registry import DATABASE_ERRORS, ToolRegistry, registry_for_agent
 from tools_app.specs import CustomToolSpec
@@ -75,6 +76,16 @@ logger = logging.getLogger(__name__)
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 # Tools that touch nothing but the run's files, which are written through the session's store.
 WORKSPACE_TOOLS = frozenset({"vfs_read", "vfs_write", "vfs_edit", "vfs_list", "vfs_delete", "vfs_search"})
+# Tools whose file write the store may commit with the checkpoint recording their result (see ToolCaller).
+HELD_WRITES = frozenset({"vfs_write", "vfs_edit"})
+
+
+def _agent_path(arguments: dict[str, Any]) -> bool:
+    """Whether the call writes an agent's definition (or a path the tool will refuse anyway)."""
+    try:
+        return is_agent_file(normalise_path(arguments.get("path", "")))
+    except Exception:  # noqa: BLE001 - the tool reports it
+        return True
 
 
 # -- the model --------------------------------------------------------------------------
@@ -501,12 +512,18 @@ class ToolCaller:
                 arguments = verdict.arguments
         span = telemetry.child_span(self.span, f"execute_tool {call.name}", {
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id})
+        # A file write of vfs_write or vfs_edit is committed with the checkpoint that records its result (one
+        # commit for both, and never one without the other): nothing else awaits the run's rows in between.
+        # Not for an agent's definition, whose registration reads the run's rows from another connection.
+        self.store.deferring = rule is None and call.name in HELD_WRITES and not _agent_path(arguments)
         try:
             with phases.timed("tool"):
                 outcome = await registry.call(call.name, arguments, self.context)
         except ToolSuspended:
             telemetry.end(span, attributes={"mas.tool.suspended": True})
             return ToolResult(ok=True, content="", suspended=True)
+        finally:
+            self.store.deferring = False
         telemetry.end(span, error=None if outcome.ok else (outcome.error_kind or "tool_error"))
         rejected = _text(call.arguments.get("value")) if outcome.error_kind == INVALID_OUTPUT else None
         with phases.timed("tool result kept"):

@@ -67,6 +67,26 @@ class ConnectionPool:
                 raise
             self.idle.append(conn)
 
+    async def acquire(self) -> psycopg.AsyncConnection:
+        """A connection kept past one statement (a transaction left open): :meth:`release` gives it back."""
+        await self.slots.acquire()
+        phases.count("async connection use")
+        try:
+            return self.idle.pop() if self.idle else await psycopg.AsyncConnection.connect(**_conn_params())
+        except BaseException:
+            self.slots.release()
+            raise
+
+    async def release(self, conn: psycopg.AsyncConnection) -> None:
+        """Give back a connection of :meth:`acquire`; one not idle (broken, or in a transaction) is closed."""
+        try:
+            if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                await conn.close()
+            else:
+                self.idle.append(conn)
+        finally:
+            self.slots.release()
+
 
 def _conn_params() -> dict[str, Any]:
     params = {**connections["default"].get_connection_params(), "autocommit": True}
@@ -228,6 +248,12 @@ class DatabaseStore:
         # The session's claim (lifecycle.session_begin) and how many writes it holds: each write is the next.
         self.claim, self.writes = claim, writes
         self.unsent: tuple | None = None  # a write whose answer was lost: sent again, as it was, first
+        # A file write of a tool (see ``deferring``) in a transaction left open, committed with the store's
+        # next write — in practice the checkpoint that records the tool's result, so that the file and its
+        # result are committed together: (connection, sql, params, file, events, changed, row).
+        self.held: tuple | None = None
+        self.deferring = False  # set by the session's ToolCaller while a tool may hold its file write
+        self.abandoned = False  # a held file write was lost after its tool saw it succeed: nothing more is written
         self.pending: list[Entry] = []
         self.usage = [0, 0, Decimal(0), 0]
         # Worst costs reserved for the calls in flight (a compaction's inside its session's call), and
@@ -327,8 +353,8 @@ class DatabaseStore:
         if not self.budget:
             self.reservations.append((Decimal(0), 0))
             return
-        if self.usage[2] or self.usage[3] or self.releasing or self.releasing_large:
-            await self.flush()  # the budget reads the run's totals
+        if self.usage[2] or self.usage[3] or self.releasing or self.releasing_large or self.held is not None:
+            await self.flush()  # the budget reads the run's totals (and locks its row, which a held write holds)
         large = (self.tier if tier is None else tier) == "large"
         async with pool().connection() as conn:
             row = await (await conn.execute(RESERVE_SQL, reserve_params(
@@ -353,7 +379,7 @@ class DatabaseStore:
 
     async def flush(self) -> None:
         """Write the pending events and checkpoint now (before anything else writes for this run)."""
-        if self.pending or self.has_checkpoint or self.unsent is not None:
+        if self.pending or self.has_checkpoint or self.unsent is not None or self.held is not None:
             await self._write()
 
     def _schedule_live_write(self) -> None:
@@ -394,6 +420,11 @@ class DatabaseStore:
             if self.live_timer is not None:
                 self.live_timer.cancel()
                 self.live_timer = None
+            if self.abandoned:
+                raise SessionTakenOver(f"session {self.session_id} lost a file write its tool saw succeed: "
+                                       "it is resumed from its last checkpoint")
+            if self.held is not None and file is not None:
+                await self._commit_held()  # a second file write (a long result kept as a file): the first alone
             if self.unsent is not None:
                 await self._settle_unsent()
                 if file is None and not (self.pending or self.has_checkpoint or self.pending_positions
@@ -428,6 +459,10 @@ class DatabaseStore:
                 params |= {**file, "at": datetime.now(UTC)}
             batch = (events, usage, release, entries, marks, extra, counters, positions)
             phases.count("statement")
+            if self.held is not None:
+                return await self._write_committing_held(sql, params, file, batch, changed)
+            if self.deferring and sql is FILE_WRITE_SQL:
+                return await self._write_held(params, file, batch, changed)
             try:
                 async with pool().connection() as conn:
                     if sql is FILE_WRITE_SQL:
@@ -439,13 +474,88 @@ class DatabaseStore:
             except BaseException as error:
                 if isinstance(error, (*_TRANSIENT, asyncio.CancelledError)):
                     # Committed or not, nobody knows yet: the next write finds out first (_settle_unsent).
-                    self.unsent = (sql, params, file, batch, changed)
+                    self.unsent = (sql, params, file, batch, changed, None)
                     raise
                 self._put_back(batch)  # not written
                 if isinstance(error, psycopg.Error):
                     raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
                 raise
             return self._written(sql, params, file, events, changed, row)
+
+    async def _write_held(self, params: dict[str, Any], file: dict[str, Any], batch: tuple,
+                          changed: dict[str, int]) -> tuple:
+        """A tool's file write in a transaction left open (``self.held``): its row now, its commit with the
+        next write. Not committed, it cannot be in doubt: whatever goes wrong, nothing of it was written."""
+        conn = await pool().acquire()
+        try:
+            async with conn.pipeline():
+                await conn.execute("BEGIN")
+                written = await conn.execute(FILE_WRITE_SQL, params)
+                total = await conn.execute(USED_SQL, [params["run"]])
+                row = await written.fetchone()
+                used = (await total.fetchone())[0]
+            if row is None:  # refused: taken over, or out of order (raises); else applied already (a retry)
+                row = await self._applied_before(conn, params["write"])
+                await conn.execute("ROLLBACK")
+                await pool().release(conn)
+                return self._written(FILE_WRITE_SQL, params, file, batch[0], changed, row)
+            workspace_check(path=params["path"], used=used)
+        except BaseException as error:
+            await _let_go(conn)
+            self._put_back(batch)  # not written
+            if isinstance(error, psycopg.Error) and not isinstance(error, _TRANSIENT):
+                raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
+            raise
+        self.held = (conn, FILE_WRITE_SQL, params, file, batch, changed, row)
+        self.writes = params["write"]
+        return row
+
+    async def _write_committing_held(self, sql: str, params: dict[str, Any], file: dict[str, Any] | None,
+                                     batch: tuple, changed: dict[str, int]) -> tuple:
+        """This write and the held file write's commit, in one round trip."""
+        held, self.held = self.held, None
+        conn = held[0]
+        try:
+            async with conn.pipeline():
+                cursor = await conn.execute(sql, params)
+                await conn.execute("COMMIT")
+                row = await cursor.fetchone()
+        except BaseException as error:
+            await _let_go(conn)
+            if isinstance(error, (*_TRANSIENT, asyncio.CancelledError)):
+                # Both committed or neither: the next write finds out first (_settle_unsent).
+                self.unsent = (sql, params, file, batch, changed, held[1:])
+                raise
+            # Neither was written: the session fails (WriteRefused), and keeps the events of both.
+            self._put_back(batch)
+            self._put_back(held[4])
+            self.writes = held[2]["write"] - 1
+            if isinstance(error, psycopg.Error):
+                raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
+            raise
+        await pool().release(conn)
+        self._written(*held[1:4], held[4][0], *held[5:])
+        if row is None:  # cannot be: the held write holds the session's row, this write is its next
+            raise WriteRefused(f"write {params['write']} of session {self.session_id} was refused after write "
+                               f"{params['write'] - 1}")
+        return self._written(sql, params, file, batch[0], changed, row)
+
+    async def _commit_held(self) -> None:
+        """Commit the held file write alone."""
+        held, self.held = self.held, None
+        conn = held[0]
+        try:
+            await conn.execute("COMMIT")
+        except BaseException as error:
+            await _let_go(conn)
+            if isinstance(error, (*_TRANSIENT, asyncio.CancelledError)):
+                self.unsent = (*held[1:6], None)  # _settle_unsent: its tool saw it succeed (self.writes counts it)
+                raise
+            self.abandoned = True  # not committed, and its tool saw it succeed
+            raise SessionTakenOver(f"session {self.session_id} lost a file write its tool saw succeed: "
+                                   "it is resumed from its last checkpoint") from error
+        await pool().release(conn)
+        self._written(*held[1:4], held[4][0], *held[5:])
 
     def _written(self, sql: str, params: dict[str, Any], file: dict[str, Any] | None, events: list[Entry],
                  changed: dict[str, int], row: tuple) -> tuple:
@@ -480,7 +590,7 @@ class DatabaseStore:
         """Find out whether the write whose answer was lost was committed: if so it is counted (its events
         pushed), else what it held goes with the next write — but not its file change, whose tool saw the
         write fail (a resumed session runs that call again)."""
-        sql, params, file, batch, changed = self.unsent
+        sql, params, file, batch, changed, held = self.unsent
         async with pool().connection() as conn:
             cursor = await conn.execute("SELECT claim, writes, last_write FROM agents_app_session WHERE id = %s",
                                         [self.session_id])
@@ -489,7 +599,15 @@ class DatabaseStore:
             raise SessionTakenOver(f"session {self.session_id} was taken over by another worker")
         self.unsent = None
         if found[1] == params["write"]:
+            if held is not None:  # a held file write, committed with this one
+                self._written(*held[:3], held[3][0], *held[4:])
             self._written(sql, params, file, batch[0], changed, tuple(found[2]))
+        elif held is not None or (file is not None and self.writes == params["write"]):
+            # A file write its tool saw succeed was not committed: this session cannot go on from what it
+            # holds. It writes nothing more, and is resumed from its last checkpoint (before that tool).
+            self.abandoned = True
+            raise SessionTakenOver(f"session {self.session_id} lost a file write its tool saw succeed: "
+                                   "it is resumed from its last checkpoint")
         else:
             self._put_back(batch)
 
@@ -547,6 +665,17 @@ class DatabaseStore:
         await self.flush()
         if self.pushing is not None:
             await self.pushing
+
+
+async def _let_go(conn: psycopg.AsyncConnection) -> None:
+    """Give back a held connection after an error: rolled back when it can be, else closed."""
+    try:
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            await conn.execute("ROLLBACK")
+    except BaseException:  # noqa: BLE001 - closed instead
+        await conn.close()
+    finally:
+        await pool().release(conn)
 
 
 async def _write_within_limit(conn: psycopg.AsyncConnection, params: dict[str, Any]) -> tuple:
