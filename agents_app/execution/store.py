@@ -122,7 +122,8 @@ def pool() -> ConnectionPool:
 # ``j`` appends the checkpoint's new history entries
 # (idempotent: a write retried after a failure inserts nothing twice), each with the seq of the last
 # event emitted before it was staged (``r.base`` + its offset in this write's events: what a fork cuts
-# at), and ``k`` marks the entries a compaction replaced. A file change adds ``f``, its event and ``v``,
+# at), and ``k`` marks the entries a compaction replaced. The entries' texts are sent in binary (``%b``): as
+# text, every quote of their JSON would be escaped for the array literal. A file change adds ``f``, its event and ``v``,
 # the file's version (kept while the run's history is under ``MAS_WORKSPACE_HISTORY_MAX_BYTES``).
 _WRITE = """
 WITH l AS (
@@ -152,8 +153,8 @@ WITH l AS (
 ), j AS (
   INSERT INTO agents_app_sessionentry (session_id, seq, kind, payload, replaced_by, event_seq, counters)
   SELECT %(session)s::uuid, x.seq, x.kind, x.payload, x.rb, r.base + x.off, x.counters
-  FROM r, unnest(%(j_seq)s::int[], %(j_kind)s::text[], %(j_payload)s::text[], %(j_rb)s::int[], %(j_off)s::int[],
-                 %(j_counters)s::text[]) AS x(seq, kind, payload, rb, off, counters)
+  FROM r, unnest(%(j_seq)s::int[], %(j_kind)b::text[], %(j_payload)b::text[], %(j_rb)s::int[], %(j_off)s::int[],
+                 %(j_counters)b::text[]) AS x(seq, kind, payload, rb, off, counters)
   ON CONFLICT (session_id, seq) DO NOTHING
 ), k AS (
   UPDATE agents_app_sessionentry AS t SET replaced_by = x.rb

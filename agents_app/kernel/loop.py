@@ -207,9 +207,9 @@ async def _call_model(
     attempt = 0
     while True:
         try:
-            response = await asyncio.wait_for(
-                model.complete(request, on_chunk=on_chunk), timeout=max(0.01, min(request.timeout_s, deadline()))
-            )
+            # In this task (asyncio.wait_for would start one per call).
+            async with asyncio.timeout(max(0.01, min(request.timeout_s, deadline()))):
+                response = await model.complete(request, on_chunk=on_chunk)
             await flush()
             return response
         except asyncio.TimeoutError:
