@@ -5,8 +5,11 @@ by the worker's session loop — no ORM, no thread hop — in one transaction
 per write: the events buffered since the last write, the session's usage
 added to the run and the session, its checkpoint, and (for a file write)
 the file and its ``file_change`` event, checked against the run's workspace
-limit before commit. Events are pushed to websockets after commit, in order,
-without the session waiting for Redis.
+limit before commit. A tool's file write (vfs_write, vfs_edit) is left
+uncommitted and committed with the next write, the checkpoint recording its
+result: one commit per step, and never the file without its result. Events
+are pushed to websockets after commit, in order, without the session waiting
+for Redis.
 """
 
 from __future__ import annotations
@@ -89,7 +92,9 @@ class ConnectionPool:
 
 
 def _conn_params() -> dict[str, Any]:
-    params = {**connections["default"].get_connection_params(), "autocommit": True}
+    # Prepared once they repeat (Django's own connections never prepare): a step's statements are a few
+    # long ones, which Postgres would otherwise parse and plan at every write.
+    params = {**connections["default"].get_connection_params(), "autocommit": True, "prepare_threshold": 2}
     for django_only in ("cursor_factory", "context", "server_side_binding"):
         params.pop(django_only, None)
     return params
