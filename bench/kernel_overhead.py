@@ -18,6 +18,14 @@ for the worker, ``perf_counter`` for the baseline). The script also counts
 what one step writes: events by type, and the row writes PostgreSQL itself
 recorded (pg_stat_user_tables) for the bench database.
 
+Where a step's time goes: the worker runs with ``MAS_PHASES`` set
+(:mod:`mas_core.phases`), so the hot path times its phases (model call, budget
+reserve, context count, gate, tool, checkpoint staging, events, the writes, the
+pushes, the database thread hops) and the script prints each one's calls, wall
+and CPU milliseconds per step of the serial phase [2]. It also prints the CPU
+per step of the worker process and of the PostgreSQL backends serving the
+bench database (from /proc), for the same phase.
+
     .venv/bin/python bench/kernel_overhead.py [--sessions 20] [--steps 10] [--keep-db]
 """
 
@@ -35,6 +43,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import itertools
+import json
+import os
+import tempfile
 
 import _common as c
 import _langgraph
@@ -195,6 +206,54 @@ def table_writes() -> dict[str, tuple[int, int]]:
     return {name: (ins, upd) for name, ins, upd in rows}
 
 
+def phases_read(path: Path) -> dict[str, list[float]]:
+    try:
+        return json.loads(path.read_text())["totals"]
+    except FileNotFoundError:
+        return {}
+
+
+def backends_cpu() -> dict[int, float]:
+    """CPU seconds so far of each PostgreSQL backend connected to the bench database (but this script's own)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        own = cursor.fetchone()[0]
+    pids = [row[0] for row in c.admin_query("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> %s",
+                                            [c.BENCH_DB, own])]
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[pid] = (int(fields[11]) + int(fields[12])) / ticks
+    return found
+
+
+def phase_lines(before: dict, after: dict, steps: int) -> list[str]:
+    """One line per phase: calls, wall and CPU ms per step between two readings of the worker's totals."""
+    from mas_core.phases import NESTED
+
+    delta = {name: [a - b for a, b in zip(values, before.get(name, [0, 0, 0]))] for name, values in after.items()}
+    delta = {name: values for name, values in delta.items() if values[0]}
+    for outer, inner in NESTED.items():
+        if outer in delta:
+            own = list(delta[outer])
+            for name in inner:
+                if name in delta:
+                    own[1] -= delta[name][1]
+                    own[2] -= delta[name][2]
+            delta[f"{outer} (own)"] = own
+    lines = []
+    for name, (count, wall, cpu) in sorted(delta.items(), key=lambda item: -item[1][1]):
+        lines.append(f"  {name:38s} {count / steps:6.2f} /step  wall {wall / steps * 1000:7.3f} ms  "
+                     f"CPU {cpu / steps * 1000:7.3f} ms")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=20)
@@ -221,12 +280,17 @@ def main() -> None:
     worker = None
     try:
         team = c.team_with_agent(slug="bench-overhead", agent=AGENT, frontmatter=f"limits:\n  max_steps: {m + 5}\n")
+        phases_file = Path(tempfile.mkdtemp(prefix="mas-bench-phases-")) / "phases.json"
+        os.environ["MAS_PHASES"] = str(phases_file)  # the worker times its phases (mas_core.phases)
         worker = c.Worker(concurrency=max(8, n + 4), db_threads=args.db_threads).start()
-        c.say(f"worker: {worker.command_line()}")
+        c.say(f"worker: MAS_PHASES={phases_file} {worker.command_line()}")
         worker_runs(team, 2, m, together=False)  # warm-up: connections, imports
         before = table_writes()
+        phases_before, cpu_before, pg_before = phases_read(phases_file), worker.cpu_seconds(), backends_cpu()
         serial_ids, serial_wall = worker_runs(team, n, m, together=False)
+        cpu_after, pg_after = worker.cpu_seconds(), backends_cpu()
         after = table_writes()
+        phases_after = phases_read(phases_file)
         serial = worker_figures(serial_ids)
         together_ids, together_wall = worker_runs(team, n, m, together=True)
         together = worker_figures(together_ids)
@@ -268,6 +332,15 @@ def main() -> None:
         c.say("  not installed: pip install -e '.[bench]'")
 
     steps_total = n * m
+    worker_cpu = (cpu_after - cpu_before) / steps_total
+    pg_cpu = sum(cpu - pg_before.get(pid, 0.0) for pid, cpu in pg_after.items()) / steps_total
+    c.say(f"\nCPU per step, serial phase [2] (whole runs: start, {m} steps, finish, over {m} steps): "
+          f"worker {worker_cpu * 1000:.2f} ms + Postgres backends {pg_cpu * 1000:.2f} ms = "
+          f"{(worker_cpu + pg_cpu) * 1000:.2f} ms (target < 4 ms); {len(pg_after)} backends on {c.BENCH_DB}")
+    c.say(f"where a step's time goes, serial phase [2], per step of {steps_total} (inclusive phases; "
+          "'(own)' less the phases inside; wall includes waiting for Postgres and Redis):")
+    for line in phase_lines(phases_before, phases_after, steps_total):
+        c.say(line)
     c.say("\nwhat one step writes (serial phase; a step = llm_request .. tool_result):")
     per_step = {k: v / steps_total for k, v in sorted(serial["step_events"].items())}
     c.say("  events: " + ", ".join(f"{k} {v:g}" for k, v in per_step.items())

@@ -18,6 +18,8 @@ from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 from asgiref.sync import sync_to_async
 from django.db import InterfaceError, OperationalError, connection
 
+from mas_core import phases
+
 T = TypeVar("T")
 
 
@@ -74,9 +76,18 @@ def db(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     @functools.wraps(func)
     def guarded(*args, **kwargs):
         try:
+            if phases.ON:
+                with phases.timed(f"db hop: {getattr(func, '__name__', 'lambda')}"), \
+                        connection.execute_wrapper(_counted):
+                    return func(*args, **kwargs)
             return func(*args, **kwargs)
         except (InterfaceError, OperationalError):
             connection.close()
             raise
 
     return sync_to_async(guarded, thread_sensitive=False)
+
+
+def _counted(execute, sql, params, many, context):
+    phases.count("django query (db threads)")
+    return execute(sql, params, many, context)

@@ -57,7 +57,7 @@ from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Activation, Run, Session, Team
 from agents_app.money import money_str
 from agents_app.skills import skill_text, skills_for, skills_section
-from mas_core import telemetry
+from mas_core import phases, telemetry
 from mas_core.llm_types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
 from mas_core.logs import bind
 from mas_core.outputs import INVALID_OUTPUT, answer_check, answer_format
@@ -66,6 +66,7 @@ from memory_app.cache import cached_model
 from tools_app.catalog import BUILTIN_TOOLS
 from tools_app.custom import custom_tool, worker_definition
 from tools_app.mcp.bridge import SessionServers, agent_servers, rows_for
+from tools_app.paths import is_agent_file, normalise_path
 from tools_app.plugin import ToolContext, ToolError, ToolSuspended
 from tools_app.registry import DATABASE_ERRORS, ToolRegistry, registry_for_agent
 from tools_app.specs import CustomToolSpec
@@ -75,6 +76,16 @@ logger = logging.getLogger(__name__)
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 # Tools that touch nothing but the run's files, which are written through the session's store.
 WORKSPACE_TOOLS = frozenset({"vfs_read", "vfs_write", "vfs_edit", "vfs_list", "vfs_delete", "vfs_search"})
+# Tools whose file write the store may commit with the checkpoint recording their result (see ToolCaller).
+HELD_WRITES = frozenset({"vfs_write", "vfs_edit"})
+
+
+def _agent_path(arguments: dict[str, Any]) -> bool:
+    """Whether the call writes an agent's definition (or a path the tool will refuse anyway)."""
+    try:
+        return is_agent_file(normalise_path(arguments.get("path", "")))
+    except Exception:  # noqa: BLE001 - the tool reports it
+        return True
 
 
 # -- the model --------------------------------------------------------------------------
@@ -484,32 +495,41 @@ class ToolCaller:
     async def __call__(self, call: ToolCall) -> ToolResult:
         self.ids["current"], self.ids["call"] = f"{self.session_id}:{call.id}", call.id
         registry, gate = self.registry, self.gate
-        rule = gate.rule(call.name, registry.get(call.name)) if call.name in registry else None
-        if call.name not in WORKSPACE_TOOLS or rule is not None:
-            # The tool may record events of its own (spawn, delegate, memory, ...):
-            # this session's tool_call must be numbered before them.
-            await self.store.flush()
-        arguments = call.arguments
-        if rule is not None:  # a person approves this call first (agents_app.approvals)
-            verdict = await gate.call(call_id=call.id, name=call.name, arguments=call.arguments,
-                                      schema=registry.schema(call.name), rule=rule)
-            if verdict.suspend:
-                return ToolResult(ok=True, content="", suspended=True)
-            if verdict.refusal is not None:
-                return ToolResult(ok=False, content=verdict.refusal, error_kind="rejected")
-            arguments = verdict.arguments
+        with phases.timed("gate"):
+            rule = gate.rule(call.name, registry.get(call.name)) if call.name in registry else None
+            if call.name not in WORKSPACE_TOOLS or rule is not None:
+                # The tool may record events of its own (spawn, delegate, memory, ...):
+                # this session's tool_call must be numbered before them.
+                await self.store.flush()
+            arguments = call.arguments
+            if rule is not None:  # a person approves this call first (agents_app.approvals)
+                verdict = await gate.call(call_id=call.id, name=call.name, arguments=call.arguments,
+                                          schema=registry.schema(call.name), rule=rule)
+                if verdict.suspend:
+                    return ToolResult(ok=True, content="", suspended=True)
+                if verdict.refusal is not None:
+                    return ToolResult(ok=False, content=verdict.refusal, error_kind="rejected")
+                arguments = verdict.arguments
         span = telemetry.child_span(self.span, f"execute_tool {call.name}", {
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id})
+        # A file write of vfs_write or vfs_edit is committed with the checkpoint that records its result (one
+        # commit for both, and never one without the other): nothing else awaits the run's rows in between.
+        # Not for an agent's definition, whose registration reads the run's rows from another connection.
+        self.store.deferring = rule is None and call.name in HELD_WRITES and not _agent_path(arguments)
         try:
-            outcome = await registry.call(call.name, arguments, self.context)
+            with phases.timed("tool"):
+                outcome = await registry.call(call.name, arguments, self.context)
         except ToolSuspended:
             telemetry.end(span, attributes={"mas.tool.suspended": True})
             return ToolResult(ok=True, content="", suspended=True)
+        finally:
+            self.store.deferring = False
         telemetry.end(span, error=None if outcome.ok else (outcome.error_kind or "tool_error"))
         rejected = _text(call.arguments.get("value")) if outcome.error_kind == INVALID_OUTPUT else None
-        content = await result_kept(name=call.name, call_id=call.id, arguments=call.arguments,
-                                    content=outcome.content, agent=self.agent, max_bytes=self.result_limit,
-                                    write=self.store.file_write, scope=self.scope)
+        with phases.timed("tool result kept"):
+            content = await result_kept(name=call.name, call_id=call.id, arguments=call.arguments,
+                                        content=outcome.content, agent=self.agent, max_bytes=self.result_limit,
+                                        write=self.store.file_write, scope=self.scope)
         return ToolResult(ok=outcome.ok, content=content, error_kind=outcome.error_kind, rejected=rejected)
 
 
@@ -555,14 +575,19 @@ async def execute_activation(activation_id: str) -> None:
     tools, approval gate, the loop's configuration), loop (the kernel, as a task the run's cancellation
     can stop) and settle (record how it ended and dispatch what comes next).
     """
-    start = await _begin(activation_id)
+    with phases.timed("session begin"):
+        start = await _begin(activation_id)
     if start is None:
         return
-    work = await _prepare(start)
+    with phases.timed("session prepare"):
+        work = await _prepare(start)
     if work is None:  # its model could not be resolved: the session has failed and is settled
         return
-    ending = await _loop(work)
-    await _settle(work, ending)
+    with phases.timed("session loop"):
+        ending = await _loop(work)
+    with phases.timed("session settle"):
+        await _settle(work, ending)
+    phases.dump()
 
 
 async def _begin(activation_id: str) -> SessionStart | None:

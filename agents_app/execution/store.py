@@ -5,8 +5,11 @@ by the worker's session loop — no ORM, no thread hop — in one transaction
 per write: the events buffered since the last write, the session's usage
 added to the run and the session, its checkpoint, and (for a file write)
 the file and its ``file_change`` event, checked against the run's workspace
-limit before commit. Events are pushed to websockets after commit, in order,
-without the session waiting for Redis.
+limit before commit. A tool's file write (vfs_write, vfs_edit) is left
+uncommitted and committed with the next write, the checkpoint recording its
+result: one commit per step, and never the file without its result. Events
+are pushed to websockets after commit, in order, without the session waiting
+for Redis.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.kernel.loop import PolicyDenied, SessionState
 from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Session
+from mas_core import phases
 from mas_core.runner import db
 from tools_app.plugin import ToolAborted
 
@@ -54,6 +58,7 @@ class ConnectionPool:
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
         """An autocommit connection: one statement is one transaction."""
         async with self.slots:
+            phases.count("async connection use")
             conn = self.idle.pop() if self.idle else await psycopg.AsyncConnection.connect(**_conn_params())
             try:
                 yield conn
@@ -65,9 +70,31 @@ class ConnectionPool:
                 raise
             self.idle.append(conn)
 
+    async def acquire(self) -> psycopg.AsyncConnection:
+        """A connection kept past one statement (a transaction left open): :meth:`release` gives it back."""
+        await self.slots.acquire()
+        phases.count("async connection use")
+        try:
+            return self.idle.pop() if self.idle else await psycopg.AsyncConnection.connect(**_conn_params())
+        except BaseException:
+            self.slots.release()
+            raise
+
+    async def release(self, conn: psycopg.AsyncConnection) -> None:
+        """Give back a connection of :meth:`acquire`; one not idle (broken, or in a transaction) is closed."""
+        try:
+            if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                await conn.close()
+            else:
+                self.idle.append(conn)
+        finally:
+            self.slots.release()
+
 
 def _conn_params() -> dict[str, Any]:
-    params = {**connections["default"].get_connection_params(), "autocommit": True}
+    # Prepared once they repeat (Django's own connections never prepare): a step's statements are a few
+    # long ones, which Postgres would otherwise parse and plan at every write.
+    params = {**connections["default"].get_connection_params(), "autocommit": True, "prepare_threshold": 2}
     for django_only in ("cursor_factory", "context", "server_side_binding"):
         params.pop(django_only, None)
     return params
@@ -100,7 +127,8 @@ def pool() -> ConnectionPool:
 # ``j`` appends the checkpoint's new history entries
 # (idempotent: a write retried after a failure inserts nothing twice), each with the seq of the last
 # event emitted before it was staged (``r.base`` + its offset in this write's events: what a fork cuts
-# at), and ``k`` marks the entries a compaction replaced. A file change adds ``f``, its event and ``v``,
+# at), and ``k`` marks the entries a compaction replaced. The entries' texts are sent in binary (``%b``): as
+# text, every quote of their JSON would be escaped for the array literal. A file change adds ``f``, its event and ``v``,
 # the file's version (kept while the run's history is under ``MAS_WORKSPACE_HISTORY_MAX_BYTES``).
 _WRITE = """
 WITH l AS (
@@ -130,8 +158,8 @@ WITH l AS (
 ), j AS (
   INSERT INTO agents_app_sessionentry (session_id, seq, kind, payload, replaced_by, event_seq, counters)
   SELECT %(session)s::uuid, x.seq, x.kind, x.payload, x.rb, r.base + x.off, x.counters
-  FROM r, unnest(%(j_seq)s::int[], %(j_kind)s::text[], %(j_payload)s::text[], %(j_rb)s::int[], %(j_off)s::int[],
-                 %(j_counters)s::text[]) AS x(seq, kind, payload, rb, off, counters)
+  FROM r, unnest(%(j_seq)s::int[], %(j_kind)b::text[], %(j_payload)b::text[], %(j_rb)s::int[], %(j_off)s::int[],
+                 %(j_counters)b::text[]) AS x(seq, kind, payload, rb, off, counters)
   ON CONFLICT (session_id, seq) DO NOTHING
 ), k AS (
   UPDATE agents_app_sessionentry AS t SET replaced_by = x.rb
@@ -226,6 +254,12 @@ class DatabaseStore:
         # The session's claim (lifecycle.session_begin) and how many writes it holds: each write is the next.
         self.claim, self.writes = claim, writes
         self.unsent: tuple | None = None  # a write whose answer was lost: sent again, as it was, first
+        # A file write of a tool (see ``deferring``) in a transaction left open, committed with the store's
+        # next write — in practice the checkpoint that records the tool's result, so that the file and its
+        # result are committed together: (connection, sql, params, file, events, changed, row).
+        self.held: tuple | None = None
+        self.deferring = False  # set by the session's ToolCaller while a tool may hold its file write
+        self.abandoned = False  # a held file write was lost after its tool saw it succeed: nothing more is written
         self.pending: list[Entry] = []
         self.usage = [0, 0, Decimal(0), 0]
         # Worst costs reserved for the calls in flight (a compaction's inside its session's call), and
@@ -255,6 +289,16 @@ class DatabaseStore:
     # SessionStore
 
     async def checkpoint(self, state: SessionState, *, before_tools: bool = False) -> None:
+        with phases.timed("checkpoint staging"):
+            self._stage_checkpoint(state)
+        if before_tools:
+            # Written with the tool's own write (a file), or before a tool that writes elsewhere
+            # (see session.call_tool), or within the live delay — whichever comes first.
+            self._schedule_live_write()
+            return
+        await self._write()
+
+    def _stage_checkpoint(self, state: SessionState) -> None:
         positions = ({key: self.cursor.get(key) for key in (self.agent, COMPACTOR_KEY)
                       if key == self.agent or key in self.cursor.positions} if self.cursor is not None else {})
         state.cursor = positions
@@ -269,12 +313,6 @@ class DatabaseStore:
             self.pending_extra.extend([(emitted, None)] * (added - 1) + [(emitted, self.pending_counters)])
         self.pending_positions = positions
         self.checkpoint_bytes = len(self.pending_counters) + sum(len(e[2]) for e in self.pending_entries)
-        if before_tools:
-            # Written with the tool's own write (a file), or before a tool that writes elsewhere
-            # (see session.call_tool), or within the live delay — whichever comes first.
-            self._schedule_live_write()
-            return
-        await self._write()
 
     def _stage(self, staged: Staged) -> None:
         self.pending_entries.extend(staged.entries)
@@ -295,6 +333,15 @@ class DatabaseStore:
         return self.pending_counters is not None or bool(self.pending_entries or self.pending_marks)
 
     async def emit(self, type: str, data: dict[str, Any]) -> None:
+        with phases.timed("events"):
+            self._emit(type, data)
+        if type in self.LIVE:
+            if live_delay_s() <= 0:
+                await self.flush()
+            else:
+                self._schedule_live_write()
+
+    def _emit(self, type: str, data: dict[str, Any]) -> None:
         self.pending.append(entry(type, agent=self.agent, session_id=self.session_id, data=data))
         if type == "llm_response":
             usage = data["usage"]
@@ -304,11 +351,6 @@ class DatabaseStore:
             # A use of the large tier is a call to a model whose row says large; a cached answer called none.
             # (A compaction's summary names the tier of the model it called.)
             self.usage[3] += 1 if (data.get("tier") or self.tier) == "large" and not data.get("cached") else 0
-        if type in self.LIVE:
-            if live_delay_s() <= 0:
-                await self.flush()
-            else:
-                self._schedule_live_write()
 
     async def cancelled(self) -> bool:
         return self.cancel_requested
@@ -317,8 +359,8 @@ class DatabaseStore:
         if not self.budget:
             self.reservations.append((Decimal(0), 0))
             return
-        if self.usage[2] or self.usage[3] or self.releasing or self.releasing_large:
-            await self.flush()  # the budget reads the run's totals
+        if self.usage[2] or self.usage[3] or self.releasing or self.releasing_large or self.held is not None:
+            await self.flush()  # the budget reads the run's totals (and locks its row, which a held write holds)
         large = (self.tier if tier is None else tier) == "large"
         async with pool().connection() as conn:
             row = await (await conn.execute(RESERVE_SQL, reserve_params(
@@ -343,7 +385,7 @@ class DatabaseStore:
 
     async def flush(self) -> None:
         """Write the pending events and checkpoint now (before anything else writes for this run)."""
-        if self.pending or self.has_checkpoint or self.unsent is not None:
+        if self.pending or self.has_checkpoint or self.unsent is not None or self.held is not None:
             await self._write()
 
     def _schedule_live_write(self) -> None:
@@ -376,10 +418,19 @@ class DatabaseStore:
         return bool(row[1])
 
     async def _write(self, *, sql: str = WRITE_SQL, file: dict[str, Any] | None = None) -> tuple | None:
+        with phases.timed("checkpoint+events write" if file is None else "file write"):
+            return await self._write_now(sql=sql, file=file)
+
+    async def _write_now(self, *, sql: str, file: dict[str, Any] | None) -> tuple | None:
         async with self.writing:
             if self.live_timer is not None:
                 self.live_timer.cancel()
                 self.live_timer = None
+            if self.abandoned:
+                raise SessionTakenOver(f"session {self.session_id} lost a file write its tool saw succeed: "
+                                       "it is resumed from its last checkpoint")
+            if self.held is not None and file is not None:
+                await self._commit_held()  # a second file write (a long result kept as a file): the first alone
             if self.unsent is not None:
                 await self._settle_unsent()
                 if file is None and not (self.pending or self.has_checkpoint or self.pending_positions
@@ -413,6 +464,11 @@ class DatabaseStore:
             if file is not None:
                 params |= {**file, "at": datetime.now(UTC)}
             batch = (events, usage, release, entries, marks, extra, counters, positions)
+            phases.count("statement")
+            if self.held is not None:
+                return await self._write_committing_held(sql, params, file, batch, changed)
+            if self.deferring and sql is FILE_WRITE_SQL:
+                return await self._write_held(params, file, batch, changed)
             try:
                 async with pool().connection() as conn:
                     if sql is FILE_WRITE_SQL:
@@ -424,13 +480,88 @@ class DatabaseStore:
             except BaseException as error:
                 if isinstance(error, (*_TRANSIENT, asyncio.CancelledError)):
                     # Committed or not, nobody knows yet: the next write finds out first (_settle_unsent).
-                    self.unsent = (sql, params, file, batch, changed)
+                    self.unsent = (sql, params, file, batch, changed, None)
                     raise
                 self._put_back(batch)  # not written
                 if isinstance(error, psycopg.Error):
                     raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
                 raise
             return self._written(sql, params, file, events, changed, row)
+
+    async def _write_held(self, params: dict[str, Any], file: dict[str, Any], batch: tuple,
+                          changed: dict[str, int]) -> tuple:
+        """A tool's file write in a transaction left open (``self.held``): its row now, its commit with the
+        next write. Not committed, it cannot be in doubt: whatever goes wrong, nothing of it was written."""
+        conn = await pool().acquire()
+        try:
+            async with conn.pipeline():
+                await conn.execute("BEGIN")
+                written = await conn.execute(FILE_WRITE_SQL, params)
+                total = await conn.execute(USED_SQL, [params["run"]])
+                row = await written.fetchone()
+                used = (await total.fetchone())[0]
+            if row is None:  # refused: taken over, or out of order (raises); else applied already (a retry)
+                row = await self._applied_before(conn, params["write"])
+                await conn.execute("ROLLBACK")
+                await pool().release(conn)
+                return self._written(FILE_WRITE_SQL, params, file, batch[0], changed, row)
+            workspace_check(path=params["path"], used=used)
+        except BaseException as error:
+            await _let_go(conn)
+            self._put_back(batch)  # not written
+            if isinstance(error, psycopg.Error) and not isinstance(error, _TRANSIENT):
+                raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
+            raise
+        self.held = (conn, FILE_WRITE_SQL, params, file, batch, changed, row)
+        self.writes = params["write"]
+        return row
+
+    async def _write_committing_held(self, sql: str, params: dict[str, Any], file: dict[str, Any] | None,
+                                     batch: tuple, changed: dict[str, int]) -> tuple:
+        """This write and the held file write's commit, in one round trip."""
+        held, self.held = self.held, None
+        conn = held[0]
+        try:
+            async with conn.pipeline():
+                cursor = await conn.execute(sql, params)
+                await conn.execute("COMMIT")
+                row = await cursor.fetchone()
+        except BaseException as error:
+            await _let_go(conn)
+            if isinstance(error, (*_TRANSIENT, asyncio.CancelledError)):
+                # Both committed or neither: the next write finds out first (_settle_unsent).
+                self.unsent = (sql, params, file, batch, changed, held[1:])
+                raise
+            # Neither was written: the session fails (WriteRefused), and keeps the events of both.
+            self._put_back(batch)
+            self._put_back(held[4])
+            self.writes = held[2]["write"] - 1
+            if isinstance(error, psycopg.Error):
+                raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
+            raise
+        await pool().release(conn)
+        self._written(*held[1:4], held[4][0], *held[5:])
+        if row is None:  # cannot be: the held write holds the session's row, this write is its next
+            raise WriteRefused(f"write {params['write']} of session {self.session_id} was refused after write "
+                               f"{params['write'] - 1}")
+        return self._written(sql, params, file, batch[0], changed, row)
+
+    async def _commit_held(self) -> None:
+        """Commit the held file write alone."""
+        held, self.held = self.held, None
+        conn = held[0]
+        try:
+            await conn.execute("COMMIT")
+        except BaseException as error:
+            await _let_go(conn)
+            if isinstance(error, (*_TRANSIENT, asyncio.CancelledError)):
+                self.unsent = (*held[1:6], None)  # _settle_unsent: its tool saw it succeed (self.writes counts it)
+                raise
+            self.abandoned = True  # not committed, and its tool saw it succeed
+            raise SessionTakenOver(f"session {self.session_id} lost a file write its tool saw succeed: "
+                                   "it is resumed from its last checkpoint") from error
+        await pool().release(conn)
+        self._written(*held[1:4], held[4][0], *held[5:])
 
     def _written(self, sql: str, params: dict[str, Any], file: dict[str, Any] | None, events: list[Entry],
                  changed: dict[str, int], row: tuple) -> tuple:
@@ -465,7 +596,7 @@ class DatabaseStore:
         """Find out whether the write whose answer was lost was committed: if so it is counted (its events
         pushed), else what it held goes with the next write — but not its file change, whose tool saw the
         write fail (a resumed session runs that call again)."""
-        sql, params, file, batch, changed = self.unsent
+        sql, params, file, batch, changed, held = self.unsent
         async with pool().connection() as conn:
             cursor = await conn.execute("SELECT claim, writes, last_write FROM agents_app_session WHERE id = %s",
                                         [self.session_id])
@@ -474,7 +605,15 @@ class DatabaseStore:
             raise SessionTakenOver(f"session {self.session_id} was taken over by another worker")
         self.unsent = None
         if found[1] == params["write"]:
+            if held is not None:  # a held file write, committed with this one
+                self._written(*held[:3], held[3][0], *held[4:])
             self._written(sql, params, file, batch[0], changed, tuple(found[2]))
+        elif held is not None or (file is not None and self.writes == params["write"]):
+            # A file write its tool saw succeed was not committed: this session cannot go on from what it
+            # holds. It writes nothing more, and is resumed from its last checkpoint (before that tool).
+            self.abandoned = True
+            raise SessionTakenOver(f"session {self.session_id} lost a file write its tool saw succeed: "
+                                   "it is resumed from its last checkpoint")
         else:
             self._put_back(batch)
 
@@ -506,7 +645,8 @@ class DatabaseStore:
             if previous is not None:
                 await previous
             self.waiting_push = None
-            await push_bounded(batch, team_id=self.team_id)
+            with phases.timed("push (after commit)"):
+                await push_bounded(batch, team_id=self.team_id)
 
         self.pushing = asyncio.ensure_future(push())
 
@@ -531,6 +671,17 @@ class DatabaseStore:
         await self.flush()
         if self.pushing is not None:
             await self.pushing
+
+
+async def _let_go(conn: psycopg.AsyncConnection) -> None:
+    """Give back a held connection after an error: rolled back when it can be, else closed."""
+    try:
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            await conn.execute("ROLLBACK")
+    except BaseException:  # noqa: BLE001 - closed instead
+        await conn.close()
+    finally:
+        await pool().release(conn)
 
 
 async def _write_within_limit(conn: psycopg.AsyncConnection, params: dict[str, Any]) -> tuple:

@@ -22,6 +22,7 @@ from mas_core.outputs import INVALID_OUTPUT, correction
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
 from mas_core.llm_types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
 from agents_app.money import money_str
+from mas_core import phases
 
 
 @dataclass
@@ -206,9 +207,9 @@ async def _call_model(
     attempt = 0
     while True:
         try:
-            response = await asyncio.wait_for(
-                model.complete(request, on_chunk=on_chunk), timeout=max(0.01, min(request.timeout_s, deadline()))
-            )
+            # In this task (asyncio.wait_for would start one per call).
+            async with asyncio.timeout(max(0.01, min(request.timeout_s, deadline()))):
+                response = await model.complete(request, on_chunk=on_chunk)
             await flush()
             return response
         except asyncio.TimeoutError:
@@ -318,10 +319,12 @@ async def run_session(
             if state.steps >= limits.max_steps:
                 return await fail("stuck", f"no final answer after {limits.max_steps} steps", retry=False)
             # Reserved before a compaction, which only shortens the request (and reserves its own call).
-            estimated = estimate_tokens(meter.measure(state.messages, tools)[0], state.token_ratio)
+            with phases.timed("context count"):
+                estimated = estimate_tokens(meter.measure(state.messages, tools)[0], state.token_ratio)
             try:
-                await store.before_model_call(
-                    state, worst_usd=model.cost_at_most(prompt_tokens=estimated, max_tokens=config.max_tokens))
+                with phases.timed("budget reserve"):
+                    await store.before_model_call(
+                        state, worst_usd=model.cost_at_most(prompt_tokens=estimated, max_tokens=config.max_tokens))
             except PolicyDenied as denied:
                 return await fail("policy_denied", str(denied), retry=False)
             try:
@@ -334,16 +337,19 @@ async def run_session(
                     timeout_s=max(min(1.0, config.model_timeout_s),
                                   min(config.model_timeout_s, limits.timeout_s - (elapsed_before + clock() - started))),
                 )
-                chars, digest = meter.measure(request.messages, tools)
+                with phases.timed("context count"):
+                    chars, digest = meter.measure(request.messages, tools)
+                phases.count("step")
                 await store.emit("llm_request", {"model": model.model, "tier": model.tier,
                                                  "messages": len(state.messages), "tools": len(tools),
                                                  "step": state.steps + 1,
                                                  "estimated_tokens": estimate_tokens(chars, state.token_ratio),
                                                  "digest": digest})
-                response = await _call_model(
-                    model, request, config, store, sleep,
-                    deadline=lambda: limits.timeout_s - (elapsed_before + clock() - started),
-                )
+                with phases.timed("model call"):
+                    response = await _call_model(
+                        model, request, config, store, sleep,
+                        deadline=lambda: limits.timeout_s - (elapsed_before + clock() - started),
+                    )
             except ProviderError as error:
                 store.after_model_call()
                 await store.emit("error", {"where": "model_call", "kind": error.kind, "message": str(error)})

@@ -204,3 +204,128 @@ def test_a_worker_whose_session_was_taken_over_writes_nothing(team_a, settings):
 
     assert in_thread(new_owner) == {"value": 2}
     assert Run.objects.get(pk=run.pk).cost_usd == Decimal("0.75")
+
+
+def test_a_tools_held_file_write_is_committed_with_the_checkpoint_that_records_its_result(team_a):
+    """ToolCaller lets vfs_write's file write wait in an open transaction for the checkpoint recording its
+    result: one commit for both, never one without the other; the events keep their order and numbers."""
+    from agents_app.kernel.loop import SessionState
+    from mas_core.llm_types import Message
+
+    run, session = rows(team_a)
+    seen: dict = {}
+
+    async def work():
+        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
+                              budget={}, team_id=team_a.id)
+        state = SessionState(messages=[Message(role="user", content="write")])
+        await store.emit("llm_response", response("0"))
+        await store.checkpoint(state, before_tools=True)
+        await store.emit("tool_call", {"id": "tc-1", "name": "vfs_write", "arguments": {}})
+        store.deferring = True
+        version = await DatabaseWorkspace(store=store).write("notes.md", "first")
+        store.deferring = False
+        # Not committed yet: another connection sees neither the file nor the events.
+        async with pool().connection() as conn:
+            seen["files"] = (await (await conn.execute(
+                "SELECT count(*) FROM agents_app_workspacefile WHERE run_id = %s", [run.id])).fetchone())[0]
+            seen["events"] = (await (await conn.execute(
+                "SELECT count(*) FROM agents_app_event WHERE run_id = %s", [run.id])).fetchone())[0]
+        seen["writes_held"] = store.writes
+        state.messages.append(Message(role="tool", content=f"Wrote notes.md (version {version})",
+                                      tool_call_id="tc-1", name="vfs_write"))
+        await store.emit("tool_result", {"id": "tc-1", "name": "vfs_write", "ok": True})
+        await store.checkpoint(state)  # commits both
+        seen["held_after"] = store.held
+        await store.close()
+        return version, store.writes
+
+    outcome = in_thread(work)
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["value"] == (1, 2)
+    assert seen == {"files": 0, "events": 0, "writes_held": 1, "held_after": None}
+    assert [(e.seq, e.type) for e in Event.objects.filter(run=run).order_by("seq")] == [
+        (1, "llm_response"), (2, "tool_call"), (3, "file_change"), (4, "tool_result")]
+    assert WorkspaceFile.objects.get(run=run, path="notes.md").content == "first"
+    session = Session.objects.get(pk=session.pk)
+    assert (session.writes, session.last_write) == (2, [3])  # the base of its events
+    assert session.entries.count() == 2
+
+
+def test_a_held_file_write_past_the_workspace_limit_writes_nothing_and_keeps_the_events(team_a, settings):
+    from agents_app.execution.workspace_limit import WorkspaceFull
+
+    settings.MAS_WORKSPACE_MAX_BYTES = 10
+    run, session = rows(team_a)
+
+    async def work():
+        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
+                              budget={}, team_id=team_a.id)
+        await store.emit("tool_call", {"id": "tc-1", "name": "vfs_write", "arguments": {}})
+        store.deferring = True
+        try:
+            await DatabaseWorkspace(store=store).write("big.md", "x" * 11)
+        except WorkspaceFull as error:
+            refused = str(error)
+        store.deferring = False
+        await store.emit("tool_result", {"id": "tc-1", "name": "vfs_write", "ok": False})
+        await store.close()
+        return refused, store.held, store.writes, len(pool().idle)
+
+    outcome = in_thread(work)
+    assert "error" not in outcome, outcome.get("error")
+    refused, held, writes, idle = outcome["value"]
+    assert refused.startswith("big.md was not written: the run's workspace would hold 11 bytes")
+    assert (held, writes) == (None, 1)
+    assert [(e.seq, e.type) for e in Event.objects.filter(run=run).order_by("seq")] == [
+        (1, "tool_call"), (2, "tool_result")]
+    assert not WorkspaceFile.objects.filter(run=run).exists()
+
+
+def test_a_held_file_write_whose_commit_was_lost_stops_the_session_for_a_resume(team_a, monkeypatch):
+    """The checkpoint carrying a held write's commit never arrived: neither was committed, and the tool saw its
+    file written, so the session writes nothing more (SessionTakenOver) and is resumed from its last checkpoint,
+    where the tool runs again."""
+    run, session = rows(team_a)
+    lose: list = []
+    real_acquire = store_module.ConnectionPool.acquire
+
+    async def acquire(self):
+        return AnswerLost(await real_acquire(self), lose)
+
+    monkeypatch.setattr(store_module.ConnectionPool, "acquire", acquire)
+
+    async def work():
+        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
+                              budget={}, team_id=team_a.id)
+        await store.emit("tool_call", {"id": "tc-1", "name": "vfs_write", "arguments": {}})
+        store.deferring = True
+        version = await DatabaseWorkspace(store=store).write("notes.md", "first")
+        store.deferring = False
+        await store.emit("tool_result", {"id": "tc-1", "name": "vfs_write", "ok": True})
+        lose.append("unsent")
+        errors = []
+        try:
+            await store.flush()
+        except psycopg.OperationalError as error:
+            errors.append(str(error))
+        try:
+            await store.close()
+        except Exception as error:  # noqa: BLE001 - the test reads it
+            errors.append(f"{type(error).__name__}: {error}")
+        await store.emit("error", {"where": "session"})
+        try:
+            await store.flush()  # nothing more is written
+        except Exception as error:  # noqa: BLE001
+            errors.append(type(error).__name__)
+        return version, errors
+
+    outcome = in_thread(work)
+    assert "error" not in outcome, outcome.get("error")
+    version, errors = outcome["value"]
+    assert version == 1
+    assert errors == [LOST, f"SessionTakenOver: session {session.id} lost a file write its tool saw succeed: "
+                            "it is resumed from its last checkpoint", "SessionTakenOver"]
+    assert not Event.objects.filter(run=run).exists()
+    assert not WorkspaceFile.objects.filter(run=run).exists()
+    assert Session.objects.get(pk=session.pk).writes == 0

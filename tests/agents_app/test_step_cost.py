@@ -1,0 +1,82 @@
+"""What one step of a session costs the database, pinned: a regression that adds a statement, a commit, a
+thread hop or an ORM query to every step fails here (bench/kernel_overhead.py measures the time)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents_app.execution.runs import run_start
+from agents_app.models import Activation, Run, WorkspaceFile
+from mas_core import phases
+from tests.runs import agent
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def loop_connections_closed():
+    """The sessions run on this process's loop: its connections (the store's pool, the database threads') are
+    closed afterwards, or the test database could not be dropped."""
+    yield
+    import asyncio
+    import threading
+
+    from django.db import connections
+
+    from agents_app.execution.store import pool
+    from mas_core.runner import db, runner
+
+    threads = runner._db_threads
+    barrier = threading.Barrier(threads)
+
+    def close() -> None:  # one call per thread: each waits for all the others
+        connections.close_all()
+        barrier.wait(timeout=10)
+
+    async def close_all() -> None:
+        for conn in pool().idle:
+            await conn.close()
+        pool().idle.clear()
+        await asyncio.gather(*(db(close)() for _ in range(threads)))
+
+    runner.run(close_all())
+
+
+def script(steps: int) -> dict:
+    turns = [{"tool_calls": [{"name": "vfs_write", "arguments": {"path": f"notes/{i}.md", "content": f"step {i}"}}]}
+             for i in range(steps)]
+    return {"stepper": turns + [{"text": "done"}]}
+
+
+def session_cost(team, steps: int, monkeypatch) -> dict[str, int]:
+    """Run one session of ``steps`` vfs_write steps on this process's loop; what it counted, by name."""
+    from agents_app.tasks import execute_activation
+
+    monkeypatch.setattr(execute_activation, "delay", lambda activation_id: None)
+    run = run_start(team=team, agent="stepper", input="Write notes", script=script(steps))
+    [root] = Activation.objects.filter(run=run)
+    monkeypatch.setattr(phases, "ON", True)
+    monkeypatch.setattr(phases, "totals", {})
+    execute_activation(str(root.id))  # the Celery task's body, here
+    counted = {name: int(values[0]) for name, values in phases.totals.items()}
+    monkeypatch.setattr(phases, "ON", False)
+    assert Run.objects.get(pk=run.pk).status == "succeeded"
+    assert WorkspaceFile.objects.filter(run=run).count() == steps
+    return counted
+
+
+def test_a_tool_step_is_two_round_trips_one_commit_and_no_thread_hop(team_a, monkeypatch, loop_connections_closed):
+    agent(team_a, "Stepper", "limits:\n  max_steps: 20\n")
+    short, long = session_cost(team_a, 2, monkeypatch), session_cost(team_a, 6, monkeypatch)
+    per_step = {name: (long.get(name, 0) - short.get(name, 0)) / 4 for name in {*short, *long}}
+    per_step = {name: count for name, count in per_step.items() if count}
+    # One vfs_write step: the model's turn, the tool's file write in a transaction left open (BEGIN, the
+    # write, the workspace's total: one round trip), then the checkpoint recording its result and the
+    # COMMIT (one round trip). Four events emitted (llm_request, llm_response, tool_call, tool_result; the
+    # file_change is the write's own). No ORM query, no hop to a database thread.
+    assert per_step == {
+        "step": 1, "statement": 2, "async connection use": 1,
+        "events": 4, "checkpoint staging": 2, "context count": 2, "budget reserve": 1, "model call": 1,
+        "gate": 1, "tool": 1, "tool result kept": 1, "file write": 1, "checkpoint+events write": 1,
+        "push (after commit)": 1,
+    }
