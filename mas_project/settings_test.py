@@ -33,7 +33,10 @@ CELERY_BROKER_URL = TEST_REDIS_URL
 CELERY_RESULT_BACKEND = TEST_REDIS_URL
 CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [{**CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0],
                                                  "address": TEST_REDIS_URL}]
-CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = "mas-test"
+# Per pytest process (its workers inherit it): pub/sub channels are global to the Redis server, and team ids
+# repeat across the test databases of processes running side by side.
+CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = os.environ.setdefault("MAS_TEST_CHANNELS_PREFIX",
+                                                                      f"mas-test-{os.getpid()}")
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # The suite makes many bad-token and run-start calls from one address: tests of the limits set their own
 # (a test starting its own server passes MAS_TEST_AUTH_FAILURES_PER_MIN).

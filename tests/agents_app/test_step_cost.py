@@ -8,6 +8,7 @@ import pytest
 from agents_app.execution.runs import run_start
 from agents_app.models import Activation, Run, WorkspaceFile
 from mas_core import phases
+from mas_core.runner import runner
 from tests.runs import agent
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -49,15 +50,15 @@ def script(steps: int) -> dict:
 
 
 def session_cost(team, steps: int, monkeypatch) -> dict[str, int]:
-    """Run one session of ``steps`` vfs_write steps on this process's loop; what it counted, by name."""
-    from agents_app.tasks import execute_activation
+    """Run one session of ``steps`` vfs_write steps on this process's loop; what it counted, by name (the
+    test's work is in a pool no worker serves: see the ``unserved`` fixture)."""
+    from agents_app.execution.session import execute_activation
 
-    monkeypatch.setattr(execute_activation, "delay", lambda activation_id: None)
     run = run_start(team=team, agent="stepper", input="Write notes", script=script(steps))
     [root] = Activation.objects.filter(run=run)
     monkeypatch.setattr(phases, "ON", True)
     monkeypatch.setattr(phases, "totals", {})
-    execute_activation(str(root.id))  # the Celery task's body, here
+    runner.run(execute_activation(str(root.id)))  # what a worker's scheduler loop runs, here
     counted = {name: int(values[0]) for name, values in phases.totals.items()}
     monkeypatch.setattr(phases, "ON", False)
     assert Run.objects.get(pk=run.pk).status == "succeeded"
@@ -65,7 +66,8 @@ def session_cost(team, steps: int, monkeypatch) -> dict[str, int]:
     return counted
 
 
-def test_a_tool_step_is_two_round_trips_one_commit_and_no_thread_hop(team_a, monkeypatch, loop_connections_closed):
+def test_a_tool_step_is_two_round_trips_one_commit_and_no_thread_hop(team_a, monkeypatch, loop_connections_closed,
+                                                                     unserved):
     agent(team_a, "Stepper", "limits:\n  max_steps: 20\n")
     short, long = session_cost(team_a, 2, monkeypatch), session_cost(team_a, 6, monkeypatch)
     per_step = {name: (long.get(name, 0) - short.get(name, 0)) / 4 for name in {*short, *long}}
