@@ -16,6 +16,8 @@ checkpoints.
 Figures per try, for each session the killed worker held (from the rows'
 timestamps and the kill's wall clock; one machine):
 
+- the killed worker's last beat before the kill (``Worker.heartbeat_at``):
+  it counts as dead ``MAS_WORKER_DEAD_S`` after that beat, not after the kill;
 - hand-over: kill .. its ``retry`` event (``session_resume``: the survivor
   saw the worker dead and queued the session again);
 - resume: kill .. its ``session_start`` event with ``resumed`` true (the
@@ -97,6 +99,7 @@ def one_try(team, args) -> dict:
 
     from agents_app.execution.runs import run_start
     from agents_app.models import Event, Run, Session, WorkspaceFile, WorkspaceFileVersion
+    from agents_app.models import Worker as WorkerRow
 
     started = time.monotonic()
     pool = workers_start(team, concurrency=args.concurrency, db_threads=args.db_threads)
@@ -123,6 +126,7 @@ def one_try(team, args) -> dict:
         [survivor] = [w for w in pool if w is not victim]
         moved = dict(Session.objects.filter(run_id__in=ids, status="running", worker=holder)
                      .values_list("id", "run_id"))
+        last_beat = WorkerRow.objects.filter(name=holder).values_list("heartbeat_at", flat=True).first()
         os.killpg(victim.process.pid, signal.SIGKILL)
         killed_at = timezone.now()
         killed = time.monotonic()
@@ -176,6 +180,7 @@ def one_try(team, args) -> dict:
     return {
         "held": dict(held), "moved": len(moved), "victim": holder, "survivor": survivor_name,
         "kill_after_s": killed - committed, "waited_s": waited,
+        "beat_age": (killed_at - last_beat).total_seconds() if last_beat else float("nan"),
         "handover": [(handed[s] - killed_at).total_seconds() for s in moved if s in handed],
         "resume": [(resumed[s] - killed_at).total_seconds() for s in moved if s in resumed],
         "to_end": [(runs[r].finished_at - killed_at).total_seconds() for r in set(moved.values())
@@ -185,6 +190,7 @@ def one_try(team, args) -> dict:
         "repeated": sum(n - 1 for n in results.values()) + sum(n - 1 for n in versions.values()),
         "tool_calls": sum(results.values()), "statuses": dict(statuses), "problems": problems,
         "load": os.getloadavg()[0], "ready_s": ready_s, "stop_s": stop_s,
+        "dead_s": args.dead_s,
     }
 
 
@@ -199,6 +205,8 @@ def report(index: int, r: dict) -> None:
     c.say(f"  try {index}: killed {r['victim']} {r['kill_after_s']:.2f} s after the runs' commit, holding "
           f"{r['moved']} of the running sessions {r['held']}; all runs ended {r['waited_s']:.1f} s after the kill "
           f"(load {r['load']:.2f}; workers started and warmed in {r['ready_s']:.1f} s, stopped in {r['stop_s']:.1f} s)")
+    c.say(f"{'':>9}its last beat {r['beat_age']:.2f} s before the kill, so dead {r['dead_s'] - r['beat_age']:.2f} s "
+          f"after the kill; first hand-over {min(r['handover'], default=float('nan')):.2f} s after the kill")
     c.say(f"{'':>9}hand-over (retry event) {dist(r['handover'])}; resumed (session_start) {dist(r['resume'])}")
     c.say(f"{'':>9}kill .. moved run's end {dist(r['to_end'])}; moved runs' extra time over the "
           f"{r['baseline_from']} ({r['baseline']:.2f} s): {dist(r['extra'])}")
