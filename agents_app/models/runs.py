@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import models
 
 from mas_core.models import Team
+from agents_app.models.context import ActivationContext
 
 
 class RunStatus(models.TextChoices):
@@ -155,6 +156,15 @@ class Activation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent} ({self.kind}, {self.status})"
+
+    @property
+    def ctx(self) -> ActivationContext:
+        """The context, typed (a new object on each read: change it with ``ctx.replace`` and assign it)."""
+        return ActivationContext.from_json(self.context)
+
+    @ctx.setter
+    def ctx(self, value: ActivationContext) -> None:
+        self.context = value.to_json()
 
     def save(self, *args, **kwargs) -> None:
         if self.team_id is None and self.run_id is not None:  # the run's team, unless the caller gave it
