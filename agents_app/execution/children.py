@@ -89,7 +89,7 @@ def children_cancel(run: Run, parent: Activation, *, session_id, reason: str) ->
         return []
     Activation.objects.filter(pk__in=cancelled, status__in=UNSETTLED_ACTIVATION_STATUSES).update(
         status=ActivationStatus.CANCELLED)
-    suspended = list(Session.objects.filter(activation_id__in=cancelled, status=SessionStatus.WAITING))
+    suspended = list(Session.objects.filter(activation_id__in=cancelled, status=SessionStatus.SUSPENDED))
     ApprovalRequest.objects.filter(session__in=suspended, status="pending").update(status="cancelled")
     for session in suspended:
         session.status, session.finished_at = SessionStatus.CANCELLED, timezone.now()

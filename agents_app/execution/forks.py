@@ -260,7 +260,7 @@ def sessions_restore(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple
             session = Session.objects.create(
                 run=fork, activation=activation, agent=source.agent, attempt=source.attempt, tier=source.tier,
                 provider=source.provider, model=source.model,
-                status=SessionStatus.OK if done else SessionStatus.WAITING, state=counters,
+                status=SessionStatus.OK if done else SessionStatus.SUSPENDED, state=counters,
                 result=source.result if done else "", meta=source.meta if done else {},
                 finished_at=now if done else None,
             )
@@ -289,7 +289,7 @@ def _edit_result(restored: list[Restored], session_ids: dict[str, uuid.UUID], *,
     call_id = event.data["id"]
     target = session_ids.get(str(event.session_id))
     item = next((item for item in restored if item.session is not None and item.session.id == target), None)
-    if item is None or item.session.status != SessionStatus.WAITING:
+    if item is None or item.session.status != SessionStatus.SUSPENDED:
         raise _bad_result(f"event {seq}: its session has no checkpoint to continue from at that point")
     in_use = [e for e in item.entries if e.kind == "message" and (e.replaced_by is None or e.replaced_by not in
                                                                    {x.seq for x in item.entries})]

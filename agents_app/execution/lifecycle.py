@@ -68,11 +68,11 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
             return None
         session = next(iter(Session.objects.raw(
             "SELECT * FROM agents_app_session WHERE activation_id = %s AND status = ANY(%s) "
-            "ORDER BY attempt DESC LIMIT 1", [activation_id, [SessionStatus.RUNNING, SessionStatus.WAITING]])), None)
+            "ORDER BY attempt DESC LIMIT 1", [activation_id, [SessionStatus.RUNNING, SessionStatus.SUSPENDED]])), None)
         if session is not None and session.status == SessionStatus.RUNNING and not _stale(session):
             # A live worker has it — maybe this very process, when a message came twice (a dispatch
             # sent again by the sweep while the first waited in the queue): never run one session twice.
-            # (A suspended session, waiting, holds no worker: it is resumed.)
+            # (A suspended session holds no worker: it is resumed.)
             return None
         resumed = session is not None
         worker_agent = activation.ctx.worker
@@ -145,7 +145,7 @@ def session_begin_failed(*, activation_id, worker: str, error: str) -> SessionEn
         # The session it would have resumed (a suspended or interrupted one) fails; with none, a failed one is
         # recorded, so the report is where a parent and the API read it.
         session = (Session.objects.filter(activation=activation, status__in=[SessionStatus.RUNNING,
-                                                                              SessionStatus.WAITING])
+                                                                              SessionStatus.SUSPENDED])
                    .order_by("-attempt").first())
         if session is None:
             activation.attempts += 1
@@ -301,10 +301,10 @@ def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) ->
             session.save(update_fields=["status", "finished_at"])
             Activation.objects.filter(pk=activation.pk).update(status=ActivationStatus.CANCELLED)
             return []
-        session.status, session.result, session.meta = SessionStatus.WAITING, result, meta
+        session.status, session.result, session.meta = SessionStatus.SUSPENDED, result, meta
         session.save(update_fields=["status", "result", "meta"])
         awaited = activation_awaits(activation)
-        activation.status = ActivationStatus.WAITING if awaited else ActivationStatus.QUEUED
+        activation.status = ActivationStatus.SUSPENDED if awaited else ActivationStatus.QUEUED
         activation.save(update_fields=["status"])
         people = set(map(str, session.approval_requests.filter(status="pending").values_list("id", flat=True)))
         event_emit(run_id=run.id, type="session_suspended", agent=session.agent, session_id=session.id,

@@ -128,8 +128,8 @@ def run_cancel(*, run: Run, user=None) -> Run:
     run.save(update_fields=["status", "finished_at", "error"])
     # Waiting work is cancelled now; running sessions stop within a second (their worker's monitor).
     run.activations.filter(status__in=[ActivationStatus.QUEUED, ActivationStatus.READY, ActivationStatus.DISPATCHED,
-                                       ActivationStatus.WAITING]).update(status=ActivationStatus.CANCELLED)
-    for session in Session.objects.filter(run=run, status=SessionStatus.WAITING):
+                                       ActivationStatus.SUSPENDED]).update(status=ActivationStatus.CANCELLED)
+    for session in Session.objects.filter(run=run, status=SessionStatus.SUSPENDED):
         # Suspended sessions hold no worker: they end here, keeping their partial result.
         session.status, session.finished_at = SessionStatus.CANCELLED, timezone.now()
         session.save(update_fields=["status", "finished_at"])

@@ -794,7 +794,7 @@ async def _step_gate(work: SessionWork, where: str, details: dict[str, Any]) -> 
     meta = _meta(state, work.model)
     if verdict.suspend:
         await work.store.checkpoint(state)
-        return SessionOutcome(status="waiting", result=state.partial_result(), meta=meta)
+        return SessionOutcome(status="suspended", result=state.partial_result(), meta=meta)
     if verdict.refusal is not None:
         return SessionOutcome(status="failed", result=state.partial_result(), meta=meta, failure=FailureReport(
             kind="policy_denied", message=verdict.refusal, last_tool_calls=state.last_tool_calls()))
@@ -822,11 +822,11 @@ async def _release(work: SessionWork, ending: dict[str, Any] | None) -> dict[str
 
 
 async def _settle(work: SessionWork, ending: dict[str, Any] | None) -> None:
-    """Record how the session ended (waiting: suspended until what it waits for comes; else settled,
+    """Record how the session ended (suspended until what it waits for comes; else settled,
     which dispatches what comes next); nothing when it cannot be recorded now."""
     telemetry.end(work.model.span, error=None if ending is None or ending["status"] == "ok" else ending["status"],
                   attributes={"mas.session.status": ending["status"] if ending else "interrupted"})
-    if ending is not None and ending["status"] == "waiting":
+    if ending is not None and ending["status"] == "suspended":
         awaited = await db(session_suspend)(run_id=work.run.id, session_id=work.session.id, result=ending["result"],
                                             meta=ending["meta"])
         logger.info("session suspended", extra={"waiting_for": awaited})
