@@ -11,11 +11,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-# The JSON key of a workflow step's approval policy (its ``approval`` entries): set on the step's
-# activation by workflows_app, carried to every child it starts, read by the session's gate.
-STEP_APPROVAL = "step_approval"
-
-
 @dataclass(frozen=True)
 class ActivationContext:
     # A workflow step's (workflows_app): which step, its attempt and loop round, its dependencies' results.
@@ -24,7 +19,9 @@ class ActivationContext:
     round: int | None = None
     dependencies: dict[str, Any] | None = None
     gate: list[str] = field(default_factory=list)  # where a person approves: "start", "outputs"
-    step_approval: list[Any] = field(default_factory=list)  # the step's approval policy, inherited by children
+    # The step's approval policy (its ``approval`` entries): carried to every child it starts, read by the
+    # session's gate.
+    step_approval: list[Any] = field(default_factory=list)
     output_schemas: dict[str, Any] = field(default_factory=dict)  # an output's JSON Schema, by name
     answer_output: str | None = None  # the only output, filled by the final answer when set_output was not
     outputs: dict[str, Any] | None = None  # the named outputs set so far (None: none set, not even empty)
