@@ -135,7 +135,7 @@ class SessionOut(BaseModel):
     tier: str
     provider: str
     model: str
-    status: Literal["running", "waiting", "ok", "failed", "cancelled"]
+    status: Literal["running", "suspended", "ok", "failed", "cancelled"]
     prompt_tokens: int
     completion_tokens: int
     cost_usd: Money
@@ -153,7 +153,7 @@ class ActivationOut(BaseModel):
     kind: str = Field(description="root | spawn | delegate | signal | step | tool")
     depth: int
     priority: int
-    status: Literal["queued", "ready", "dispatched", "running", "waiting", "done", "failed", "cancelled"]
+    status: Literal["queued", "ready", "dispatched", "running", "suspended", "done", "failed", "cancelled"]
     attempts: int
     input: str
     result: str

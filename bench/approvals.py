@@ -83,7 +83,7 @@ def main() -> None:
         ids = [run_start(team=team, agent="clerk", input=f"File note {i}", script=SCRIPT).id for i in range(args.runs)]
         c.say(f"{args.runs} runs started in {time.perf_counter() - started:.1f} s")
         deadline = time.monotonic() + 600
-        while Session.objects.filter(run_id__in=ids, status="waiting").count() < args.runs:
+        while Session.objects.filter(run_id__in=ids, status="suspended").count() < args.runs:
             if time.monotonic() > deadline:
                 raise SystemExit("the runs did not all suspend within 600 s")
             time.sleep(0.5)

@@ -41,7 +41,7 @@ from typing import Any
 from agents_app.execution.forks import ForkError, positions_of, sessions_restore
 from agents_app.execution.runs import activation_create
 from mas_core.eventlog import event_append
-from agents_app.models import Activation, Event, Run, Session
+from agents_app.models import Activation, ActivationContext, Event, Run, Session
 from agents_app.models.runs import ActivationStatus
 from workflows_app.engine.scheduler import Engine, WorkflowError
 from workflows_app.models import WorkflowMode, WorkflowRun
@@ -111,8 +111,8 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
     restored = sessions_restore(parent=parent, fork=fork, seq=seq, base=base, edit=edit,
                                 roots=set(running) | planning)
     if ask is not None:
-        activation_create(run=fork, agent=ask.agent, input=ask.input, kind=PLAN, parent=None, context={"plan": 1})
-    resumed = {item.activation.context.get("step"): item for item in restored if item.activation.parent_id is None}
+        activation_create(run=fork, agent=ask.agent, input=ask.input, kind=PLAN, parent=None, context=ActivationContext(plan=1))
+    resumed = {item.activation.ctx.step or None: item for item in restored if item.activation.parent_id is None}
     for sid in engine.order:
         item, state = resumed.get(sid), engine.states[sid]
         if state.status != "running":
@@ -129,7 +129,7 @@ def workflow_fork(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple[Ev
             "partial": state.partial, "prompt": item.activation.input[:2000], "delay_s": 0, "restored": True,
             "checkpoints": len(item.entries)})
         if item.activation.status == ActivationStatus.DONE:  # its session had ended ok, the step not settled yet
-            refused = engine.succeed(sid, set_outputs=dict(item.activation.context.get("outputs") or {}),
+            refused = engine.succeed(sid, set_outputs=dict(item.activation.ctx.outputs or {}),
                                      final_answer=item.activation.result)
             event_append(run_id=fork.id, type="step_complete" if refused is None else "step_failed",
                          agent=item.activation.agent, data={
@@ -263,7 +263,7 @@ def _play(engine: Engine, activations: dict[str, str], *, parent: Run, type_: st
         row = Activation.objects.filter(run=parent, pk=activations[step_id]).first()
         if row is None:
             raise WorkflowError(f"the activation of step {step_id!r} is gone")
-        refused = engine.succeed(step_id, set_outputs=dict(row.context.get("outputs") or {}),
+        refused = engine.succeed(step_id, set_outputs=dict(row.ctx.outputs or {}),
                                  final_answer=row.result)
         if refused is not None:
             raise WorkflowError(f"step {step_id!r}: {refused.error}")

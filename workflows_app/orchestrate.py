@@ -26,7 +26,7 @@ from agents_app.execution.errors import RunError
 from agents_app.execution.runs import activation_create, DEFAULT_LIMITS, script_check
 from agents_app.scheduler import dispatch
 from mas_core.eventlog import event_append as event_emit
-from agents_app.models import Activation, Agent, Run, Team
+from agents_app.models import Activation, ActivationContext, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus
 from workflows_app.engine.dag import validate_graph
 from workflows_app.engine.scheduler import Engine
@@ -127,7 +127,7 @@ def orchestrate_run_start(
         "mode": "orchestrate", "planner": planner, "synthesizer": synthesizer or planner, "task": task,
         "trigger": trigger, "max_adaptations": max_adaptations, "steps": []})
     activation_create(run=run, agent=planner, input=_plan_prompt(task, agents), kind=PLAN, parent=None,
-                             context={"plan": 1})
+                             context=ActivationContext(plan=1))
     dispatch(run)
     return run
 
@@ -159,7 +159,7 @@ def plan_settled(*, run: Run, activation: Activation, failure: dict[str, Any] | 
         return  # re-queued by the kernel's own retry, or cancelled
     flow = WorkflowRun.objects.select_for_update().get(run_id=run.id)
     engine = services._engine(flow)
-    adapting = bool(activation.context.get("adapt"))
+    adapting = activation.ctx.adapt
     if activation.status == ActivationStatus.FAILED:
         reason = f"{failure.get('kind')}: {failure.get('message')}" if failure else "failed"
         _plan_failed(run, flow, engine, f"the planner failed: {reason}", adapting=adapting)
@@ -252,7 +252,7 @@ def subtask_failed(*, run: Run, flow: WorkflowRun, engine: Engine, step_id: str)
             "ids); do not repeat them.")
     activation_create(run=run, agent=flow.planner, input=_plan_prompt(flow.spec["task"], _agents(run.team_id),
                                                                              adapt=head),
-                             kind=PLAN, parent=None, context={"plan": flow.adaptations + 1, "adapt": True})
+                             kind=PLAN, parent=None, context=ActivationContext(plan=flow.adaptations + 1, adapt=True))
     event_emit(run_id=run.id, type="plan_adapting", agent=flow.planner, data={
         "adaptation": flow.adaptations, "failed_step": step_id, "error": engine.states[step_id].error})
     return True

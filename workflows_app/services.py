@@ -22,13 +22,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents_app.execution.children import STEP_APPROVAL
 from agents_app.execution.errors import RunError
 from agents_app.execution.escalation import Escalation
 from agents_app.execution.runs import activation_create, DEFAULT_LIMITS, script_check
 from agents_app.scheduler import dispatch
 from mas_core.eventlog import event_append as event_emit
-from agents_app.models import Activation, Agent, Run, Team
+from agents_app.models import Activation, ActivationContext, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus, RunStatus
 from agents_app.money import money_display, money_str
 from workflows_app.engine.scheduler import Engine, Failure, LoopEvent
@@ -190,7 +189,7 @@ def _over_budget(run: Run) -> str:
     return ""
 
 
-def _step_queue(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, *, rung: dict[str, Any] | None = None,
+def _step_queue(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, *, rung: ActivationContext | None = None,
                 delay_s: float = 0.0) -> Activation:
     step = engine.steps[step_id]
     prompt = engine.start(step_id)
@@ -203,16 +202,17 @@ def _step_queue(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, *, ru
             "\n".join(f"- {name}: {json.dumps(schema, ensure_ascii=False)}" for name, schema in schemas.items())
     state = engine.states[step_id]
     loop = engine.loop_of.get(step_id)
-    context: dict[str, Any] = {"step": step_id, "attempt": state.attempts, "round": state.round,
-                               "dependencies": _dependency_results(flow, engine, step)}
-    context |= rung or {}  # a retry's escalation rung ({"rung", "tier"}), or the one the last attempt ran on
-    if step.gate:  # the session waits for a person there (agents_app.approvals.gate)
-        context["gate"] = list(step.gate)
-    if step.approval:  # the tool calls made inside the step (its children's too) that wait for a person
-        context[STEP_APPROVAL] = list(step.approval)
-    tier = context.get("tier") or ""
+    rung = rung or ActivationContext()  # a retry's escalation rung (rung, tier), or the one the last attempt ran on
+    context = ActivationContext(
+        step=step_id, attempt=state.attempts, round=state.round, dependencies=_dependency_results(flow, engine, step),
+        rung=rung.rung, tier=rung.tier,
+        gate=list(step.gate),  # the session waits for a person there (agents_app.approvals.gate)
+        # The tool calls made inside the step (its children's too) that wait for a person.
+        step_approval=list(step.approval))
+    tier = context.tier
     if schemas:  # the session checks set_output values, and the final answer when it fills the only output
-        context |= {"output_schemas": schemas, "answer_output": step.outputs[0] if len(step.outputs) == 1 else None}
+        context = context.replace(output_schemas=schemas,
+                                  answer_output=step.outputs[0] if len(step.outputs) == 1 else None)
     activation = activation_create(run=run, agent=step.agent, input=prompt, kind=STEP, parent=None,
                                           context=context)
     if delay_s:
@@ -274,7 +274,7 @@ def workflow_activation_settled(*, run: Run, activation: Activation, tier: str, 
     """A step's session ended (``run`` is locked): record it, retry or go on, queue what became ready."""
     if activation.kind == PLAN:
         return plan_settled(run=run, activation=activation, failure=failure)
-    step_id = (activation.context or {}).get("step")
+    step_id = activation.ctx.step or None
     flow = WorkflowRun.objects.select_for_update().filter(run_id=run.id).first()
     if flow is None or step_id is None:
         return
@@ -293,7 +293,7 @@ def workflow_activation_settled(*, run: Run, activation: Activation, tier: str, 
     tokens, cost = usage["prompt_tokens"] + usage["completion_tokens"], float(usage["cost_usd"])
     rungs = len(ladder)
     if activation.status == ActivationStatus.DONE:
-        outputs = dict(activation.context.get("outputs") or {})  # JSON values, checked and made text by the engine
+        outputs = dict(activation.ctx.outputs or {})  # JSON values, checked and made text by the engine
         decision = engine.succeed(step_id, set_outputs=outputs, final_answer=activation.result, tokens=tokens,
                                   cost=cost, now=time.time(), escalation_tiers=rungs)
     elif activation.status == ActivationStatus.CANCELLED:
@@ -338,8 +338,8 @@ def _settled_events(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, a
             "step": step_id, "attempt": decision.attempt + 1, "round": state.round, "delay_s": decision.delay,
             "reason": decision.error, **({"tier": escalation.data["to"]} if escalation else {}), **loop,
         })
-        rung = escalation.context if escalation else {key: activation.context[key] for key in ("rung", "tier")
-                                                          if activation.context.get(key)}
+        rung = escalation.applied(ActivationContext()) if escalation else ActivationContext(
+            rung=activation.ctx.rung, tier=activation.ctx.tier)
         _step_queue(run, flow, engine, step_id, rung=rung, delay_s=decision.delay)
     elif engine.stopped:
         _stopped_events(run, engine, [sid for sid in engine.order if engine.states[sid].status == "skipped"])

@@ -1,8 +1,8 @@
 """The session's side of a pause: ask once, suspend, and on resuming read the decision instead of asking again.
 
 A call that needs approval creates its request and returns *suspended*: the
-loop checkpoints it as waiting and the session ends holding nothing (as a
-waiting delegation does). When the request is decided the session resumes
+loop checkpoints it and the session ends *suspended*, holding nothing (as a
+session waiting for a delegation does; its run is *waiting* for a person). When the request is decided the session resumes
 on a worker and calls the tool again through here: now the decision exists,
 so the tool runs (with the edited arguments, if any) or the model reads the
 rejection — the person is never asked twice for one call.

@@ -84,7 +84,7 @@ def _grant(activation_id) -> tuple[set[str], list, list]:
     if activation_id is None:
         return set(SAFE_DEFAULT_TOOLS), [], []
     activation = Activation.objects.select_related("run").get(pk=activation_id)
-    if activation.context.get("worker"):
+    if activation.ctx.worker:
         return set(), [], []  # a custom tool's worker holds no tools
     spec = agent_capped(agent_resolve(run=activation.run, slug=activation.agent), activation=activation).spec
     return (set(spec.tools if spec.tools is not None else SAFE_DEFAULT_TOOLS), list(spec.mcp_servers),

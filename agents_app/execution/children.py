@@ -15,7 +15,7 @@ from agents_app.execution.agents import agent_resolve
 from agents_app.execution.errors import LimitExceeded, RunError
 from agents_app.execution.runs import DEFAULT_LIMITS, DEFAULT_PRIORITY, activation_create
 from agents_app.scheduler import dispatch_later, wake
-from agents_app.models import Activation, Run, Session, WorkspaceFile
+from agents_app.models import Activation, ActivationContext, Run, Session, WorkspaceFile
 from agents_app.models.runs import (
     UNSETTLED_ACTIVATION_STATUSES,
     ActivationStatus,
@@ -24,11 +24,6 @@ from agents_app.models.runs import (
 from mas_core.eventlog import event_append as event_emit
 
 CHILD_KINDS = frozenset({"spawn", "delegate"})
-
-# The activation context's key for a workflow step's approval policy (its ``approval`` entries): set on the
-# step's activation by workflows_app, carried to every child it starts, read by the session's gate.
-STEP_APPROVAL = "step_approval"
-
 
 SETTLED_ACTIVATION_STATUSES = (ActivationStatus.DONE, ActivationStatus.FAILED, ActivationStatus.CANCELLED)
 
@@ -44,7 +39,7 @@ def child_outcome_of(run: Run, activation: Activation) -> dict[str, Any]:
              .annotate(size=Func(F("content"), function="octet_length")).values_list("path", "size"))
     status = {ActivationStatus.DONE: "ok", ActivationStatus.FAILED: "failed"}.get(activation.status, "cancelled")
     return {"agent": activation.agent, "status": status, "result": activation.result,
-            "outputs": activation.context.get("outputs", {}),
+            "outputs": activation.ctx.outputs or {},
             "files": [{"path": path, "bytes": size} for path, size in files],
             "failure": failure if status == "failed" else None}
 
@@ -56,12 +51,12 @@ def child_settled(run: Run, child: Activation) -> None:
     moment either sees this child settled or is woken here — never neither.
     """
     outcome = child_outcome_of(run, child)
-    child.context = {**child.context, "outcome": outcome}
+    child.ctx = child.ctx.replace(outcome=outcome)
     Activation.objects.filter(pk=child.pk).update(context=child.context)
     parent = Activation.objects.select_for_update().get(pk=child.parent_id)
-    if child.context.get("wait"):
+    if child.ctx.wait:
         wake(parent)
-    elif child.context.get("notify") and parent.status not in {ActivationStatus.CANCELLED}:
+    elif child.ctx.notify and parent.status not in {ActivationStatus.CANCELLED}:
         signal = activation_create(
             run=run, agent=parent.agent, kind="signal", parent=parent, priority=parent.priority,
             input=(f"The {child.kind} to {child.agent} you started (activation {child.id}) has ended:\n\n"
@@ -94,7 +89,7 @@ def children_cancel(run: Run, parent: Activation, *, session_id, reason: str) ->
         return []
     Activation.objects.filter(pk__in=cancelled, status__in=UNSETTLED_ACTIVATION_STATUSES).update(
         status=ActivationStatus.CANCELLED)
-    suspended = list(Session.objects.filter(activation_id__in=cancelled, status=SessionStatus.WAITING))
+    suspended = list(Session.objects.filter(activation_id__in=cancelled, status=SessionStatus.SUSPENDED))
     ApprovalRequest.objects.filter(session__in=suspended, status="pending").update(status="cancelled")
     for session in suspended:
         session.status, session.finished_at = SessionStatus.CANCELLED, timezone.now()
@@ -114,7 +109,7 @@ def child_for_call(*, activation_id, call_key: str) -> Activation | None:
 
 
 def child_spawn(*, activation_id, agent: str, task: str, kind: str, priority: int = DEFAULT_PRIORITY,
-                context: dict[str, Any] | None = None, call_key: str = "", wait: bool = False) -> Activation:
+                context: ActivationContext | None = None, call_key: str = "", wait: bool = False) -> Activation:
     """A child activation of ``activation_id`` (spawn or delegate), within depth and fan-out limits.
 
     ``call_key`` identifies the tool call that asks for it: asked again (the
@@ -140,11 +135,14 @@ def child_spawn(*, activation_id, agent: str, task: str, kind: str, priority: in
             raise LimitExceeded(f"fan-out limit reached: {parent.agent} already has {max_fanout} children that "
                                 f"have not finished")
         agent_resolve(run=run, slug=agent)  # exists?
-        marks = {"tool_call": call_key, "wait": True} if wait else {"tool_call": call_key, "notify": True}
+        context = context or ActivationContext()
+        if call_key:
+            context = context.replace(tool_call=call_key, wait=wait, notify=not wait)
         # A workflow step's approval policy covers the calls made inside the step, its children's too.
-        inherited = {STEP_APPROVAL: parent.context[STEP_APPROVAL]} if parent.context.get(STEP_APPROVAL) else {}
+        if parent.ctx.step_approval:
+            context = context.replace(step_approval=parent.ctx.step_approval)
         child = activation_create(run=run, agent=agent, input=task, kind=kind, parent=parent, priority=priority,
-                                  context={**(context or {}), **(marks if call_key else {}), **inherited})
+                                  context=context)
         event_emit(run_id=run.id, type=kind, agent=parent.agent, data={
             "from": parent.agent, "to": agent, "activation": str(child.id), "task": task[:2000],
             "priority": priority, "wait": wait,

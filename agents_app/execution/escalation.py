@@ -15,7 +15,7 @@ from typing import Any
 
 from agents_app.execution.modelchoice import model_choice
 from mas_core.llm_types import ProviderError
-from agents_app.models import Activation, Run, Session
+from agents_app.models import Activation, ActivationContext, Run, Session
 from mas_core.specs import TIERS
 
 TIER_RANK = {tier: rank for rank, tier in enumerate(TIERS)}
@@ -62,10 +62,9 @@ class Escalation:
     rung: Rung
     data: dict[str, Any]  # the ``escalation`` event's: from/to (tiers), from_model/to_model
 
-    @property
-    def context(self) -> dict[str, Any]:
-        """What the next attempt's activation carries: the rung it runs on and that rung's tier."""
-        return {"rung": self.rung.name, "tier": self.rung.tier or ""}
+    def applied(self, context: ActivationContext) -> ActivationContext:
+        """The next attempt's activation context: the rung it runs on and that rung's tier."""
+        return context.replace(rung=self.rung.name, tier=self.rung.tier or "")
 
 
 def rung_resolve(*, run: Run, name: str, tier: str) -> Rung:
@@ -82,7 +81,7 @@ def escalation_next(*, run: Run, session: Session, activation: Activation, ladde
     if not ladder:
         return None
     model = f"{session.provider}:{session.model}" if session.model else None
-    current = Rung((activation.context or {}).get("rung") or "", session.tier or None, model)
+    current = Rung(activation.ctx.rung, session.tier or None, model)
     position = ladder_position(ladder, rung=current.name, model=model, tier=current.tier)
     above = ladder[position + 1 if position is not None else 0:]
     rungs = [rung_resolve(run=run, name=name, tier=session.tier) for name in above]

@@ -233,23 +233,23 @@ def sessions_restore(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple
             continue  # under a worker left out
         if old.parent_id is None and roots is not None and old_id not in roots:
             continue  # a workflow's step the workflow fork keeps (or had not started) itself
-        if edited_key and old.context.get("tool_call") == edited_key:
+        if edited_key and old.ctx.tool_call == edited_key:
             continue  # the call whose result the fork gives
         source = sessions.get(last_session.get(old_id, ""))
         entries = (list(SessionEntry.objects.filter(session=source, event_seq__lte=seq).order_by("seq"))
                    if source is not None else [])
         done = source is not None and ended.get(str(source.id)) == SessionStatus.OK
-        context = {key: value for key, value in old.context.items() if key != "outcome" or done}
-        if not done and "outputs" in context:  # a step's outputs as set by the fork point, not by its end
-            context["outputs"] = _outputs_at(parent, source, entries, seq=seq)
-        call_key = context.get("tool_call", "")
+        context = old.ctx if done else old.ctx.replace(outcome=None)
+        if not done and context.outputs is not None:  # a step's outputs as set by the fork point, not by its end
+            context = context.replace(outputs=_outputs_at(parent, source, entries, seq=seq))
+        call_key = context.tool_call
         if call_key and call_key.split(":", 1)[0] in session_ids:
             old_session, call = call_key.split(":", 1)
-            context["tool_call"] = f"{session_ids[old_session]}:{call}"
+            context = context.replace(tool_call=f"{session_ids[old_session]}:{call}")
         activation = Activation.objects.create(
             run=fork, agent=old.agent, input=old.input, kind=old.kind,
             parent_id=new_ids[str(old.parent_id)] if old.parent_id else None, depth=old.depth,
-            priority=old.priority, context=context,
+            priority=old.priority, context=context.to_json(),
             status=ActivationStatus.DONE if done else ActivationStatus.QUEUED,
             result=source.result if done else "", attempts=source.attempt if source and (done or entries) else 0,
         )
@@ -260,7 +260,7 @@ def sessions_restore(*, parent: Run, fork: Run, seq: int, base: int, edit: tuple
             session = Session.objects.create(
                 run=fork, activation=activation, agent=source.agent, attempt=source.attempt, tier=source.tier,
                 provider=source.provider, model=source.model,
-                status=SessionStatus.OK if done else SessionStatus.WAITING, state=counters,
+                status=SessionStatus.OK if done else SessionStatus.SUSPENDED, state=counters,
                 result=source.result if done else "", meta=source.meta if done else {},
                 finished_at=now if done else None,
             )
@@ -289,7 +289,7 @@ def _edit_result(restored: list[Restored], session_ids: dict[str, uuid.UUID], *,
     call_id = event.data["id"]
     target = session_ids.get(str(event.session_id))
     item = next((item for item in restored if item.session is not None and item.session.id == target), None)
-    if item is None or item.session.status != SessionStatus.WAITING:
+    if item is None or item.session.status != SessionStatus.SUSPENDED:
         raise _bad_result(f"event {seq}: its session has no checkpoint to continue from at that point")
     in_use = [e for e in item.entries if e.kind == "message" and (e.replaced_by is None or e.replaced_by not in
                                                                    {x.seq for x in item.entries})]

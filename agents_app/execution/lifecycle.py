@@ -25,7 +25,7 @@ from agents_app.execution.escalation import Escalation, escalation_next
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.runs import DEFAULT_LIMITS
 from agents_app.kernel.prompt import ExecutionContext, WorkspaceEntry
-from agents_app.models import Activation, Run, Session, WorkspaceFile
+from agents_app.models import Activation, ActivationContext, Run, Session, WorkspaceFile
 from agents_app.models.runs import (
     FINISHED_RUN_STATUSES,
     OPEN_ACTIVATION_STATUSES,
@@ -68,14 +68,14 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
             return None
         session = next(iter(Session.objects.raw(
             "SELECT * FROM agents_app_session WHERE activation_id = %s AND status = ANY(%s) "
-            "ORDER BY attempt DESC LIMIT 1", [activation_id, [SessionStatus.RUNNING, SessionStatus.WAITING]])), None)
+            "ORDER BY attempt DESC LIMIT 1", [activation_id, [SessionStatus.RUNNING, SessionStatus.SUSPENDED]])), None)
         if session is not None and session.status == SessionStatus.RUNNING and not _stale(session):
             # A live worker has it — maybe this very process, when a message came twice (a dispatch
             # sent again by the sweep while the first waited in the queue): never run one session twice.
-            # (A suspended session, waiting, holds no worker: it is resumed.)
+            # (A suspended session holds no worker: it is resumed.)
             return None
         resumed = session is not None
-        worker_agent = activation.context.get("worker")
+        worker_agent = activation.ctx.worker
         definition = (worker_definition_resolve(worker_agent) if worker_agent
                       else agent_capped(agent_resolve(run=run, slug=activation.agent), activation=activation))
         now = timezone.now()
@@ -83,7 +83,7 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
             activation.attempts += 1  # the row is locked
             session = Session.objects.create(
                 run=run, activation=activation, agent=activation.agent, attempt=activation.attempts,
-                tier=nominal_tier(definition.spec, activation.context), worker=worker,
+                tier=nominal_tier(definition.spec, activation.ctx), worker=worker,
                 heartbeat_at=now, claim=uuid.uuid4(),
             )
         else:
@@ -94,8 +94,8 @@ def session_begin(*, activation_id, worker: str) -> SessionStart | None:
             session.save(update_fields=["worker", "heartbeat_at", "status", "claim"])
         activation.status = ActivationStatus.RUNNING
         fields = ["status", "attempts"]
-        if "begin_tries" in activation.context:  # it began after all: tries are counted afresh next time
-            activation.context = {k: v for k, v in activation.context.items() if k != "begin_tries"}
+        if activation.ctx.begin_tries:  # it began after all: tries are counted afresh next time
+            activation.ctx = activation.ctx.replace(begin_tries=0)
             fields.append("context")
         activation.save(update_fields=fields)
         changed: dict[str, Any] = {}
@@ -127,8 +127,8 @@ def session_begin_failed(*, activation_id, worker: str, error: str) -> SessionEn
         activation = Activation.objects.select_for_update().get(pk=activation_id)
         if activation.status not in OPEN_ACTIVATION_STATUSES or run.status in FINISHED_RUN_STATUSES:
             return None
-        tries = int(activation.context.get("begin_tries", 0)) + 1
-        activation.context = {**activation.context, "begin_tries": tries}
+        tries = activation.ctx.begin_tries + 1
+        activation.ctx = activation.ctx.replace(begin_tries=tries)
         event_emit(run_id=run.id, type="error", agent=activation.agent, data={
             "where": "session_begin", "kind": "unknown", "activation": str(activation.id), "try": tries,
             "message": error[:2000]})
@@ -145,7 +145,7 @@ def session_begin_failed(*, activation_id, worker: str, error: str) -> SessionEn
         # The session it would have resumed (a suspended or interrupted one) fails; with none, a failed one is
         # recorded, so the report is where a parent and the API read it.
         session = (Session.objects.filter(activation=activation, status__in=[SessionStatus.RUNNING,
-                                                                              SessionStatus.WAITING])
+                                                                              SessionStatus.SUSPENDED])
                    .order_by("-attempt").first())
         if session is None:
             activation.attempts += 1
@@ -162,10 +162,10 @@ def session_begin_failed(*, activation_id, worker: str, error: str) -> SessionEn
     return end
 
 
-def nominal_tier(spec: AgentSpec, context: dict[str, Any]) -> str:
+def nominal_tier(spec: AgentSpec, context: ActivationContext) -> str:
     """The tier a session starts from: its escalation rung's, the agent's ``tier``, a tier named as its
     ``model``, else medium. The session's tier becomes its model's once the model is resolved."""
-    return (context.get("tier") or spec.tier or (spec.model if spec.model in TIERS else None)
+    return (context.tier or spec.tier or (spec.model if spec.model in TIERS else None)
             or "medium")
 
 
@@ -174,8 +174,8 @@ def execution_context(*, activation: Activation) -> ExecutionContext:
     the results of the workflow steps it depends on, the run's findings so far (the shared knowledge its
     agents added, memory_app.selectors.run_findings) and its files so far (path, size, author)."""
 
-    context = activation.context or {}
-    passed = context.get("parent_context")
+    context = activation.ctx
+    passed = context.parent_context
     if passed is not None and not isinstance(passed, str):
         passed = json.dumps(passed, ensure_ascii=False, indent=2)
     parent = (Activation.objects.filter(pk=activation.parent_id).values_list("agent", flat=True).first()
@@ -184,7 +184,7 @@ def execution_context(*, activation: Activation) -> ExecutionContext:
              .annotate(size=Func(F("content"), function="octet_length")).values_list("path", "size", "author"))
     return ExecutionContext(
         task=activation.input, output_dir=f"out/{activation.agent}/", parent_context=passed or "",
-        parent=parent or "", dependency_results=dict(context.get("dependencies") or {}),
+        parent=parent or "", dependency_results=dict(context.dependencies or {}),
         findings=run_findings(team_id=activation.run.team_id, run_id=activation.run_id),
         files=[WorkspaceEntry(path, size, author) for path, size, author in files],
     )
@@ -240,7 +240,7 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
         end.retry_in_s = settings.MAS_RETRY_BACKOFF_S * 2 ** (activation.attempts - 1)
         end.escalation = escalation_next(run=run, session=session, activation=activation, ladder=ladder)
         if end.escalation:
-            activation.context = {**activation.context, **end.escalation.context}
+            activation.ctx = end.escalation.applied(activation.ctx)
             event_emit(run_id=run.id, type="escalation", agent=session.agent, session_id=session.id,
                        data=end.escalation.data)
         activation.status = ActivationStatus.QUEUED
@@ -301,10 +301,10 @@ def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) ->
             session.save(update_fields=["status", "finished_at"])
             Activation.objects.filter(pk=activation.pk).update(status=ActivationStatus.CANCELLED)
             return []
-        session.status, session.result, session.meta = SessionStatus.WAITING, result, meta
+        session.status, session.result, session.meta = SessionStatus.SUSPENDED, result, meta
         session.save(update_fields=["status", "result", "meta"])
         awaited = activation_awaits(activation)
-        activation.status = ActivationStatus.WAITING if awaited else ActivationStatus.QUEUED
+        activation.status = ActivationStatus.SUSPENDED if awaited else ActivationStatus.QUEUED
         activation.save(update_fields=["status"])
         people = set(map(str, session.approval_requests.filter(status="pending").values_list("id", flat=True)))
         event_emit(run_id=run.id, type="session_suspended", agent=session.agent, session_id=session.id,

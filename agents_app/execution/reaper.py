@@ -85,7 +85,7 @@ def _sessions_requeue(sessions, *, reason) -> list[str]:
                 pk=activation_id, status=ActivationStatus.RUNNING).first()
             if activation is None or not sessions.filter(pk=session_id).exists():
                 continue
-            resumes = int(activation.context.get("resumes", 0))
+            resumes = activation.ctx.resumes
             if resumes >= max_resumes:
                 failure = {"kind": "unknown", "last_tool_calls": [], "suggested_retry": False,
                            "message": f"{why}; the session was resumed {resumes} time(s) and its worker "
@@ -99,7 +99,7 @@ def _sessions_requeue(sessions, *, reason) -> list[str]:
             # Stale at once: the worker that claims it next resumes it rather than waiting for it to age.
             Session.objects.filter(pk=session_id).update(heartbeat_at=None)
             activation.status = ActivationStatus.QUEUED
-            activation.context = {**activation.context, "resumes": resumes + 1}
+            activation.ctx = activation.ctx.replace(resumes=resumes + 1)
             activation.save(update_fields=["status", "context"])
             event_emit(run_id=run_id, type="retry", agent=agent, session_id=session_id, data={
                 "what": "session_resume", "reason": why, "delay_s": 0, "resume": resumes + 1,

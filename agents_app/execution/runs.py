@@ -19,7 +19,7 @@ from django.utils import timezone
 from agents_app.execution.agents import agent_resolve
 from agents_app.execution.errors import RunError, ScriptError
 from agents_app.execution.hooks import RUN_HOOKS
-from agents_app.models import Activation, Agent, Run, Session, Team
+from agents_app.models import Activation, ActivationContext, Agent, Run, Session, Team
 from agents_app.models.runs import (
     FINISHED_RUN_STATUSES,
     ActivationStatus,
@@ -101,7 +101,7 @@ def run_start(
 
 
 def activation_create(*, run: Run, agent: str, input: str, kind: str, parent: Activation | None,
-                      priority: int = DEFAULT_PRIORITY, context: dict[str, Any] | None = None,
+                      priority: int = DEFAULT_PRIORITY, context: ActivationContext | None = None,
                       status: str = ActivationStatus.QUEUED) -> Activation:
     if status == ActivationStatus.READY:
         ready_notify()
@@ -109,7 +109,7 @@ def activation_create(*, run: Run, agent: str, input: str, kind: str, parent: Ac
         run=run, team_id=run.team_id, agent=agent, input=input, kind=kind, parent=parent, status=status,
         ready_at=timezone.now() if status == ActivationStatus.READY else None,
         depth=(parent.depth + 1) if parent and kind in {"spawn", "delegate"} else (parent.depth if parent else 0),
-        priority=priority, context=context or {},
+        priority=priority, context=context.to_json() if context else {},
     )
     event_emit(run_id=run.id, type="activation_queued", agent=agent,
                data={"activation": str(activation.id), "kind": kind, "priority": priority,
@@ -128,8 +128,8 @@ def run_cancel(*, run: Run, user=None) -> Run:
     run.save(update_fields=["status", "finished_at", "error"])
     # Waiting work is cancelled now; running sessions stop within a second (their worker's monitor).
     run.activations.filter(status__in=[ActivationStatus.QUEUED, ActivationStatus.READY, ActivationStatus.DISPATCHED,
-                                       ActivationStatus.WAITING]).update(status=ActivationStatus.CANCELLED)
-    for session in Session.objects.filter(run=run, status=SessionStatus.WAITING):
+                                       ActivationStatus.SUSPENDED]).update(status=ActivationStatus.CANCELLED)
+    for session in Session.objects.filter(run=run, status=SessionStatus.SUSPENDED):
         # Suspended sessions hold no worker: they end here, keeping their partial result.
         session.status, session.finished_at = SessionStatus.CANCELLED, timezone.now()
         session.save(update_fields=["status", "finished_at"])

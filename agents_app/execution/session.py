@@ -23,7 +23,7 @@ from django.db.models import Q
 from agents_app.approvals.gate import ApprovalFailed, Gate
 from agents_app.approvals.policy import policy_rules
 from agents_app.execution.agents import AgentDefinition, agent_register
-from agents_app.execution.children import OUTCOME_KEYS, STEP_APPROVAL, child_for_call, child_spawn, parent_signal
+from agents_app.execution.children import OUTCOME_KEYS, child_for_call, child_spawn, parent_signal
 from agents_app.execution.compaction import SUMMARY_MAX_TOKENS, SUMMARY_SYSTEM, Compaction, result_kept
 from agents_app.execution.errors import InvalidOutput, LimitExceeded, RunError
 from agents_app.execution.journal import journal_load
@@ -54,7 +54,7 @@ from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcom
 from agents_app.llm.pricing import cost_at_most, usage_cost
 from agents_app.llm.registry import Resolved
 from agents_app.llm.scripted import MemoryCursor
-from agents_app.models import Activation, Run, Session, Team
+from agents_app.models import Activation, ActivationContext, Run, Session, Team
 from agents_app.money import money_str
 from agents_app.skills import skill_text, skills_for, skills_section
 from mas_core import phases, telemetry
@@ -156,7 +156,7 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
         if not wait:
             return (f"{verb} {child.agent} (activation {child.id}). It works on its own; its outcome will reach "
                     f"you as a message when it ends.")
-        outcome = child.context.get("outcome")
+        outcome = child.ctx.outcome
         if outcome is None:
             raise ToolSuspended(str(child.id))
         # Stored as jsonb, which does not keep key order: the text the model reads has one order.
@@ -178,7 +178,7 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
         child = await refusing(child_spawn)(
             activation_id=activation_id, agent=agent, task=task, kind="delegate",
             priority=priority if priority is not None else DEFAULT_PRIORITY,
-            context={"parent_context": context} if context is not None else None,
+            context=ActivationContext(parent_context=context) if context is not None else None,
             call_key=tool_call_ids.get("current", ""), wait=wait,
         )
         return await started(child, wait=wait, verb="Delegated to")
@@ -628,7 +628,7 @@ async def _prepare(start: SessionStart) -> SessionWork | None:
     registry, mcp = await _prepare_tools(start, store, team_tools=team_tools)
     rules = await db(_team_rules)(team_id=run.team_id, activation=activation, attempt=session.attempt)
     gate = _prepare_gate(start, team_policy=rules.approval_policy)
-    outputs_set = set(activation.context.get("outputs") or {})
+    outputs_set = set(activation.ctx.outputs or {})
     call_tool, offered = await _prepare_calls(start, store, registry=registry, gate=gate, skills=skills,
                                               outputs_set=outputs_set, span=model.span, rules=rules)
     config = _session_config(start, resolved=resolved, outputs_set=outputs_set)
@@ -639,7 +639,7 @@ async def _prepare(start: SessionStart) -> SessionWork | None:
     loop_model = cached_model(model, enabled=cache.enabled, similarity=cache.similarity, ttl_s=cache.ttl_s,
                               model_key=f"{resolved.provider_slug}:{resolved.model}", team_id=run.team_id,
                               run_id=run.id, agent=agent.slug, emit=store.emit)
-    gates = list(activation.context.get("gate") or []) if activation.kind == "step" else []
+    gates = list(activation.ctx.gate) if activation.kind == "step" else []
     return SessionWork(start=start, store=store, ladder=ladder, state=state, model=model, loop_model=loop_model,
                        tools=offered, call_tool=call_tool, gate=gate, config=config, compactor=compactor,
                        gates=gates, mcp=mcp)
@@ -653,7 +653,7 @@ async def _prepare_model(start: SessionStart, store: DatabaseStore, *, cursor: M
     """
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
     # An escalated attempt calls its rung's model, whatever the agent names as its own.
-    ref = activation.context.get("rung") or agent.spec.model or session.tier
+    ref = activation.ctx.rung or agent.spec.model or session.tier
     try:
         return await db(session_prepare)(run=run, session=session, agent=agent, ref=ref, cursor=cursor)
     except ProviderError as error:
@@ -700,7 +700,7 @@ async def _prepare_tools(start: SessionStart, store: DatabaseStore, *,
 def _prepare_gate(start: SessionStart, *, team_policy: list | None) -> Gate:
     """The approval gate: the rules of the agent, the workflow step, the run and the team, in that order."""
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
-    return Gate(rules=policy_rules(agent=agent.spec.approval, step=activation.context.get(STEP_APPROVAL),
+    return Gate(rules=policy_rules(agent=agent.spec.approval, step=activation.ctx.step_approval or None,
                                    run=run.approvals, team=team_policy),
                 run_id=run.id, session_id=session.id, agent=agent.slug)
 
@@ -736,8 +736,8 @@ def _session_config(start: SessionStart, *, resolved: Resolved, outputs_set: set
         provider_retries=settings.MAS_PROVIDER_RETRIES, backoff_s=settings.MAS_PROVIDER_BACKOFF_S,
         model_timeout_s=settings.MAS_MODEL_TIMEOUT_S,
         output_check=answer_check(schema=spec.output_schema,
-                                  step_schemas=activation.context.get("output_schemas") or {},
-                                  answer_output=activation.context.get("answer_output"), outputs_set=outputs_set),
+                                  step_schemas=activation.ctx.output_schemas,
+                                  answer_output=activation.ctx.answer_output, outputs_set=outputs_set),
         window=window_for(context_window=resolved.limits.context_window,
                           max_output_tokens=resolved.limits.max_output_tokens, max_tokens=spec.max_tokens,
                           threshold=settings.MAS_CONTEXT_THRESHOLD),
@@ -811,7 +811,7 @@ async def _gated_run(work: SessionWork) -> SessionOutcome:
 
 async def _step_gate(work: SessionWork, where: str, details: dict[str, Any]) -> SessionOutcome | None:
     """A workflow step's gate: None once a person approved it, else the session's outcome (wait, or fail)."""
-    state, step = work.state, work.activation.context.get("step", "")
+    state, step = work.state, work.activation.ctx.step
     verdict = await work.gate.step(where=where, details={"step": step, **details},
                                    reason=f"step {step} waits for approval "
                                           + ("before it starts" if where == "start" else "before its outputs are "
@@ -819,7 +819,7 @@ async def _step_gate(work: SessionWork, where: str, details: dict[str, Any]) -> 
     meta = _meta(state, work.model)
     if verdict.suspend:
         await work.store.checkpoint(state)
-        return SessionOutcome(status="waiting", result=state.partial_result(), meta=meta)
+        return SessionOutcome(status="suspended", result=state.partial_result(), meta=meta)
     if verdict.refusal is not None:
         return SessionOutcome(status="failed", result=state.partial_result(), meta=meta, failure=FailureReport(
             kind="policy_denied", message=verdict.refusal, last_tool_calls=state.last_tool_calls()))
@@ -847,11 +847,11 @@ async def _release(work: SessionWork, ending: dict[str, Any] | None) -> dict[str
 
 
 async def _settle(work: SessionWork, ending: dict[str, Any] | None) -> None:
-    """Record how the session ended (waiting: suspended until what it waits for comes; else settled,
+    """Record how the session ended (suspended until what it waits for comes; else settled,
     which dispatches what comes next); nothing when it cannot be recorded now."""
     telemetry.end(work.model.span, error=None if ending is None or ending["status"] == "ok" else ending["status"],
                   attributes={"mas.session.status": ending["status"] if ending else "interrupted"})
-    if ending is not None and ending["status"] == "waiting":
+    if ending is not None and ending["status"] == "suspended":
         awaited = await db(session_suspend)(run_id=work.run.id, session_id=work.session.id, result=ending["result"],
                                             meta=ending["meta"])
         logger.info("session suspended", extra={"waiting_for": awaited})
@@ -869,5 +869,5 @@ def _meta(state: SessionState, model: ModelHandle) -> Meta:
 
 def _step_outputs(activation_id) -> dict[str, Any]:
     """The outputs the step has set so far (set_output writes them on its activation's row)."""
-    return (Activation.objects.filter(pk=activation_id).values_list("context", flat=True).first() or {}).get(
-        "outputs", {})
+    context = Activation.objects.filter(pk=activation_id).values_list("context", flat=True).first()
+    return ActivationContext.from_json(context).outputs or {}

@@ -12,7 +12,7 @@ from agents_app.execution.errors import InvalidOutput
 from agents_app.execution.filehistory import file_version_keep
 from agents_app.execution.runs import activation_create
 from agents_app.execution.workspace_limit import USED_SQL, workspace_check
-from agents_app.models import Activation, Run, WorkspaceFile
+from agents_app.models import Activation, ActivationContext, Run, WorkspaceFile
 from agents_app.models.runs import (
     ActivationStatus,
 )
@@ -29,7 +29,7 @@ def tool_worker_activation(*, activation_id, tool_call_id: str, worker: dict[str
             return existing
         run = Run.objects.select_for_update().get(pk=parent.run_id)
         child = activation_create(run=run, agent=worker["name"], input=prompt, kind="tool", parent=parent,
-                                  priority=parent.priority, context={"worker": worker, "tool_call": tool_call_id})
+                                  priority=parent.priority, context=ActivationContext(worker=worker, tool_call=tool_call_id))
         # Run in the caller's process, never by the dispatcher.
         child.status, child.dispatched_at = ActivationStatus.DISPATCHED, timezone.now()
         child.save(update_fields=["status", "dispatched_at"])
@@ -40,13 +40,13 @@ def output_set(*, activation_id, name: str, value: Any) -> None:
     """Set a workflow step's named output; :class:`InvalidOutput` when the step's schema for it refuses it."""
     with transaction.atomic():
         activation = Activation.objects.select_for_update().get(pk=activation_id)
-        schema = (activation.context.get("output_schemas") or {}).get(name)
+        schema = activation.ctx.output_schemas.get(name)
         errors = value_errors(schema, value) if schema is not None else []
         if errors:
             raise InvalidOutput(f"Output {name} was not set: its value does not match the output's schema:\n"
                                 f"{describe(errors)}\n\nCall set_output again with a value that matches this JSON "
                                 f"Schema (this is your one chance to correct it):\n{schema_text(schema)}")
-        activation.context = {**activation.context, "outputs": {**activation.context.get("outputs", {}), name: value}}
+        activation.ctx = activation.ctx.replace(outputs={**(activation.ctx.outputs or {}), name: value})
         activation.save(update_fields=["context"])
 
 

@@ -435,7 +435,7 @@ async def run_session(
         if state.waiting:
             # Checkpointed after each call: the session ends here, holding nothing, and is
             # resumed (this state, the same pending calls) once every result it waits for exists.
-            return SessionOutcome(status="waiting", result=state.partial_result(), meta=meta())
+            return SessionOutcome(status="suspended", result=state.partial_result(), meta=meta())
         state.steps_without_progress = 0 if progressed else state.steps_without_progress + 1
         if state.steps_without_progress >= limits.no_progress_steps:
             return await fail("stuck", f"{limits.no_progress_steps} steps without a new tool result", retry=False)

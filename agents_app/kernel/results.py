@@ -50,9 +50,9 @@ class Meta:
 @dataclass
 class SessionOutcome:
     """``ok`` with a result, ``failed`` with a report and the partial result, ``cancelled``, or
-    ``waiting``: checkpointed with tool calls whose results come later (children it waits for)."""
+    ``suspended``: checkpointed with tool calls whose results come later (children, people it waits for)."""
 
-    status: Literal["ok", "failed", "cancelled", "waiting"]
+    status: Literal["ok", "failed", "cancelled", "suspended"]
     result: str = ""
     meta: Meta = field(default_factory=Meta)
     failure: FailureReport | None = None

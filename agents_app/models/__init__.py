@@ -12,6 +12,7 @@ from mas_core.models import (  # noqa: F401
     Role,
     Team,
 )
+from agents_app.models.context import ActivationContext  # noqa: F401
 from agents_app.models.definitions import Agent, ModelProvider, ProviderModel, Skill  # noqa: F401
 from agents_app.models.runs import (  # noqa: F401
     Activation, Run, Session, SessionEntry, Worker, WorkspaceFile, WorkspaceFileVersion,

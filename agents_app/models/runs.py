@@ -13,12 +13,15 @@ from django.conf import settings
 from django.db import models
 
 from mas_core.models import Team
+from agents_app.models.context import ActivationContext
 
 
 class RunStatus(models.TextChoices):
     QUEUED = "queued"
     RUNNING = "running"
-    WAITING = "waiting"  # a person's decision is pending (agents_app.approvals)
+    # A person's decision is pending (agents_app.approvals). A run is *waiting*; its activations and sessions
+    # that wait for children or people are *suspended* (ActivationStatus, SessionStatus).
+    WAITING = "waiting"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -91,7 +94,7 @@ class ActivationStatus(models.TextChoices):
     READY = "ready"  # admitted by its run: the scheduler hands it to a worker when its team's turn comes
     DISPATCHED = "dispatched"  # claimed by a worker (``worker``), its session not begun yet
     RUNNING = "running"
-    WAITING = "waiting"  # its session is suspended until what it waits for settles (children it delegated to)
+    SUSPENDED = "suspended"  # its session is suspended until what it waits for settles (children, people)
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -103,7 +106,7 @@ ACTIVE_ACTIVATION_STATUSES = (ActivationStatus.DISPATCHED, ActivationStatus.RUNN
 ADMITTED_ACTIVATION_STATUSES = (ActivationStatus.READY, *ACTIVE_ACTIVATION_STATUSES)
 OPEN_ACTIVATION_STATUSES = (ActivationStatus.QUEUED, *ADMITTED_ACTIVATION_STATUSES)
 # Not settled yet: what a parent waiting for this activation must still wait for.
-UNSETTLED_ACTIVATION_STATUSES = (*OPEN_ACTIVATION_STATUSES, ActivationStatus.WAITING)
+UNSETTLED_ACTIVATION_STATUSES = (*OPEN_ACTIVATION_STATUSES, ActivationStatus.SUSPENDED)
 
 
 def current_queue() -> str:
@@ -156,6 +159,15 @@ class Activation(models.Model):
     def __str__(self) -> str:
         return f"{self.agent} ({self.kind}, {self.status})"
 
+    @property
+    def ctx(self) -> ActivationContext:
+        """The context, typed (a new object on each read: change it with ``ctx.replace`` and assign it)."""
+        return ActivationContext.from_json(self.context)
+
+    @ctx.setter
+    def ctx(self, value: ActivationContext) -> None:
+        self.context = value.to_json()
+
     def save(self, *args, **kwargs) -> None:
         if self.team_id is None and self.run_id is not None:  # the run's team, unless the caller gave it
             self.team_id = self.run.team_id
@@ -166,7 +178,7 @@ class Activation(models.Model):
 
 class SessionStatus(models.TextChoices):
     RUNNING = "running"
-    WAITING = "waiting"  # suspended: checkpointed, holding no worker, resumed when what it waits for settles
+    SUSPENDED = "suspended"  # checkpointed, holding no worker, resumed when what it waits for settles
     OK = "ok"
     FAILED = "failed"
     CANCELLED = "cancelled"

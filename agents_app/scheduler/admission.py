@@ -78,7 +78,7 @@ def dispatch(run: Run) -> list[str]:
             WITH counts AS (
                 SELECT count(*) FILTER (WHERE status = ANY(%(admitted)s)) AS admitted,
                        count(*) FILTER (WHERE status = 'queued') AS queued,
-                       count(*) FILTER (WHERE status = 'waiting') AS suspended,
+                       count(*) FILTER (WHERE status = 'suspended') AS suspended,
                        min(not_before) FILTER (WHERE status = 'queued' AND not_before > %(now)s) AS later
                 FROM agents_app_activation WHERE run_id = %(run)s
             ), due AS (

@@ -10,7 +10,7 @@ def awaited(activation: Activation) -> list[str]:
     """What the activation's suspended session still waits for: its children, and requests pending for a
     person."""
     session_id = (Session.objects.filter(activation=activation,
-                                         status__in=[SessionStatus.WAITING, SessionStatus.RUNNING])
+                                         status__in=[SessionStatus.SUSPENDED, SessionStatus.RUNNING])
                   .order_by("-attempt").values_list("id", flat=True).first())
     if session_id is None:
         return []
@@ -26,7 +26,7 @@ def wake(activation: Activation) -> bool:
     """Queue the suspended activation again if nothing it waits for is left (its row locked by the caller,
     under its run's lock); the caller's :func:`~agents_app.scheduler.dispatch` then admits it. Returns
     whether it was queued."""
-    if activation.status != ActivationStatus.WAITING or awaited(activation):
+    if activation.status != ActivationStatus.SUSPENDED or awaited(activation):
         return False
     activation.status = ActivationStatus.QUEUED
     activation.save(update_fields=["status"])

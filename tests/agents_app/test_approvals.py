@@ -27,7 +27,7 @@ CODER = "tools:\n- code_exec\n- vfs_read\napproval:\n- code_exec\n"
 
 def pending(run, timeout: float = 30) -> ApprovalRequest:
     """The run's one pending request, once its session has suspended (holding nothing)."""
-    wait_until(lambda: Session.objects.filter(run=run, status="waiting").exists(), timeout,
+    wait_until(lambda: Session.objects.filter(run=run, status="suspended").exists(), timeout,
                "the session to suspend for a person")
     return ApprovalRequest.objects.get(run=run, status="pending")
 
@@ -44,7 +44,8 @@ def test_code_exec_waits_for_approval_and_runs_the_edited_code_once(team_a, cele
     request = pending(run)
     assert Run.objects.get(pk=run.pk).status == "waiting"
     # No worker holds the run while it waits: its session and activation are suspended.
-    assert (Session.objects.get(run=run).status, Activation.objects.get(run=run).status) == ("waiting", "waiting")
+    # One word per state: the run waits for a person; its activation and session are suspended.
+    assert (Session.objects.get(run=run).status, Activation.objects.get(run=run).status) == ("suspended", "suspended")
     [asked] = events(run, "approval_requested")
     assert asked.agent == "coder"
     assert asked.data == {

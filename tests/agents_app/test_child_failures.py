@@ -128,9 +128,9 @@ def test_a_failed_parent_cancels_its_waiting_children_and_their_children_keeping
         return Activation.objects.create(run=run, agent="helper", input=task, kind="delegate", parent=parent,
                                          status=status, depth=parent.depth + 1, context=marks)
 
-    suspended = child("suspended", "waiting")
+    suspended = child("suspended", "suspended")
     suspended_session = Session.objects.create(run=run, activation=suspended, agent="helper", attempt=1,
-                                               status="waiting", result="Half way")
+                                               status="suspended", result="Half way")
     grandchild = child("deeper", "queued", parent=suspended)
     running = child("running", "running", call="tc-2")
     running_session = Session.objects.create(run=run, activation=running, agent="helper", attempt=1,

@@ -155,12 +155,12 @@ def test_cancelling_a_run_cancels_the_waiting_parent_and_its_children(team_a, ce
     script = {"lead": [{"tool_calls": [delegate("slow", "Take your time")]}, {"text": "never"}],
               "slow": [{"latency_ms": 20_000, "text": "too late"}]}
     run = run_start(team=team_a, agent="lead", input="x", script=script)
-    wait_until(lambda: Session.objects.filter(run=run, agent="lead", status="waiting").exists()
+    wait_until(lambda: Session.objects.filter(run=run, agent="lead", status="suspended").exists()
                and Event.objects.filter(run=run, type="llm_request", agent="slow").exists(), 30,
                "the lead waiting and the child calling its model")
     run_cancel(run=run)
     run = finish(run, timeout=15)
-    wait_until(lambda: not Session.objects.filter(run=run, status__in=["running", "waiting"]).exists(), 15,
+    wait_until(lambda: not Session.objects.filter(run=run, status__in=["running", "suspended"]).exists(), 15,
                "every session to stop")
     assert run.status == "cancelled"
     assert dict(Session.objects.filter(run=run).values_list("agent", "status")) == {

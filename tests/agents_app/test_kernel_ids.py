@@ -38,7 +38,7 @@ def tool_turn(provider_id, name: str, arguments: dict) -> list[str]:
 def pending(run, count: int) -> ApprovalRequest:
     """The run's pending request, once its session has suspended for the ``count``-th time."""
     wait_until(lambda: len(events(run, "session_suspended")) == count
-               and Session.objects.filter(run=run, status="waiting").exists(), 60,
+               and Session.objects.filter(run=run, status="suspended").exists(), 60,
                f"suspension {count} for a person")
     return ApprovalRequest.objects.get(run=run, status="pending")
 

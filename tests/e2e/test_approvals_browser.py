@@ -68,6 +68,9 @@ def test_an_operator_approves_a_pending_call_on_the_monitor_and_watches_the_run_
         assert line(page, "approval_requested").startswith(
             'asks to call code_exec {"code":"open(\'out.txt\', \'w\').write(\'approved\')","language":"python"}')
         assert line(page, "run_status") == "run waiting for a person (1 pending)"
+        # One word per state: the run is waiting for a person, its agent's session is suspended.
+        page.wait_for_selector("#tree g.node[data-agent=coder][data-status=suspended]", timeout=10_000)
+        assert line(page, "session_suspended") == "coder suspended: waits for a person"
 
         watcher = viewer.new_page()
         sign_in(watcher, asgi_server.url, "vic", f"/runs/{run_id}/")
@@ -94,6 +97,7 @@ def test_an_operator_approves_a_pending_call_on_the_monitor_and_watches_the_run_
         page.wait_for_selector("#events tr[data-type=tool_result]", timeout=30_000)
         page.wait_for_selector("#status.succeeded", timeout=30_000)
         assert page.text_content("#result") == "Ran it."
+        page.wait_for_selector("#tree g.node[data-agent=coder][data-status=done]", timeout=10_000)
         assert line(page, "approval_decided") == "Approved by olga."
         statuses = page.eval_on_selector_all("#events tr[data-type=run_status] summary", "s => s.map(x => x.textContent)")
         assert statuses == ["run waiting for a person (1 pending)", "run running"]

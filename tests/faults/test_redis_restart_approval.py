@@ -67,7 +67,7 @@ def test_a_redis_restart_while_a_request_is_pending_loses_nothing(team_a, make_m
                 time.sleep(0.1)
         status, run = api(web_port, "runs", token, {"agent": "clerk", "input": "File it", "script": SCRIPT})
         assert status == 201
-        wait_until(lambda: Session.objects.filter(run_id=run["id"], status="waiting").exists(), 60,
+        wait_until(lambda: Session.objects.filter(run_id=run["id"], status="suspended").exists(), 60,
                    "the session to suspend for a person")
         request = ApprovalRequest.objects.get(run_id=run["id"], status="pending")
 

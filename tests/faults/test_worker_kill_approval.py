@@ -37,7 +37,7 @@ def test_sigkill_between_the_decision_and_the_tool_runs_the_tool_once_without_as
     first = start_worker(f"approval-crash-a-{os.getpid()}", queue=queue, env=env)
     try:
         run = run_start(team=team_a, agent="coder", input="Log it", script=script)
-        wait_until(lambda: Session.objects.filter(run=run, status="waiting").exists(), 30, "the session to suspend")
+        wait_until(lambda: Session.objects.filter(run=run, status="suspended").exists(), 30, "the session to suspend")
         request = ApprovalRequest.objects.get(run=run, status="pending")
         os.killpg(first.process.pid, signal.SIGSTOP)
         approval_decide(team=team_a, request_id=request.id, user=operator, decision="approve")

@@ -42,7 +42,7 @@ def test_sigkill_while_the_parent_waits_loses_nothing_and_runs_each_child_once(t
     def children_in_second_call(run):
         if Event.objects.filter(run=run, type="llm_request", agent__in=["researcher", "writer"]).count() < 4:
             return False
-        assert Session.objects.get(run=run, agent="orchestrator").status == "waiting"
+        assert Session.objects.get(run=run, agent="orchestrator").status == "suspended"
         return True
 
     run = kill_mid_run_and_resume(

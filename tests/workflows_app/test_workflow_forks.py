@@ -255,7 +255,7 @@ def test_a_step_resumed_keeps_the_outputs_it_had_set_by_the_fork_point(team_a, c
             [item] = sessions_restore(parent=run, fork=copy, seq=at, base=1, roots={
                 events(run, "step_start")[0].data["activation"]})
             assert (item.activation.context["step"], item.activation.context["outputs"]) == ("research", outputs)
-            assert item.session.status == "waiting" and item.entries
+            assert item.session.status == "suspended" and item.entries
             transaction.set_rollback(True)
     assert recorded(run) == before
 

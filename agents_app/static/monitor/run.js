@@ -148,6 +148,11 @@
         if (node) node.status = d.status === "ok" ? "done" : d.status;
         break;
       }
+      case "session_suspended": {  // it waits for children or people, holding no worker, until they settle
+        const node = state.nodes.get(state.sessions.get(e.session));
+        if (node) node.status = "suspended";
+        break;
+      }
       case "llm_response": {
         const usage = d.usage || {};
         state.tokensIn += usage.prompt_tokens || 0; state.tokensOut += usage.completion_tokens || 0;
@@ -189,10 +194,10 @@
         // The event holds the first 2,000 characters; the page drawn by the server had it whole.
         if ((d.result || d.error) && !(d.result && $("result").dataset.whole)) showResult(d.result || d.error, !d.result);
         document.getElementById("cancel-form")?.remove();
-        // A cancelled or failed run stops every agent still waiting or working.
+        // A cancelled or failed run stops every agent still queued, working or suspended.
         if (d.status !== "succeeded") {
           for (const node of state.nodes.values()) {
-            if (["queued", "running", "waiting"].includes(node.status)) node.status = d.status === "cancelled" ? "cancelled" : "failed";
+            if (["queued", "running", "suspended"].includes(node.status)) node.status = d.status === "cancelled" ? "cancelled" : "failed";
           }
         }
         break;

@@ -45,7 +45,7 @@ const describeEvent = (function () {
     activation_queued: (e, d) => `${who(e)} ${d.restored ? "restored" : "queued"} (${d.kind}${d.depth ? `, depth ${d.depth}` : ""}${d.restored ? `, ${d.checkpoints} checkpoint entries` : ""})`,
     session_start: (e, d) => `${who(e)} ${d.resumed ? "resumed" : "started"} (${d.kind || "session"}, attempt ${d.attempt || 1}${d.tier ? ", " + d.tier + " tier" : ""})`,
     session_end: (e, d) => `${who(e)} ended: ${d.status}${d.result ? " — " + quote(d.result, 90) : ""}${d.failure && d.failure.message ? " — " + clip(d.failure.message, 90) : ""}`,
-    session_suspended: (e) => `${who(e)} waits for its children`,
+    session_suspended: (e, d) => `${who(e)} suspended: waits for ${d.reason === "approval" ? "a person" : "its children"}`,
     children_cancelled: (e, d) => `${who(e)} cancelled ${(d.activations || []).length} unfinished child(ren): ${clip(d.reason, 80)}`,
     llm_request: (e, d) => `${who(e)} asked ${d.model || "the model"}${d.purpose ? ` (${d.purpose})` : ""}: ${num(d.messages)} messages, ${num(d.tools)} tools${d.step ? `, step ${d.step}` : ""}`,
     llm_response: (e, d) => {
