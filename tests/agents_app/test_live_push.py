@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import pytest
 import redis.asyncio
@@ -29,9 +30,12 @@ def payload(run_id, seq, type="llm_request"):
 
 
 def test_the_channels_carry_the_layers_prefix():
-    # Pub/sub channels are global to a Redis server: the tests, the benches and the demo each keep theirs.
-    assert run_channel("r-1") == "mas-test:run.r-1"
-    assert team_runs_channel(7) == "mas-test:team.7.runs"
+    # Pub/sub channels are global to a Redis server: the tests (each pytest process), the benches and the
+    # demo each keep theirs.
+    prefix = os.environ["MAS_TEST_CHANNELS_PREFIX"]  # mas_project.settings_test: mas-test-<pytest's pid>
+    assert prefix.startswith("mas-test-") and prefix != "mas-test-"
+    assert run_channel("r-1") == f"{prefix}:run.r-1"
+    assert team_runs_channel(7) == f"{prefix}:team.7.runs"
 
 
 def test_pushes_made_meanwhile_go_out_in_one_round_trip_in_commit_order(team_a):
