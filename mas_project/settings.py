@@ -263,7 +263,10 @@ LOGGING = {
     # writes passes RedactFilter — no credential, no team secret (tests/mas_project/test_credentials_in_logs.py).
     "loggers": {"pgserver": {"level": "WARNING"}, "celery": {"level": os.environ.get("MAS_CELERY_LOG_LEVEL", "WARNING")},
                 "django": {"handlers": [], "level": "INFO", "propagate": True},
-                "django.server": {"handlers": [], "level": "INFO", "propagate": True}},
+                "django.server": {"handlers": [], "level": "INFO", "propagate": True},
+                # redis-py gives this logger a console handler of its own (no redact filter) the first time a
+                # pub/sub object is made, unless the logger exists already: declared here, it writes through ours.
+                "push_response": {"handlers": [], "level": "INFO", "propagate": True}},
 }
 
 # web_fetch may reach these hosts/CIDRs even when they are private or loopback (comma-separated).

@@ -17,7 +17,6 @@ from agents_app.execution.runs import run_start
 from agents_app.execution.recovery import SWEEP_LOCK, Sweep, recovery_sweep
 from agents_app.models import Activation, Event, Run, Session
 from agents_app.scheduler import dispatch_run
-from agents_app.scheduler.claim import claim
 from tests.runs import agent, finish
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -76,7 +75,9 @@ def age(run, seconds):
 
 def claim_for(name: str, queue: str) -> list[str]:
     """A worker ``name`` (which then vanishes) claims the ready work of ``queue``."""
-    return [c.activation_id for c in claim(worker=name, queue=queue, free=10, running=0)]
+    from tests.agents_app.test_scheduler import claim_now
+
+    return [c.activation_id for c in claim_now(worker=name, queue=queue, free=10, running=0)]
 
 
 @pytest.mark.worker

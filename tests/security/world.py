@@ -33,6 +33,8 @@ MAS_APPS = ("agents_app", "tools_app", "memory_app", "workflows_app", "evals_app
 KINDS = {"agents": AGENT, "skills": SKILL, "providers": PROVIDER, "tools": TOOL, "mcp-servers": MCP,
          "workflows": WORKFLOW, "evals": EVAL}
 VOLATILE = {("agents_app", "apitoken"): {"last_used_at"}}
+# No team's data, and beating all the time: the worker processes of the suite (agents_app.scheduler).
+PROCESS_ROWS = {("agents_app", "worker")}
 
 
 def definitions(prefix: str, note: str) -> dict[str, dict[str, Any]]:
@@ -145,6 +147,8 @@ def db_snapshot() -> str:
     rows = {}
     for label in MAS_APPS:
         for model in apps.get_app_config(label).get_models():
+            if (model._meta.app_label, model._meta.model_name) in PROCESS_ROWS:
+                continue
             skip = VOLATILE.get((model._meta.app_label, model._meta.model_name), set())
             fields = [f.attname for f in model._meta.concrete_fields if f.attname not in skip]
             rows[model._meta.label] = list(model.objects.order_by("pk").values_list(*fields))
