@@ -25,6 +25,7 @@ from agents_app.scheduler.admission import (  # noqa: F401
     run_finish,
     run_locked,
 )
+from agents_app.scheduler.claim import team_limit  # noqa: F401
 from agents_app.scheduler.stats import WAIT_WINDOW_S, TeamQueue, team_queues  # noqa: F401
 from agents_app.scheduler.waits import awaited, wake  # noqa: F401
 
@@ -42,10 +43,3 @@ def worker_stop() -> None:
     from agents_app.scheduler.loop import worker_stop as stop
 
     stop()
-
-
-def team_limit(*, max_sessions: int | None, session_limit: int | None) -> int:
-    """How many sessions of a team may run at once (the operator's cap, or the team's own lower limit)."""
-    from agents_app.scheduler.claim import team_limit as limit
-
-    return limit(max_sessions=max_sessions, session_limit=session_limit)
