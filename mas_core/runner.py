@@ -2,8 +2,8 @@
 
 Sessions spend their lives waiting for models, so a process runs many of
 them as coroutines on one loop; database work goes to a small, bounded pool
-of threads (each with its own connection). A Celery task hands a session to
-the loop and waits for it, so acks-late delivery still covers the session.
+of threads (each with its own connection), which serve the teams' calls in
+turn (``mas_core.lanes``).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import asyncio
 import functools
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import InterfaceError, OperationalError, connection
 
 from mas_core import phases
+from mas_core.lanes import FairExecutor
 
 T = TypeVar("T")
 
@@ -36,7 +36,7 @@ class LoopRunner:
             with self._lock:
                 if self._loop is None or self._pid != os.getpid():
                     loop = asyncio.new_event_loop()
-                    self._executor = ThreadPoolExecutor(self._db_threads, thread_name_prefix="mas-db")
+                    self._executor = FairExecutor(self._db_threads, name="mas-db")
                     loop.set_default_executor(self._executor)
                     threading.Thread(target=loop.run_forever, name="mas-sessions", daemon=True).start()
                     self._loop, self._pid = loop, os.getpid()
@@ -45,7 +45,7 @@ class LoopRunner:
     def db_backlog(self) -> int:
         """Database calls waiting for one of the loop's threads now (0 before the loop starts)."""
         executor = getattr(self, "_executor", None)
-        return executor._work_queue.qsize() if executor is not None else 0
+        return executor.backlog if executor is not None else 0
 
     @property
     def db_threads(self) -> int:

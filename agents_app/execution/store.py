@@ -37,6 +37,7 @@ from agents_app.kernel.loop import PolicyDenied, SessionState
 from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Session
 from mas_core import phases
+from mas_core.lanes import FairSemaphore
 from mas_core.runner import db
 from tools_app.plugin import ToolAborted
 
@@ -52,7 +53,7 @@ class ConnectionPool:
     def __init__(self, *, size: int) -> None:
         self.size = size
         self.idle: list[psycopg.AsyncConnection] = []
-        self.slots = asyncio.Semaphore(size)
+        self.slots = FairSemaphore(size)  # the teams' sessions take turns at it
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:

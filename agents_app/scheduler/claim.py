@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -42,10 +43,11 @@ def team_limit(*, max_sessions: int | None, session_limit: int | None) -> int:
     return min(cap, session_limit) if session_limit is not None else cap
 
 
-def claim(*, worker: str, queue: str, free: int, running: int) -> list[Claimed] | None:
+def claim(*, worker: str, queue: str, free: int, running: int,
+          skip_teams: Collection[int] = ()) -> list[Claimed] | None:
     """Claim up to ``free`` ready activations of ``queue`` for ``worker`` (which carries ``running`` sessions
-    now) and mark them dispatched to it; returns them in the order they should start, or None when another
-    claim is under way (try again in a moment)."""
+    now), none of the teams ``skip_teams``, and mark them dispatched to it; returns them in the order they
+    should start, or None when another claim is under way (try again in a moment)."""
     if free <= 0:
         return []
     dead_s = float(settings.MAS_WORKER_DEAD_S)
@@ -63,7 +65,7 @@ def claim(*, worker: str, queue: str, free: int, running: int) -> list[Claimed] 
             GROUP BY a.team_id, t.max_sessions, t.session_limit, t.weight
             HAVING count(*) FILTER (WHERE a.status = 'ready' AND a.queue = %(queue)s) > 0
             """, {"queue": queue})
-        teams = cursor.fetchall()
+        teams = [row for row in cursor.fetchall() if row[0] not in skip_teams]
         if not teams:
             return []
         cursor.execute(

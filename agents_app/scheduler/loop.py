@@ -4,8 +4,9 @@ One coroutine per process, on the process's session loop (``mas_core.runner``):
 it claims as many ready activations as the process has free slots
 (``MAS_WORKER_SLOTS``) and runs each session as a task on the same loop — no
 broker message, no thread per session. A process whose database threads are
-backed up claims nothing until they catch up: what it would take would only
-queue behind its own work, where no other team's run could overtake it. It wakes when a NOTIFY on
+backed up claims only the work of teams it runs nothing of, whose calls wait
+in lanes of their own there (``mas_core.lanes``); the rest would only queue
+behind its own backlog. Each session's task runs in its team's lane. It wakes when a NOTIFY on
 ``admission.READY_CHANNEL`` says work is ready (a LISTEN connection of its
 own), when one of its sessions ends, and at least every
 ``MAS_SCHEDULER_POLL_S``. Beside it, a beat every ``MAS_WORKER_BEAT_S``
@@ -26,8 +27,9 @@ from django.conf import settings
 from django.db import connection
 
 from agents_app.scheduler import admission
-from agents_app.scheduler.claim import claim
+from agents_app.scheduler.claim import Claimed, claim
 from agents_app.scheduler.workers import worker_beat, worker_gone, workers_dead, workers_reap
+from mas_core.lanes import lane
 from mas_core.runner import db, runner
 
 logger = logging.getLogger(__name__)
@@ -44,8 +46,9 @@ BUSY_WAIT_S = 0.02
 class WorkerLoop:
     def __init__(self, *, name: str, queue: str, slots: int) -> None:
         self.name, self.queue, self.slots = name, queue, slots
-        self.sessions: set[asyncio.Task] = set()
-        self.wake = asyncio.Event()
+        self.sessions: dict[asyncio.Task, int] = {}  # each running session's task, and its team
+        self.wake = asyncio.Event()  # look again: a session ended, or news
+        self.news = asyncio.Event()  # new ready work may be there
         self.stopping = False
         self.tasks: list[asyncio.Task] = []
 
@@ -56,50 +59,68 @@ class WorkerLoop:
         self.beat = threading.Thread(target=self._beat, args=(loop,), name="mas-beat", daemon=True)
         self.beat.start()
         poll_s = float(settings.MAS_SCHEDULER_POLL_S)
+        claimed_at = 0.0
         while not self.stopping:
             self.wake.clear()
             free = self.slots - len(self.sessions)
-            if free > 0 and runner.db_backlog() > BACKLOG_PER_THREAD * runner.db_threads:
-                # The process is saturated: work it claimed now would wait here behind its own backlog,
-                # while a worker with room (or this one, in a moment) could start it at once.
-                await asyncio.sleep(BUSY_WAIT_S)
+            busy = runner.db_backlog() > BACKLOG_PER_THREAD * runner.db_threads
+            if busy and not self.news.is_set() and time.monotonic() - claimed_at < poll_s:
+                # Saturated, and no new work since the last look: nothing to take. Look again in a moment.
+                await self._nap(BUSY_WAIT_S)
                 continue
             claimed = []
             if free > 0:
+                self.news.clear()
+                claimed_at = time.monotonic()
+                # Saturated, the process takes only teams with no session here: their calls stand in lanes of
+                # their own (mas_core.lanes), ahead of nothing; the running teams' new work would only queue
+                # behind their backlog here, while a worker with room (or this one, in a moment) starts it.
+                skip = set(self.sessions.values()) if busy else set()
                 try:
                     claimed = await db(claim)(worker=self.name, queue=self.queue, free=min(free, CLAIM_BATCH),
-                                              running=len(self.sessions))
+                                              running=len(self.sessions), skip_teams=skip)
                 except Exception:
                     logger.warning("scheduler claim failed", exc_info=True)
                     await asyncio.sleep(poll_s)
                     continue
                 if claimed is None:  # another worker is claiming: its turn, then ours
+                    self.news.set()
                     await asyncio.sleep(CLAIM_RETRY_S)
                     continue
             for item in claimed:
-                task = loop.create_task(self._run(item.activation_id))
-                self.sessions.add(task)
+                task = loop.create_task(self._run(item))
+                self.sessions[task] = item.team_id
                 task.add_done_callback(self._ended)
             if claimed and len(claimed) == min(free, CLAIM_BATCH):
-                await asyncio.sleep(0)  # more may be ready: claim again, after the sessions just started get going
+                self.news.set()  # more may be ready: claim again, after the sessions just started get going
+                await asyncio.sleep(0)
                 continue
-            try:
-                await asyncio.wait_for(self.wake.wait(), poll_s)
-            except asyncio.TimeoutError:
-                pass
+            await self._nap(BUSY_WAIT_S if busy else poll_s)
+
+    async def _nap(self, timeout_s: float) -> None:
+        try:
+            await asyncio.wait_for(self.wake.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
 
     def _ended(self, task: asyncio.Task) -> None:
-        self.sessions.discard(task)
+        self.sessions.pop(task, None)
         self.wake.set()
 
-    async def _run(self, activation_id: str) -> None:
+    async def _run(self, item: Claimed) -> None:
         from agents_app.execution.session import execute_activation
 
+        lane.set(item.team_id)  # this task's (and its children's) turn at the process's shared resources
         try:
-            await execute_activation(activation_id)
+            await execute_activation(item.activation_id)
         except Exception:
             # Recorded where it could be; what could not (the database was away) the sweep finds again.
-            logger.exception("session failed on the worker", extra={"activation": activation_id})
+            logger.exception("session failed on the worker", extra={"activation": item.activation_id})
+
+    def _news(self) -> None:
+        """New ready work may be there (a NOTIFY, a dead worker's work handed back): claim at the next turn."""
+        self.news.set()
+        self.wake.set()
 
     async def _listen(self) -> None:
         """Set ``wake`` on every NOTIFY of ready work; reconnect when the connection drops."""
@@ -107,9 +128,9 @@ class WorkerLoop:
             try:
                 async with await psycopg.AsyncConnection.connect(_conninfo(), autocommit=True) as conn:
                     await conn.execute(f"LISTEN {admission.READY_CHANNEL}")
-                    self.wake.set()  # anything made ready while it was not listening
+                    self._news()  # anything made ready while it was not listening
                     async for _ in conn.notifies():
-                        self.wake.set()
+                        self._news()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -131,7 +152,7 @@ class WorkerLoop:
                     worker_beat(name=self.name, queue=self.queue, slots=self.slots, running=len(self.sessions))
                     dead = workers_dead()
                     if dead and workers_reap(dead):
-                        loop.call_soon_threadsafe(self.wake.set)
+                        loop.call_soon_threadsafe(self._news)
                 except Exception:
                     logger.warning("worker beat failed", exc_info=True)
                     connections.close_all()

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from django.db import connection, connections
+from django.db.models import Count
 
 from agents_app.execution.runs import run_start
 from agents_app.models import Activation, Event, Session, Team, Worker
@@ -96,6 +97,18 @@ def test_a_team_never_runs_more_than_its_limit_and_its_admins_may_only_lower_it(
     assert claimed_teams(unserved, 50) == ["alpha"]
     assert {q.team: (q.limit, q.ready, q.running) for q in team_queues()} == {
         "alpha": (3, 1, 3), "beta": (1, 4, 1), "gamma": (500, 0, 5)}
+
+
+def test_a_saturated_worker_takes_only_the_teams_it_runs_nothing_of(leads, unserved):
+    alpha, beta, gamma = leads
+    for team in leads:
+        ready_runs(team, 3)
+    slugs = dict(Team.objects.values_list("slug", "id"))
+    claimed = claim_now(worker="w:1", queue=unserved, free=50, running=0,
+                        skip_teams={slugs["alpha"], slugs["gamma"]})
+    assert [item.team_id for item in claimed] == [beta.id] * 3
+    assert dict(Activation.objects.filter(status="ready").values_list("team__slug").annotate(n=Count("id"))) == {
+        "alpha": 3, "gamma": 3}
 
 
 def test_within_a_team_priority_goes_first_then_age(leads, unserved):

@@ -15,8 +15,9 @@ from agents_app.execution.lifecycle import session_begin
 from agents_app.execution.reaper import runs_unstick, sessions_reap
 from agents_app.execution.runs import run_start
 from agents_app.execution.recovery import SWEEP_LOCK, Sweep, recovery_sweep
-from agents_app.models import Activation, Event, Run, Session
+from agents_app.models import Activation, Event, Run, Session, Worker
 from agents_app.scheduler import dispatch_run
+from agents_app.scheduler.workers import worker_beat, workers_dead, workers_reap
 from tests.runs import agent, finish
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -131,6 +132,25 @@ def test_a_session_whose_worker_keeps_dying_is_resumed_then_failed_with_the_reas
     assert Event.objects.filter(run=run).order_by("-seq").first().type == "run_complete"
     assert sessions_reap() == []
 
+
+
+def test_a_session_of_a_worker_the_scheduler_knows_is_left_to_the_scheduler(team_a, sweeps_held, unserved):
+    """Silent or not, a worker with a row in agents_app_worker is the scheduler's to declare dead (within
+    MAS_WORKER_DEAD_S, with the reason that it died): the slower session sweep leaves its sessions alone."""
+    lead(team_a)
+    run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
+    [root] = Activation.objects.filter(run=run)
+    start = session_begin(activation_id=root.id, worker="host:1")
+    Session.objects.filter(pk=start.session.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=60))
+    worker_beat(name="host:1", queue=unserved, slots=10, running=1)
+    Worker.objects.filter(name="host:1").update(heartbeat_at=timezone.now() - timedelta(seconds=60))
+    assert sessions_reap() == []
+    assert Activation.objects.get(pk=root.pk).status == "running"
+    assert workers_reap(workers_dead()) == [str(root.id)]
+    assert [(e.data["what"], e.data["reason"]) for e in Event.objects.filter(run=run, type="retry")] == [
+        ("session_resume", "worker host:1 died")]
+    assert Activation.objects.get(pk=root.pk).status == "ready"
+    assert sessions_reap() == []
 
 
 def test_work_queued_again_waits_for_a_worker_however_many_sweeps_pass(team_a, sweeps_held, unserved):

@@ -1,0 +1,159 @@
+"""Turns between teams at a worker process's shared resources: its database threads and its connections.
+
+The scheduler hands a team's sessions their share of the workers' slots, but
+inside one process every session then meets the others at the same few
+resources: the database threads (``mas_core.runner``) and the session loop's
+connections (``agents_app.execution.store``). Served first come, first
+served, a team with 150 sessions in a process keeps a queue there that
+another team's one session waits behind at every step. Here each waiting
+call stands in its team's lane (``lane``, set by the scheduler for each
+session's task and inherited by what it starts) and the resource serves the
+lanes in turn, one call each: a team's calls wait behind its own, and behind
+at most one call of each other team. Work outside any session (the
+scheduler's claims, the sweeps) has a lane of its own, served first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections import deque
+from collections.abc import Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+# The team whose session this is (its id); None outside any session.
+lane: contextvars.ContextVar[Hashable | None] = contextvars.ContextVar("mas_lane", default=None)
+
+
+class Turns:
+    """Waiting items by lane, taken one lane at a time in turn (the lane of no session first)."""
+
+    def __init__(self) -> None:
+        self._lanes: dict[Hashable | None, deque] = {}
+        self._turns: deque[Hashable | None] = deque()
+        self.waiting = 0
+
+    def put(self, key: Hashable | None, item: Any) -> None:
+        queue = self._lanes.get(key)
+        if queue is None:
+            queue = self._lanes[key] = deque()
+            if key is None:
+                self._turns.appendleft(key)
+            else:
+                self._turns.append(key)
+        queue.append(item)
+        self.waiting += 1
+
+    def take(self) -> Any:
+        """The next lane's first item (the lane goes to the back of the turns if it has more)."""
+        key = self._turns.popleft()
+        queue = self._lanes[key]
+        item = queue.popleft()
+        self.waiting -= 1
+        if queue:
+            self._turns.append(key)
+        else:
+            del self._lanes[key]
+        return item
+
+    def __bool__(self) -> bool:
+        return bool(self._turns)
+
+
+class FairExecutor(ThreadPoolExecutor):
+    """A fixed pool of threads taking the submitted calls lane by lane in turn (``lane`` of the submitter).
+
+    A ThreadPoolExecutor only in name, for ``loop.set_default_executor``, which takes nothing else: its
+    queue and threads are never used, ``submit`` and ``shutdown`` are this class's own.
+    """
+
+    def __init__(self, threads: int, *, name: str) -> None:
+        super().__init__(threads, thread_name_prefix=name)
+        self.threads = threads
+        self._waiting = Turns()
+        self._ready = threading.Condition()
+        self._shutdown = False
+        self._workers = [threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True) for i in range(threads)]
+        for worker in self._workers:
+            worker.start()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        with self._ready:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            self._waiting.put(lane.get(), (future, fn, args, kwargs))
+            self._ready.notify()
+        return future
+
+    @property
+    def backlog(self) -> int:
+        """Calls waiting for a thread now."""
+        return self._waiting.waiting
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._ready:
+            self._shutdown = True
+            if cancel_futures:
+                while self._waiting:
+                    self._waiting.take()[0].cancel()
+            self._ready.notify_all()
+        if wait:
+            for worker in self._workers:
+                if worker is not threading.current_thread():
+                    worker.join()
+
+    def _work(self) -> None:
+        while True:
+            with self._ready:
+                while not self._waiting and not self._shutdown:
+                    self._ready.wait()
+                if not self._waiting:
+                    return
+                future, fn, args, kwargs = self._waiting.take()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:  # handed to the caller, as ThreadPoolExecutor does
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            del future, fn, args, kwargs
+
+
+class FairSemaphore:
+    """An asyncio semaphore whose freed permits go to the waiting lanes in turn (``lane`` of the waiter)."""
+
+    def __init__(self, value: int) -> None:
+        self._free = value
+        self._waiting = Turns()
+
+    async def acquire(self) -> None:
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return
+        granted = asyncio.get_running_loop().create_future()
+        self._waiting.put(lane.get(), granted)
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():
+                self.release()  # handed over just as the waiter was cancelled: pass it on
+            raise  # (a cancelled waiter left in its lane is skipped when its turn comes)
+
+    def release(self) -> None:
+        while self._waiting:
+            granted = self._waiting.take()
+            if not granted.done():
+                granted.set_result(None)
+                return
+        self._free += 1
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()

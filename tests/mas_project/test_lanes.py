@@ -1,0 +1,121 @@
+"""The teams take turns at a worker process's database threads and connections (mas_core.lanes)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from mas_core.lanes import FairExecutor, FairSemaphore, lane
+
+
+def submit_in(executor: FairExecutor, key, fn, *args):
+    token = lane.set(key)
+    try:
+        return executor.submit(fn, *args)
+    finally:
+        lane.reset(token)
+
+
+def test_the_threads_serve_the_lanes_in_turn_and_the_lane_of_no_session_first():
+    executor = FairExecutor(1, name="test-lanes")
+    gate, served = threading.Event(), []
+    blocker = submit_in(executor, "held", gate.wait)
+    while executor.backlog:  # the one thread has taken the blocker
+        pass
+    futures = [submit_in(executor, "a", served.append, f"a{i}") for i in range(4)]
+    futures += [submit_in(executor, "b", served.append, "b0"), submit_in(executor, "b", served.append, "b1")]
+    futures.append(submit_in(executor, None, served.append, "scheduler"))
+    assert executor.backlog == 7
+    gate.set()
+    assert blocker.result(timeout=5) is True
+    for future in futures:
+        future.result(timeout=5)
+    # One call per lane in turn: b's first call waits behind one of a's, not four.
+    assert served == ["scheduler", "a0", "b0", "a1", "b1", "a2", "a3"]
+    assert executor.backlog == 0
+    executor.shutdown()
+
+
+def test_a_failing_call_reaches_its_caller_and_the_thread_goes_on():
+    executor = FairExecutor(2, name="test-lanes")
+    failed = executor.submit(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        failed.result(timeout=5)
+    assert executor.submit(lambda: 42).result(timeout=5) == 42
+    executor.shutdown()
+    with pytest.raises(RuntimeError, match="^cannot schedule new calls after shutdown$"):
+        executor.submit(lambda: 42)
+
+
+def test_an_event_loop_takes_it_as_its_default_executor_and_the_submitters_lane():
+    executor = FairExecutor(1, name="test-lanes")
+    loop = asyncio.new_event_loop()
+    loop.set_default_executor(executor)
+    seen = []
+
+    async def call(key):
+        lane.set(key)
+        return await loop.run_in_executor(None, lambda: seen.append(key) or key)
+
+    async def both():
+        return await asyncio.gather(call("a"), call("b"))
+
+    try:
+        assert loop.run_until_complete(both()) == ["a", "b"]
+    finally:
+        loop.close()
+        executor.shutdown()
+    assert seen == ["a", "b"]
+
+
+def test_freed_permits_go_to_the_waiting_lanes_in_turn():
+    async def scenario():
+        semaphore, got = FairSemaphore(1), []
+        await semaphore.acquire()  # held: everyone below waits
+
+        async def waiter(key, name):
+            lane.set(key)
+            async with semaphore:
+                got.append(name)
+                await asyncio.sleep(0)
+
+        tasks = [asyncio.create_task(waiter("a", f"a{i}")) for i in range(3)]
+        tasks.append(asyncio.create_task(waiter("b", "b0")))
+        await asyncio.sleep(0)
+        semaphore.release()
+        await asyncio.gather(*tasks)
+        return got, semaphore._free
+
+    got, free = asyncio.run(scenario())
+    assert got == ["a0", "b0", "a1", "a2"]
+    assert free == 1  # every permit back
+
+
+def test_a_cancelled_waiter_loses_no_permit():
+    async def scenario():
+        semaphore = FairSemaphore(1)
+        await semaphore.acquire()
+        lane.set("a")
+        cancelled = asyncio.create_task(semaphore.acquire())
+        lane.set("b")
+        waiting = asyncio.create_task(semaphore.acquire())
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        await asyncio.sleep(0)
+        semaphore.release()  # skips the cancelled waiter: b gets it
+        await asyncio.wait_for(waiting, 1)
+        semaphore.release()
+        # Handed over in the same moment it is cancelled: the permit is passed on, not lost.
+        await semaphore.acquire()
+        lane.set("c")
+        late = asyncio.create_task(semaphore.acquire())
+        await asyncio.sleep(0)
+        semaphore.release()  # granted to late ...
+        late.cancel()  # ... which is cancelled before it runs
+        with pytest.raises(asyncio.CancelledError):
+            await late
+        return cancelled.cancelled(), semaphore._free
+
+    assert asyncio.run(scenario()) == (True, 1)
