@@ -140,7 +140,11 @@ def b_run(team_b) -> dict:
         time.sleep(0.1)  # the figures come from the rows' timestamps, not from this poll
     run = Run.objects.get(pk=run.pk)
     started = Event.objects.filter(run_id=run.pk, type="session_start").values_list("created_at", flat=True).first()
-    return {"status": run.status, "completion": (run.finished_at - submitted).total_seconds(),
+    # Where B's time went: each of its events (stamped when the worker emitted it) from the start call, in ms.
+    timeline = [(kind, round((at - submitted).total_seconds() * 1000))
+                for kind, at in Event.objects.filter(run_id=run.pk).order_by("seq").values_list("type", "created_at")]
+    timeline.append(("finished_at", round((run.finished_at - submitted).total_seconds() * 1000)))
+    return {"timeline": timeline, "status": run.status, "completion": (run.finished_at - submitted).total_seconds(),
             "wait": (started - submitted).total_seconds() if started else float("nan"), "finished_at": run.finished_at,
             "submitted": submitted, "started": started}
 
@@ -252,6 +256,7 @@ def report(index: str, r: dict, args) -> None:
         c.say(f"{'':>14}B: {b['status']}, completion {b['completion']:.2f} s, waited {b['wait']:.2f} s for its "
               f"session to start, while {b['a_started_while_waiting']} of A's sessions started; "
               f"{b['a_finished_before']} of A's {args.a_runs} runs finished before it")
+        c.say(f"{'':>17}B's events, ms after its start call: " + ", ".join(f"{kind} {ms}" for kind, ms in b["timeline"]))
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Turns between teams at a worker process's shared resources: its database threads and its connections.
+"""Turns between teams at a worker process's shared resources: its loop, database threads and connections.
 
 The scheduler hands a team's sessions their share of the workers' slots, but
 inside one process every session then meets the others at the same few
@@ -11,23 +11,33 @@ session's task and inherited by what it starts) and the resource serves the
 lanes in turn, one call each: a team's calls wait behind its own, and behind
 at most one call of each other team. Work outside any session (the
 scheduler's claims, the sweeps) has a lane of its own, served first.
+
+The loop itself is the third: it runs the callbacks of every session that
+has something to do in the order they became ready, so 150 busy sessions of
+one team make each step of another's wait for all of theirs. A session holds
+one of the process's ``MAS_WORKER_TURNS`` turns (``turn``) while it works,
+and gives it up while it waits for something slow (``away``: a model's
+answer, a tool's): the sessions beyond that many wait for a turn in their
+team's lane, costing the loop nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import os
 import threading
 from collections import deque
 from collections.abc import Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 # The team whose session this is (its id); None outside any session.
 lane: contextvars.ContextVar[Hashable | None] = contextvars.ContextVar("mas_lane", default=None)
 
 
-class Turns:
+class Lanes:
     """Waiting items by lane, taken one lane at a time in turn (the lane of no session first)."""
 
     def __init__(self) -> None:
@@ -72,7 +82,7 @@ class FairExecutor(ThreadPoolExecutor):
     def __init__(self, threads: int, *, name: str) -> None:
         super().__init__(threads, thread_name_prefix=name)
         self.threads = threads
-        self._waiting = Turns()
+        self._waiting = Lanes()
         self._ready = threading.Condition()
         self._shutdown = False
         self._workers = [threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True) for i in range(threads)]
@@ -128,8 +138,14 @@ class FairSemaphore:
     """An asyncio semaphore whose freed permits go to the waiting lanes in turn (``lane`` of the waiter)."""
 
     def __init__(self, value: int) -> None:
+        self.size = value
         self._free = value
-        self._waiting = Turns()
+        self._waiting = Lanes()
+
+    @property
+    def waiting(self) -> int:
+        """Waiters now (a cancelled one counts until its turn comes)."""
+        return self._waiting.waiting
 
     async def acquire(self) -> None:
         if self._free > 0 and not self._waiting:
@@ -157,3 +173,78 @@ class FairSemaphore:
 
     async def __aexit__(self, *exc: object) -> None:
         self.release()
+
+
+# -- the loop's turns --------------------------------------------------------------------
+
+
+class _Holding:
+    """One session's turn: held, or given up while ``away`` > 0 of its waits are under way."""
+
+    def __init__(self, semaphore: FairSemaphore) -> None:
+        self.semaphore, self.held, self.away, self.done = semaphore, True, 0, False
+
+
+_holding: contextvars.ContextVar[_Holding | None] = contextvars.ContextVar("mas_turn", default=None)
+_turns: dict[int, FairSemaphore] = {}
+
+
+def _semaphore() -> FairSemaphore:
+    loop = asyncio.get_running_loop()
+    found = _turns.get(id(loop))
+    if found is None:
+        found = _turns[id(loop)] = FairSemaphore(int(os.environ.get("MAS_WORKER_TURNS", "16")))
+    return found
+
+
+def turns_waiting() -> tuple[int, int]:
+    """How many sessions wait for a turn at the running loop now, and how many turns it has."""
+    semaphore = _semaphore()
+    return semaphore.waiting, semaphore.size
+
+
+@contextlib.asynccontextmanager
+async def turn() -> AsyncIterator[None]:
+    """Hold one of the process's turns at its loop for the block (in the block already: nothing more)."""
+    if _holding.get() is not None:
+        yield
+        return
+    semaphore = _semaphore()
+    await semaphore.acquire()
+    holding = _Holding(semaphore)
+    token = _holding.set(holding)
+    try:
+        yield
+    finally:
+        _holding.reset(token)
+        holding.done = True
+        if holding.held:
+            holding.held = False
+            semaphore.release()
+
+
+@contextlib.asynccontextmanager
+async def away() -> AsyncIterator[None]:
+    """Give the turn up while the block waits for something slow; take it again (in turn) after.
+
+    Never around a wait that holds a connection of the pool: a session waiting for its turn with a
+    connection could hold up the sessions that have a turn and wait for one.
+    """
+    holding = _holding.get()
+    if holding is None or holding.done:
+        yield
+        return
+    holding.away += 1
+    if holding.held:
+        holding.held = False
+        holding.semaphore.release()
+    try:
+        yield
+    finally:
+        holding.away -= 1
+        if holding.away == 0 and not holding.held and not holding.done:
+            await holding.semaphore.acquire()
+            holding.held = True
+            if holding.away or holding.done:  # gone away again (another wait of the session), or ended, meanwhile
+                holding.held = False
+                holding.semaphore.release()

@@ -9,6 +9,7 @@ websockets after commit, records the outcome, and dispatches what comes next.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -57,7 +58,7 @@ from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Activation, ActivationContext, Run, Session, Team
 from agents_app.money import money_str
 from agents_app.skills import skill_text, skills_for, skills_section
-from mas_core import phases, telemetry
+from mas_core import lanes, phases, telemetry
 from mas_core.llm_types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
 from mas_core.logs import bind
 from mas_core.outputs import INVALID_OUTPUT, answer_check, answer_format
@@ -105,6 +106,10 @@ class ModelHandle:
         return self.resolved.model
 
     async def complete(self, request: ModelRequest, *, on_chunk=None) -> ModelResponse:
+        async with lanes.away():  # other sessions use the loop meanwhile (mas_core.lanes)
+            return await self._complete(request, on_chunk=on_chunk)
+
+    async def _complete(self, request: ModelRequest, *, on_chunk=None) -> ModelResponse:
         if self.span is None:
             return await self.resolved.provider.complete(request, on_chunk=on_chunk)
         span = telemetry.child_span(self.span, f"chat {self.model}", {
@@ -325,7 +330,8 @@ def _summariser(*, run: Run, resolved: Resolved, cursor: MemoryCursor, store: Da
         try:
             await store.emit("llm_request", {"model": small.model, "tier": small.tier or "",
                                              "purpose": "compaction", "messages": 2, "tools": 0})
-            response = await asyncio.wait_for(small.provider.complete(request), timeout=request.timeout_s)
+            async with lanes.away():
+                response = await asyncio.wait_for(small.provider.complete(request), timeout=request.timeout_s)
         except asyncio.TimeoutError:
             raise ProviderError("timeout", f"no summary within {request.timeout_s:.0f} s") from None
         finally:
@@ -518,7 +524,11 @@ class ToolCaller:
         self.store.deferring = rule is None and call.name in HELD_WRITES and not _agent_path(arguments)
         try:
             with phases.timed("tool"):
-                outcome = await registry.call(call.name, arguments, self.context)
+                # A tool may wait long (a site, an MCP server, a sandbox): the turn goes to other sessions
+                # meanwhile, unless the store holds a connection (a held file write) that must not wait for it.
+                slow = not self.store.deferring and self.store.held is None
+                async with lanes.away() if slow else contextlib.nullcontext():
+                    outcome = await registry.call(call.name, arguments, self.context)
         except ToolSuspended:
             telemetry.end(span, attributes={"mas.tool.suspended": True})
             return ToolResult(ok=True, content="", suspended=True)
@@ -573,20 +583,22 @@ async def execute_activation(activation_id: str) -> None:
 
     It reads in four steps: begin (claim the activation and its session), prepare (model, context,
     tools, approval gate, the loop's configuration), loop (the kernel, as a task the run's cancellation
-    can stop) and settle (record how it ended and dispatch what comes next).
+    can stop) and settle (record how it ended and dispatch what comes next). It holds one of the
+    process's turns throughout but while it waits for a model or a tool.
     """
-    with phases.timed("session begin"):
-        start = await _begin(activation_id)
-    if start is None:
-        return
-    with phases.timed("session prepare"):
-        work = await _prepare(start)
-    if work is None:  # its model could not be resolved: the session has failed and is settled
-        return
-    with phases.timed("session loop"):
-        ending = await _loop(work)
-    with phases.timed("session settle"):
-        await _settle(work, ending)
+    async with lanes.turn():  # the process's loop, in turn with the other teams' sessions (mas_core.lanes)
+        with phases.timed("session begin"):
+            start = await _begin(activation_id)
+        if start is None:
+            return
+        with phases.timed("session prepare"):
+            work = await _prepare(start)
+        if work is None:  # its model could not be resolved: the session has failed and is settled
+            return
+        with phases.timed("session loop"):
+            ending = await _loop(work)
+        with phases.timed("session settle"):
+            await _settle(work, ending)
     phases.dump()
 
 
@@ -692,7 +704,9 @@ async def _prepare_tools(start: SessionStart, store: DatabaseStore, *,
     if mcp is not None:
         pinned = await db(mcp_pinned)(run=run, slugs=[slug for slug, _ in agent_servers(spec.mcp_servers)])
         servers = await db(rows_for)(run.team_id, spec.mcp_servers, pinned)
-        for tool in await mcp.open(servers, team_id=run.team_id, db=db):
+        async with lanes.away():  # connecting may take its timeout: not on the loop's turn
+            opened = await mcp.open(servers, team_id=run.team_id, db=db)
+        for tool in opened:
             registry.register(tool)
     return registry, mcp
 

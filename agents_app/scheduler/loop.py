@@ -4,7 +4,8 @@ One coroutine per process, on the process's session loop (``mas_core.runner``):
 it claims as many ready activations as the process has free slots
 (``MAS_WORKER_SLOTS``) and runs each session as a task on the same loop — no
 broker message, no thread per session. A process whose database threads are
-backed up claims only the work of teams it runs nothing of, whose calls wait
+backed up, or whose sessions wait for turns at its loop (more of them than it has
+turns), claims only the work of teams it runs nothing of, whose calls wait
 in lanes of their own there (``mas_core.lanes``); the rest would only queue
 behind its own backlog. Each session's task runs in its team's lane. It wakes when a NOTIFY on
 ``admission.READY_CHANNEL`` says work is ready (a LISTEN connection of its
@@ -29,6 +30,7 @@ from django.db import connection
 from agents_app.scheduler import admission
 from agents_app.scheduler.claim import Claimed, claim
 from agents_app.scheduler.workers import worker_beat, worker_gone, workers_dead, workers_reap
+from mas_core import lanes
 from mas_core.lanes import lane
 from mas_core.runner import db, runner
 
@@ -63,7 +65,8 @@ class WorkerLoop:
         while not self.stopping:
             self.wake.clear()
             free = self.slots - len(self.sessions)
-            busy = runner.db_backlog() > BACKLOG_PER_THREAD * runner.db_threads
+            waiting, turns = lanes.turns_waiting()
+            busy = runner.db_backlog() > BACKLOG_PER_THREAD * runner.db_threads or waiting > turns
             if busy and not self.news.is_set() and time.monotonic() - claimed_at < poll_s:
                 # Saturated, and no new work since the last look: nothing to take. Look again in a moment.
                 await self._nap(BUSY_WAIT_S)

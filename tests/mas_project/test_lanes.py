@@ -119,3 +119,58 @@ def test_a_cancelled_waiter_loses_no_permit():
         return cancelled.cancelled(), semaphore._free
 
     assert asyncio.run(scenario()) == (True, 1)
+
+
+def test_a_session_holds_a_turn_while_it_works_and_gives_it_up_while_it_waits(monkeypatch):
+    from mas_core import lanes
+
+    monkeypatch.setenv("MAS_WORKER_TURNS", "1")
+    log = []
+
+    async def session(key, name, waits):
+        lane.set(key)
+        async with lanes.turn():
+            log.append(f"{name} works")
+            for _ in range(waits):
+                async with lanes.away():  # a model's answer: others may work meanwhile
+                    await asyncio.sleep(0.01)
+                log.append(f"{name} works")
+            async with lanes.turn():  # nested (an inline child): no second turn, no deadlock
+                log.append(f"{name} nested")
+
+    async def scenario():
+        await asyncio.gather(session("a", "a1", 1), session("a", "a2", 0), session("b", "b1", 0))
+        return lanes._semaphore()._free
+
+    assert asyncio.run(scenario()) == 1  # the one turn back
+    # a1 gives the turn up while it waits; a2 and b1 take it in turn; a1 works again after.
+    assert log == ["a1 works", "a2 works", "a2 nested", "b1 works", "b1 nested", "a1 works", "a1 nested"]
+
+
+def test_a_session_cancelled_while_away_or_waiting_for_its_turn_loses_no_turn(monkeypatch):
+    from mas_core import lanes
+
+    monkeypatch.setenv("MAS_WORKER_TURNS", "1")
+
+    async def away_forever():
+        async with lanes.turn():
+            async with lanes.away():
+                await asyncio.sleep(60)
+
+    async def works(seconds):
+        async with lanes.turn():
+            await asyncio.sleep(seconds)
+
+    async def scenario():
+        waiting = asyncio.create_task(away_forever())
+        await asyncio.sleep(0.01)
+        busy = asyncio.create_task(works(0.05))  # takes the turn a waiting session gave up
+        await asyncio.sleep(0.01)
+        waiting.cancel()  # cancelled away: it must take its turn again to leave, then give it back
+        queued = asyncio.create_task(works(0))
+        await asyncio.sleep(0)
+        queued.cancel()  # cancelled while waiting for a turn
+        await asyncio.gather(waiting, busy, queued, return_exceptions=True)
+        return lanes._semaphore()._free, waiting.cancelled(), queued.cancelled()
+
+    assert asyncio.run(scenario()) == (1, True, True)
