@@ -73,29 +73,35 @@ class Lanes:
 
 
 class FairExecutor(ThreadPoolExecutor):
-    """A fixed pool of threads taking the submitted calls lane by lane in turn (``lane`` of the submitter).
+    """Up to ``threads`` threads taking the submitted calls lane by lane in turn (``lane`` of the submitter).
 
-    A ThreadPoolExecutor only in name, for ``loop.set_default_executor``, which takes nothing else: its
-    queue and threads are never used, ``submit`` and ``shutdown`` are this class's own.
+    Like ThreadPoolExecutor, a thread starts only when no idle one is there; unlike it, the thread idle the
+    shortest takes the next call, so a quiet process keeps using the few connections it has warm (after a
+    database restart, only those few find theirs broken). A ThreadPoolExecutor only in name, for
+    ``loop.set_default_executor``, which takes nothing else: its own queue and threads are never used.
     """
 
     def __init__(self, threads: int, *, name: str) -> None:
         super().__init__(threads, thread_name_prefix=name)
-        self.threads = threads
+        self.threads, self._name = threads, name
         self._waiting = Lanes()
-        self._ready = threading.Condition()
+        self._lock = threading.Lock()
+        self._idle: list[threading.Event] = []  # a stack: the last thread to go idle is woken first
+        self._workers: list[threading.Thread] = []
         self._shutdown = False
-        self._workers = [threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True) for i in range(threads)]
-        for worker in self._workers:
-            worker.start()
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         future: Future = Future()
-        with self._ready:
+        with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new calls after shutdown")
             self._waiting.put(lane.get(), (future, fn, args, kwargs))
-            self._ready.notify()
+            if self._idle:
+                self._idle.pop().set()
+            elif len(self._workers) < self.threads:
+                worker = threading.Thread(target=self._work, name=f"{self._name}_{len(self._workers)}", daemon=True)
+                self._workers.append(worker)
+                worker.start()
         return future
 
     @property
@@ -104,25 +110,34 @@ class FairExecutor(ThreadPoolExecutor):
         return self._waiting.waiting
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        with self._ready:
+        with self._lock:
             self._shutdown = True
             if cancel_futures:
                 while self._waiting:
                     self._waiting.take()[0].cancel()
-            self._ready.notify_all()
+            while self._idle:
+                self._idle.pop().set()
+            workers = list(self._workers)
         if wait:
-            for worker in self._workers:
+            for worker in workers:
                 if worker is not threading.current_thread():
                     worker.join()
 
     def _work(self) -> None:
+        woken = threading.Event()
         while True:
-            with self._ready:
-                while not self._waiting and not self._shutdown:
-                    self._ready.wait()
-                if not self._waiting:
+            with self._lock:
+                if self._waiting:
+                    future, fn, args, kwargs = self._waiting.take()
+                elif self._shutdown:
                     return
-                future, fn, args, kwargs = self._waiting.take()
+                else:
+                    woken.clear()
+                    self._idle.append(woken)
+                    fn = None
+            if fn is None:
+                woken.wait()
+                continue
             if not future.set_running_or_notify_cancel():
                 continue
             try:

@@ -33,8 +33,8 @@ logger = logging.getLogger(__name__)
 
 
 def sessions_reap() -> list[str]:
-    """Re-queue activations whose running session stopped its heartbeat (``MAS_SESSION_STALE_S``) on a worker
-    the scheduler does not know (any more); returns their ids. The session stays ``running``: the worker that claims the activation next resumes it from
+    """Re-queue activations whose running session stopped its heartbeat (``MAS_SESSION_STALE_S``) while its
+    worker beats (or is unknown); returns their ids. The session stays ``running``: the worker that claims the activation next resumes it from
     its last checkpoint.
 
     Only an activation still ``running`` (claimed by the dead worker) is
@@ -42,10 +42,12 @@ def sessions_reap() -> list[str]:
     sweeps pass meanwhile (each would otherwise count one more death).
     """
     cutoff = timezone.now() - timedelta(seconds=session_stale_after_s())
-    # A session of a worker that beats (or beat: dead, it is about to be handed over) is the scheduler's: the
-    # living reap a dead worker within MAS_WORKER_DEAD_S, its work whole, and say it died.
+    # A session of a worker that stopped beating is the scheduler's: the living hand a dead worker's work over
+    # whole (workers_reap, within MAS_WORKER_DEAD_S) and say it died.
+    dead = Worker.objects.filter(
+        heartbeat_at__lt=timezone.now() - timedelta(seconds=float(settings.MAS_WORKER_DEAD_S))).values("name")
     stale_sessions = Session.objects.filter(status=SessionStatus.RUNNING).filter(
-        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)).exclude(worker__in=Worker.objects.values("name"))
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)).exclude(worker__in=dead)
     reaped = _sessions_requeue(stale_sessions, reason=lambda worker: f"worker {worker or '?'} stopped answering")
     if reaped:
         logger.warning("sessions reaped", extra={"activations": reaped})

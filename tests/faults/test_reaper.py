@@ -134,9 +134,10 @@ def test_a_session_whose_worker_keeps_dying_is_resumed_then_failed_with_the_reas
 
 
 
-def test_a_session_of_a_worker_the_scheduler_knows_is_left_to_the_scheduler(team_a, sweeps_held, unserved):
-    """Silent or not, a worker with a row in agents_app_worker is the scheduler's to declare dead (within
-    MAS_WORKER_DEAD_S, with the reason that it died): the slower session sweep leaves its sessions alone."""
+def test_a_session_of_a_dead_worker_is_left_to_the_scheduler(team_a, sweeps_held, unserved):
+    """A worker that stopped beating is the scheduler's to declare dead (within MAS_WORKER_DEAD_S, with the
+    reason that it died): the slower session sweep leaves its sessions alone. A session that went silent on a
+    worker that still beats is the sweep's."""
     lead(team_a)
     run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
     [root] = Activation.objects.filter(run=run)
@@ -151,6 +152,20 @@ def test_a_session_of_a_worker_the_scheduler_knows_is_left_to_the_scheduler(team
         ("session_resume", "worker host:1 died")]
     assert Activation.objects.get(pk=root.pk).status == "ready"
     assert sessions_reap() == []
+
+
+def test_a_silent_session_of_a_worker_that_still_beats_is_resumed_by_the_sweep(team_a, sweeps_held, unserved):
+    lead(team_a)
+    run = run_start(team=team_a, agent="lead", input="x", script=SCRIPT)
+    [root] = Activation.objects.filter(run=run)
+    start = session_begin(activation_id=root.id, worker="host:1")
+    Session.objects.filter(pk=start.session.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=60))
+    worker_beat(name="host:1", queue=unserved, slots=10, running=1)  # alive: its session lost its database
+    assert workers_dead() == []
+    assert sessions_reap() == [str(root.id)]
+    assert [(e.data["what"], e.data["reason"]) for e in Event.objects.filter(run=run, type="retry")] == [
+        ("session_resume", "worker host:1 stopped answering")]
+    assert Activation.objects.get(pk=root.pk).status == "ready"
 
 
 def test_work_queued_again_waits_for_a_worker_however_many_sweeps_pass(team_a, sweeps_held, unserved):

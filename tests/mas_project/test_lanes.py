@@ -174,3 +174,22 @@ def test_a_session_cancelled_while_away_or_waiting_for_its_turn_loses_no_turn(mo
         return lanes._semaphore()._free, waiting.cancelled(), queued.cancelled()
 
     assert asyncio.run(scenario()) == (1, True, True)
+
+
+def test_a_thread_starts_only_when_none_is_idle_and_the_last_idle_one_works_next():
+    executor = FairExecutor(4, name="test-lanes")
+    names = []
+    for _ in range(5):
+        names.append(executor.submit(lambda: threading.current_thread().name).result(timeout=5))
+        while len(executor._idle) != len(executor._workers):  # back to idle, as between a quiet worker's calls
+            pass
+    assert names == ["test-lanes_0"] * 5  # one call at a time: one thread, its connection kept warm
+    gate = threading.Event()
+    held = [executor.submit(gate.wait) for _ in range(3)]
+    while executor.backlog:
+        pass
+    assert len(executor._workers) == 3
+    gate.set()
+    assert [future.result(timeout=5) for future in held] == [True] * 3
+    executor.shutdown()
+    assert not any(worker.is_alive() for worker in executor._workers)
