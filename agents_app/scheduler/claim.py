@@ -36,28 +36,18 @@ class Claimed:
     waited_s: float  # from ready to claimed
 
 
-class Claims(list):
-    """The activations a claim took, in the order they should start; ``more`` when it left ready work of its
-    queue behind (no free slot, another worker's part, a team at its limit): a slot freed later should claim
-    again at once. With none left behind, new work announces itself (``admission.READY_CHANNEL``)."""
-
-    def __init__(self, claimed=(), *, more: bool = False) -> None:
-        super().__init__(claimed)
-        self.more = more
-
-
 def team_limit(*, max_sessions: int | None, session_limit: int | None) -> int:
     """How many sessions of a team may hold a slot at once: the operator's cap, or the team's own lower one."""
     cap = max_sessions if max_sessions is not None else int(settings.MAS_TEAM_MAX_SESSIONS)
     return min(cap, session_limit) if session_limit is not None else cap
 
 
-def claim(*, worker: str, queue: str, free: int, running: int) -> Claims | None:
+def claim(*, worker: str, queue: str, free: int, running: int) -> list[Claimed] | None:
     """Claim up to ``free`` ready activations of ``queue`` for ``worker`` (which carries ``running`` sessions
-    now) and mark them dispatched to it; returns them in the order they should start (see :class:`Claims`),
-    or None when another claim is under way (try again in a moment)."""
+    now) and mark them dispatched to it; returns them in the order they should start, or None when another
+    claim is under way (try again in a moment)."""
     if free <= 0:
-        return Claims(more=True)
+        return []
     dead_s = float(settings.MAS_WORKER_DEAD_S)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [CLAIM_LOCK])
@@ -75,7 +65,7 @@ def claim(*, worker: str, queue: str, free: int, running: int) -> Claims | None:
             """, {"queue": queue})
         teams = cursor.fetchall()
         if not teams:
-            return Claims()
+            return []
         cursor.execute(
             "SELECT coalesce(sum(running) FILTER (WHERE name <> %s), 0), count(*) FILTER (WHERE name <> %s) "
             "FROM agents_app_worker WHERE queue = %s AND heartbeat_at >= now() - make_interval(secs => %s)",
@@ -101,8 +91,7 @@ def claim(*, worker: str, queue: str, free: int, running: int) -> Claims | None:
             picked[team_id] = [Claimed(activation_id, team_id, (now - (ready_at or created_at)).total_seconds())
                                for activation_id, _, created_at, ready_at in rows]
         # In the order the slots were handed out: the teams interleaved as their shares go.
-        claimed = Claims([picked[team_id].pop(0) for team_id in order if picked[team_id]])
-        claimed.more = ready_total > len(claimed)
+        claimed = [picked[team_id].pop(0) for team_id in order if picked[team_id]]
         if claimed:
             cursor.execute("UPDATE agents_app_worker SET running = %s WHERE name = %s",
                            [running + len(claimed), worker])

@@ -7,7 +7,7 @@ broker message, no thread per session. A process whose database threads are
 backed up claims nothing until they catch up: what it would take would only
 queue behind its own work, where no other team's run could overtake it. It wakes when a NOTIFY on
 ``admission.READY_CHANNEL`` says work is ready (a LISTEN connection of its
-own), when one of its sessions ends while its last claim left ready work behind, and at least every
+own), when one of its sessions ends, and at least every
 ``MAS_SCHEDULER_POLL_S``. Beside it, a beat every ``MAS_WORKER_BEAT_S``
 records the process as alive and hands the work of dead workers to the
 living (on a thread of its own: a saturated loop must not look dead).
@@ -48,9 +48,6 @@ class WorkerLoop:
         self.wake = asyncio.Event()
         self.stopping = False
         self.tasks: list[asyncio.Task] = []
-        # The last claim left ready work behind (or none was made): a session's end claims again at once.
-        # Otherwise the next work sends a NOTIFY, and a claim at every end would find nothing (one per session).
-        self.more_ready = True
 
     async def serve(self) -> None:
         await db(worker_beat)(name=self.name, queue=self.queue, slots=self.slots, running=0)
@@ -68,9 +65,7 @@ class WorkerLoop:
                 await asyncio.sleep(BUSY_WAIT_S)
                 continue
             claimed = []
-            if free <= 0:
-                self.more_ready = True
-            else:
+            if free > 0:
                 try:
                     claimed = await db(claim)(worker=self.name, queue=self.queue, free=min(free, CLAIM_BATCH),
                                               running=len(self.sessions))
@@ -81,7 +76,6 @@ class WorkerLoop:
                 if claimed is None:  # another worker is claiming: its turn, then ours
                     await asyncio.sleep(CLAIM_RETRY_S)
                     continue
-                self.more_ready = claimed.more
             for item in claimed:
                 task = loop.create_task(self._run(item.activation_id))
                 self.sessions.add(task)
@@ -96,8 +90,7 @@ class WorkerLoop:
 
     def _ended(self, task: asyncio.Task) -> None:
         self.sessions.discard(task)
-        if self.more_ready:
-            self.wake.set()
+        self.wake.set()
 
     async def _run(self, activation_id: str) -> None:
         from agents_app.execution.session import execute_activation
