@@ -224,7 +224,8 @@ class DefinitionVersion(models.Model):
 
 
 class Event(models.Model):
-    run = models.ForeignKey("agents_app.Run", on_delete=models.CASCADE, related_name="events")
+    # No index of its own: the unique (run, seq) index serves every lookup by run (one index less per event).
+    run = models.ForeignKey("agents_app.Run", on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.PositiveBigIntegerField()
     type = models.CharField(max_length=40)
     agent = models.CharField(max_length=100, blank=True)

@@ -50,7 +50,7 @@ from agents_app.execution.tool_requests import output_set, tool_worker_activatio
 from agents_app.execution.versions import mcp_pinned, tools_pinned
 from agents_app.kernel.context import estimate_tokens, request_chars, window_for
 from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
-from agents_app.kernel.prompt import build_messages, build_system_prompt
+from agents_app.kernel.prompt import ExecutionContext, build_messages, build_system_prompt
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
 from agents_app.llm.pricing import cost_at_most, usage_cost
 from agents_app.llm.registry import Resolved
@@ -387,8 +387,8 @@ def _remembered(start: SessionStart) -> str:
     return memory_prompt_section(hits)
 
 
-async def _initial_state(start: SessionStart, store: DatabaseStore, *, remembered: str = "",
-                         skills: str = "") -> SessionState:
+async def _initial_state(start: SessionStart, store: DatabaseStore, *, execution: ExecutionContext,
+                         remembered: str = "", skills: str = "") -> SessionState:
     """A new session's history: the system prompt and the task with its execution context.
 
     Context too long for the tier is written to ``context/<agent>-<activation>/`` in the
@@ -401,7 +401,6 @@ async def _initial_state(start: SessionStart, store: DatabaseStore, *, remembere
         body=start.agent.body, context=spec.context, examples=[e.model_dump() for e in spec.examples],
         tier=start.session.tier, sections=[(title, text) for title, text in sections if text] or None,
     )
-    execution = await db(execution_context)(activation=start.activation)
     messages, spilled = build_messages(system=system, execution=execution, tier=start.session.tier,
                                        spill_prefix=f"context/{start.activation.agent}-{str(start.activation.id)[:8]}/")
     for path, text in spilled.items():
@@ -621,24 +620,23 @@ async def _begin(activation_id: str) -> SessionStart | None:
 
 
 async def _prepare(start: SessionStart) -> SessionWork | None:
-    """Everything the loop needs, in this order: the model, the history, the tools, the approval gate,
-    what runs a tool call, the loop's configuration. None when the model cannot be resolved."""
+    """Everything the loop needs, in this order: what it reads from the database (skills, the model, the
+    team's rules, the execution context: one hop), the history, the tools, the approval gate, what runs a
+    tool call, the loop's configuration. None when the model cannot be resolved."""
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
-    skills = await db(skills_for)(team_id=run.team_id, names=agent.spec.skills, run=run)
     cursor = MemoryCursor(dict(run.script_cursor))
     store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier="", cursor=cursor,
                           budget=run.budget, team_id=run.team_id, claim=session.claim, writes=session.writes)
     ladder = list(agent.spec.escalation)
-    prepared = await _prepare_model(start, store, cursor=cursor, ladder=ladder)
-    if prepared is None:
+    reads = await _prepare_reads(start, store, cursor=cursor, ladder=ladder)
+    if reads is None:
         return None
-    resolved, team_tools = prepared
+    resolved, skills, rules = reads.resolved, reads.skills, reads.rules
     store.tier = resolved.tier or ""  # the budget counts the model called, by its row's tier
-    state = await _prepare_context(start, store, skills=skills)
+    state = await _prepare_context(start, store, skills=skills, execution=reads.execution)
     model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor, span=telemetry.session_span(
         run_id=run.id, session_id=session.id, agent=agent.slug, attempt=session.attempt))
-    registry, mcp = await _prepare_tools(start, store, team_tools=team_tools)
-    rules = await db(_team_rules)(team_id=run.team_id, activation=activation, attempt=session.attempt)
+    registry, mcp = await _prepare_tools(start, store, team_tools=reads.team_tools)
     gate = _prepare_gate(start, team_policy=rules.approval_policy)
     outputs_set = set(activation.ctx.outputs or {})
     call_tool, offered = await _prepare_calls(start, store, registry=registry, gate=gate, skills=skills,
@@ -657,9 +655,31 @@ async def _prepare(start: SessionStart) -> SessionWork | None:
                        gates=gates, mcp=mcp)
 
 
-async def _prepare_model(start: SessionStart, store: DatabaseStore, *, cursor: MemoryCursor,
-                         ladder: list[str]) -> tuple[Resolved, list[CustomToolSpec]] | None:
-    """The session's model and the team custom tools it may call (see :func:`session_prepare`).
+@dataclass(frozen=True)
+class SessionReads:
+    """What preparing a session reads from the database, read in one hop (see :func:`session_reads`)."""
+
+    skills: list
+    resolved: Resolved
+    team_tools: list[CustomToolSpec]
+    rules: TeamRules
+    execution: ExecutionContext | None  # a new session's execution context; None when it resumes a history
+
+
+def session_reads(*, start: SessionStart, ref: str, cursor: MemoryCursor) -> SessionReads:
+    """The agent's skills, the session's model and team custom tools (:func:`session_prepare`), its team's
+    rules and, for a new session, its execution context: one hop to the database threads, not four."""
+    run, session, activation, agent = start.run, start.session, start.activation, start.agent
+    skills = skills_for(team_id=run.team_id, names=agent.spec.skills, run=run)
+    resolved, team_tools = session_prepare(run=run, session=session, agent=agent, ref=ref, cursor=cursor)
+    rules = _team_rules(team_id=run.team_id, activation=activation, attempt=session.attempt)
+    execution = None if start.resumed and session.state else execution_context(activation=activation)
+    return SessionReads(skills=skills, resolved=resolved, team_tools=team_tools, rules=rules, execution=execution)
+
+
+async def _prepare_reads(start: SessionStart, store: DatabaseStore, *, cursor: MemoryCursor,
+                         ladder: list[str]) -> SessionReads | None:
+    """What the session reads before it runs (:func:`session_reads`).
 
     A model that cannot be resolved fails the session here, settled at once: None.
     """
@@ -667,7 +687,7 @@ async def _prepare_model(start: SessionStart, store: DatabaseStore, *, cursor: M
     # An escalated attempt calls its rung's model, whatever the agent names as its own.
     ref = activation.ctx.rung or agent.spec.model or session.tier
     try:
-        return await db(session_prepare)(run=run, session=session, agent=agent, ref=ref, cursor=cursor)
+        return await db(session_reads)(start=start, ref=ref, cursor=cursor)
     except ProviderError as error:
         await store.emit("error", {"where": "provider", "kind": error.kind, "message": str(error)})
         await store.close()
@@ -677,7 +697,8 @@ async def _prepare_model(start: SessionStart, store: DatabaseStore, *, cursor: M
         return None
 
 
-async def _prepare_context(start: SessionStart, store: DatabaseStore, *, skills: list) -> SessionState:
+async def _prepare_context(start: SessionStart, store: DatabaseStore, *, skills: list,
+                           execution: ExecutionContext | None) -> SessionState:
     """The session's history: loaded from its journal when it resumes, else a new one (the system
     prompt with the agent's skills and what it remembers, the task with its execution context)."""
     session, agent = start.session, start.agent
@@ -687,7 +708,7 @@ async def _prepare_context(start: SessionStart, store: DatabaseStore, *, skills:
         return state
     remembered = await db(_remembered)(start) if agent.spec.memory.enabled else ""
     section = await db(skills_section)(skills, task=start.activation.input) if skills else ""
-    return await _initial_state(start, store, remembered=remembered, skills=section)
+    return await _initial_state(start, store, execution=execution, remembered=remembered, skills=section)
 
 
 async def _prepare_tools(start: SessionStart, store: DatabaseStore, *,

@@ -261,7 +261,8 @@ class SessionEntry(models.Model):
     ``Session.state``.
     """
 
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="entries")
+    # No index of its own: the unique (session, seq) index serves every lookup by session.
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="entries", db_index=False)
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=16)  # message | compaction | seen
     # JSON text (a digest for ``seen``), not jsonb: a message's tool-call arguments keep the order the model gave them, so a
@@ -284,7 +285,8 @@ class SessionEntry(models.Model):
 
 
 class WorkspaceFile(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="files")
+    # No index of its own: the unique (run, path) index serves every lookup by run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="files", db_index=False)
     path = models.CharField(max_length=500)
     content = models.TextField(blank=True)
     version = models.PositiveIntegerField(default=1)
@@ -309,7 +311,8 @@ class WorkspaceFileVersion(models.Model):
     as it was at an event. Kept up to ``MAS_WORKSPACE_HISTORY_MAX_BYTES`` per run (``Run.history_bytes``).
     """
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="file_versions")
+    # No index of its own: the (run, seq) index serves every lookup by run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="file_versions", db_index=False)
     path = models.CharField(max_length=500)
     seq = models.PositiveBigIntegerField()
     content = models.TextField(null=True, blank=True)

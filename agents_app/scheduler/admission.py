@@ -115,11 +115,21 @@ def run_finish(run: Run) -> None:
         run_end_notify(run)
         telemetry.record_run(run)
         return
-    root = run.activations.filter(parent__isnull=True).order_by("created_at").first()
-    last = run.activations.filter(agent=run.agent, kind__in=["root", "signal"]).order_by("-created_at").first()
-    failed = root is None or (last or root).status != ActivationStatus.DONE
+    with connection.cursor() as cursor:
+        # The root activation (the first without a parent) and the root agent's last one (its own or a
+        # signal's), in one statement: (status, result) of each, or NULL.
+        cursor.execute(
+            """
+            SELECT (SELECT ARRAY[status, result] FROM agents_app_activation
+                    WHERE run_id = %(run)s AND parent_id IS NULL ORDER BY created_at LIMIT 1),
+                   (SELECT ARRAY[status, result] FROM agents_app_activation
+                    WHERE run_id = %(run)s AND agent = %(agent)s AND kind IN ('root', 'signal')
+                    ORDER BY created_at DESC LIMIT 1)
+            """, {"run": run.id, "agent": run.agent})
+        root, last = cursor.fetchone()
+    failed = root is None or (last or root)[0] != ActivationStatus.DONE
     run.status = RunStatus.FAILED if failed else RunStatus.SUCCEEDED
-    run.result = (last or root).result if root else ""
+    run.result = (last or root)[1] if root else ""
     run.finished_at = timezone.now()
     if failed and not run.error:
         run.error = f"the root agent {run.agent} did not finish"
