@@ -9,6 +9,7 @@ speaking OpenAI's wire format — is called while the worker holds no transactio
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from django.db import connection, connections
@@ -126,9 +127,13 @@ WHERE d.datname = current_database() AND l.pid <> pg_backend_pid()
   AND l.relation IN ('evals_app_evalrun'::regclass, 'evals_app_evalcaseresult'::regclass)
   AND l.mode IN ('RowShareLock', 'RowExclusiveLock')
 """
+# A transaction held across the judge's call has been idle since before the request: at least HELD_S when the
+# judge looks. (Every worker's scheduler claims once a second in a short transaction of its own: idle in it for
+# well under a millisecond between statements, those are not what this test is about.)
+HELD_S = 0.2
 IN_TRANSACTION = """
 SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
-  AND state LIKE 'idle in transaction%%'
+  AND state LIKE 'idle in transaction%%' AND state_change < clock_timestamp() - make_interval(secs => %s)
 """
 
 
@@ -138,10 +143,11 @@ def test_the_judge_is_called_with_no_transaction_open_and_no_row_locked(team_a, 
 
     def look(_request) -> None:
         try:
+            time.sleep(HELD_S)  # the judge answers late: what its caller holds, it holds this long
             with connections["default"].cursor() as cursor:  # this thread's own connection
                 cursor.execute(LOCKS)
                 locks = cursor.fetchall()
-                cursor.execute(IN_TRANSACTION)
+                cursor.execute(IN_TRANSACTION, [HELD_S / 2])
                 seen.append((locks, cursor.fetchone()[0]))
         finally:
             connections["default"].close()
