@@ -156,6 +156,7 @@ class FairSemaphore:
         self.size = value
         self._free = value
         self._waiting = Lanes()
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop its waiters wait on, once one has
 
     @property
     def waiting(self) -> int:
@@ -166,7 +167,12 @@ class FairSemaphore:
         if self._free > 0 and not self._waiting:
             self._free -= 1
             return
-        granted = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if self.loop is None:
+            self.loop = loop
+        elif self.loop is not loop:  # as asyncio.Semaphore: an error, not a wait no other loop could end
+            raise RuntimeError(f"{self!r} is bound to a different event loop")
+        granted = loop.create_future()
         self._waiting.put(lane.get(), granted)
         try:
             await granted
@@ -207,8 +213,11 @@ _turns: dict[int, FairSemaphore] = {}
 def _semaphore() -> FairSemaphore:
     loop = asyncio.get_running_loop()
     found = _turns.get(id(loop))
-    if found is None:
+    if found is None or found.loop is not loop:  # a closed loop's id may come again (a test's loops)
+        for key in [key for key, old in _turns.items() if old.loop.is_closed()]:
+            del _turns[key]
         found = _turns[id(loop)] = FairSemaphore(int(os.environ.get("MAS_WORKER_TURNS", "16")))
+        found.loop = loop
     return found
 
 

@@ -193,3 +193,35 @@ def test_a_thread_starts_only_when_none_is_idle_and_the_last_idle_one_works_next
     assert [future.result(timeout=5) for future in held] == [True] * 3
     executor.shutdown()
     assert not any(worker.is_alive() for worker in executor._workers)
+
+
+def test_each_loop_has_turns_of_its_own_and_a_semaphore_refuses_a_second_loop(monkeypatch):
+    from mas_core import lanes
+
+    monkeypatch.setenv("MAS_WORKER_TURNS", "1")
+
+    async def hold_forever():
+        async with lanes.turn():
+            await asyncio.sleep(60)
+
+    async def leave_a_turn_held():  # a loop closed while a session held its turn (a test's, a crash's)
+        asyncio.get_running_loop().create_task(hold_forever())
+        await asyncio.sleep(0)
+        return lanes._semaphore()
+
+    loop = asyncio.new_event_loop()
+    held = loop.run_until_complete(leave_a_turn_held())
+    loop.close()  # its task never ended: its turn is never given back
+    assert held._free == 0
+
+    async def one_turn():
+        async with lanes.turn():
+            return lanes._semaphore()
+
+    assert asyncio.run(asyncio.wait_for(one_turn(), 5)) is not held  # never the closed loop's
+
+    async def wait_on(semaphore):
+        await semaphore.acquire()
+
+    with pytest.raises(RuntimeError, match="is bound to a different event loop$"):
+        asyncio.run(wait_on(held))
