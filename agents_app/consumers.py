@@ -55,6 +55,7 @@ from django.conf import settings
 from agents_app import ws_reads
 from agents_app.ws_rooms import REPLAY_PAGE, RoomUnavailable, encoded, room_expect, room_join, room_leave, subscriber
 from mas_core.events import team_runs_channel
+from mas_core.loops import loop_local
 
 MAX_MESSAGE_CHARS = 256_000  # events per message stop here (an event's data is bounded well below)
 
@@ -158,11 +159,7 @@ _access_checks: dict[int, AccessChecks] = {}
 
 
 def access_checks() -> AccessChecks:
-    loop = asyncio.get_running_loop()
-    found = _access_checks.get(id(loop))
-    if found is None or found.loop is not loop:
-        found = _access_checks[id(loop)] = AccessChecks(loop)
-    return found
+    return loop_local(_access_checks, AccessChecks)
 
 
 # -- /ws/runs/<id>/ ---------------------------------------------------------------------------

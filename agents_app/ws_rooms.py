@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents_app import ws_reads
 from mas_core.events import live_redis_url, run_channel
+from mas_core.loops import loop_local
 
 if TYPE_CHECKING:
     from agents_app.consumers import RunEventsConsumer
@@ -312,11 +313,7 @@ _subscribers: dict[int, Subscriber] = {}
 
 def subscriber() -> Subscriber:
     """The running loop's subscriber (made on first use, closed with its last listener)."""
-    loop = asyncio.get_running_loop()
-    found = _subscribers.get(id(loop))
-    if found is None or found.loop is not loop:
-        found = _subscribers[id(loop)] = Subscriber(loop)
-    return found
+    return loop_local(_subscribers, Subscriber)
 
 
 _rooms: dict[tuple[int, str], Room] = {}

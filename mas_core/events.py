@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 
+from mas_core.loops import loop_local
 from mas_core.models import Event
 
 logger = logging.getLogger(__name__)
@@ -246,13 +247,7 @@ async def events_push_async(payloads: list[dict[str, Any]], *, team_id: int | No
     """
     if not payloads:
         return
-    loop = asyncio.get_running_loop()
-    publisher = _publishers.get(id(loop))
-    if publisher is None or publisher.loop is not loop:
-        for key in [key for key, old in _publishers.items() if old.loop.is_closed()]:
-            del _publishers[key]  # loops gone (a test's): their connections close with them
-        publisher = _publishers[id(loop)] = Publisher(loop)
-    await publisher.push(payloads, team_id)
+    await loop_local(_publishers, Publisher).push(payloads, team_id)
 
 
 def event_emit(*, run_id, type: str, data: dict[str, Any] | None = None, agent: str = "",

@@ -33,6 +33,8 @@ from collections.abc import Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable
 
+from mas_core.loops import loop_local
+
 # The team whose session this is (its id); None outside any session.
 lane: contextvars.ContextVar[Hashable | None] = contextvars.ContextVar("mas_lane", default=None)
 
@@ -152,11 +154,11 @@ class FairExecutor(ThreadPoolExecutor):
 class FairSemaphore:
     """An asyncio semaphore whose freed permits go to the waiting lanes in turn (``lane`` of the waiter)."""
 
-    def __init__(self, value: int) -> None:
+    def __init__(self, value: int, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.size = value
         self._free = value
         self._waiting = Lanes()
-        self.loop: asyncio.AbstractEventLoop | None = None  # the loop its waiters wait on, once one has
+        self.loop = loop  # the loop its waiters wait on (else the first waiter's)
 
     @property
     def waiting(self) -> int:
@@ -211,14 +213,7 @@ _turns: dict[int, FairSemaphore] = {}
 
 
 def _semaphore() -> FairSemaphore:
-    loop = asyncio.get_running_loop()
-    found = _turns.get(id(loop))
-    if found is None or found.loop is not loop:  # a closed loop's id may come again (a test's loops)
-        for key in [key for key, old in _turns.items() if old.loop.is_closed()]:
-            del _turns[key]
-        found = _turns[id(loop)] = FairSemaphore(int(os.environ.get("MAS_WORKER_TURNS", "16")))
-        found.loop = loop
-    return found
+    return loop_local(_turns, lambda loop: FairSemaphore(int(os.environ.get("MAS_WORKER_TURNS", "16")), loop=loop))
 
 
 def turns_waiting() -> tuple[int, int]:
