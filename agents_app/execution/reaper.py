@@ -26,7 +26,7 @@ from agents_app.models.runs import (
     RunStatus,
     SessionStatus,
 )
-from agents_app.scheduler import dispatch, dispatch_run, ready_notify, run_locked
+from agents_app.scheduler import dispatch, dispatch_run, ready_notify, run_locked, workers_dead
 from mas_core.eventlog import event_append as event_emit
 
 logger = logging.getLogger(__name__)
@@ -44,10 +44,8 @@ def sessions_reap() -> list[str]:
     cutoff = timezone.now() - timedelta(seconds=session_stale_after_s())
     # A session of a worker that stopped beating is the scheduler's: the living hand a dead worker's work over
     # whole (workers_reap, within MAS_WORKER_DEAD_S) and say it died.
-    dead = Worker.objects.filter(
-        heartbeat_at__lt=timezone.now() - timedelta(seconds=float(settings.MAS_WORKER_DEAD_S))).values("name")
     stale_sessions = Session.objects.filter(status=SessionStatus.RUNNING).filter(
-        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)).exclude(worker__in=dead)
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)).exclude(worker__in=workers_dead())
     reaped = _sessions_requeue(stale_sessions, reason=lambda worker: f"worker {worker or '?'} stopped answering")
     if reaped:
         logger.warning("sessions reaped", extra={"activations": reaped})

@@ -28,6 +28,7 @@ from agents_app.scheduler.admission import (  # noqa: F401
 from agents_app.scheduler.claim import team_limit  # noqa: F401
 from agents_app.scheduler.stats import WAIT_WINDOW_S, TeamQueue, team_queues  # noqa: F401
 from agents_app.scheduler.waits import awaited, wake  # noqa: F401
+from agents_app.scheduler.workers import workers_dead  # noqa: F401
 
 
 def worker_start(*, name: str, queue: str):
