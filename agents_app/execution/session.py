@@ -673,8 +673,13 @@ def session_reads(*, start: SessionStart, ref: str, cursor: MemoryCursor) -> Ses
     skills = skills_for(team_id=run.team_id, names=agent.spec.skills, run=run)
     resolved, team_tools = session_prepare(run=run, session=session, agent=agent, ref=ref, cursor=cursor)
     rules = _team_rules(team_id=run.team_id, activation=activation, attempt=session.attempt)
-    execution = None if start.resumed and session.state else execution_context(activation=activation)
+    execution = None if _resumes_history(start) else execution_context(activation=activation)
     return SessionReads(skills=skills, resolved=resolved, team_tools=team_tools, rules=rules, execution=execution)
+
+
+def _resumes_history(start: SessionStart) -> bool:
+    """The session goes on from its journal (a resumed session that had checkpointed), not from a new history."""
+    return start.resumed and bool(start.session.state)
 
 
 async def _prepare_reads(start: SessionStart, store: DatabaseStore, *, cursor: MemoryCursor,
@@ -702,7 +707,7 @@ async def _prepare_context(start: SessionStart, store: DatabaseStore, *, skills:
     """The session's history: loaded from its journal when it resumes, else a new one (the system
     prompt with the agent's skills and what it remembers, the task with its execution context)."""
     session, agent = start.session, start.agent
-    if start.resumed and session.state:
+    if _resumes_history(start):
         counters = {key: value for key, value in session.state.items() if key in SessionState.__dataclass_fields__}
         state, store.journal = await db(journal_load)(session_id=session.id, counters=counters)
         return state
