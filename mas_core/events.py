@@ -22,7 +22,6 @@ import asyncio
 import json
 import logging
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 
@@ -201,15 +200,18 @@ class Publisher:
                     raise ConnectionError(f"Redis answered a PUBLISH with {reply[:200]!r}")
 
     async def _connect(self) -> None:
-        url = urlsplit(live_redis_url())
-        if url.scheme == "unix":
-            self.reader, self.writer = await asyncio.open_unix_connection(url.path)
+        from redis.connection import SSLConnection, parse_url
+
+        options = parse_url(live_redis_url())  # the URL read as redis-py reads it for the subscribers
+        if "path" in options:
+            self.reader, self.writer = await asyncio.open_unix_connection(options["path"])
         else:
             self.reader, self.writer = await asyncio.open_connection(
-                url.hostname or "127.0.0.1", url.port or 6379, ssl=url.scheme == "rediss" or None)
-        if url.password:
-            user = [unquote(url.username)] if url.username else []
-            self.writer.write(_command("AUTH", *user, unquote(url.password)))
+                options.get("host", "localhost"), options.get("port", 6379),
+                ssl=True if options.get("connection_class") is SSLConnection else None)
+        if options.get("password"):
+            user = [options["username"]] if options.get("username") else []
+            self.writer.write(_command("AUTH", *user, options["password"]))
             reply = await self.reader.readline()
             if not reply.startswith(b"+"):
                 self.close()
