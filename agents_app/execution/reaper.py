@@ -26,7 +26,7 @@ from agents_app.models.runs import (
     RunStatus,
     SessionStatus,
 )
-from agents_app.scheduler import dispatch, dispatch_run, ready_notify, run_locked, workers_dead
+from agents_app.scheduler import claims_return, dispatch, dispatch_run, ready_notify, run_locked, workers_dead
 from mas_core.eventlog import event_append as event_emit
 
 logger = logging.getLogger(__name__)
@@ -55,14 +55,7 @@ def sessions_reap() -> list[str]:
 def worker_sessions_requeue(*, worker: str) -> list[str]:
     """The worker ``worker`` is dead: what it claimed is ready again, and its running sessions are queued to
     resume elsewhere from their checkpoints. Returns the ids of the activations concerned."""
-    with transaction.atomic():
-        unbegun = list(Activation.objects.filter(status=ActivationStatus.DISPATCHED, worker=worker)
-                       .exclude(kind="tool").values_list("id", flat=True))
-        if unbegun:
-            Activation.objects.filter(pk__in=unbegun, status=ActivationStatus.DISPATCHED, worker=worker).update(
-                status=ActivationStatus.READY, worker="", ready_at=timezone.now())
-            ready_notify()
-    handed = [str(pk) for pk in unbegun]
+    handed = claims_return(worker=worker)
     return handed + _sessions_requeue(Session.objects.filter(status=SessionStatus.RUNNING, worker=worker),
                                       reason=lambda name: f"worker {name} died")
 

@@ -607,7 +607,7 @@ async def _begin(activation_id: str) -> SessionStart | None:
     try:
         start = await db(session_begin)(activation_id=activation_id, worker=WORKER)
     except DATABASE_ERRORS:
-        raise  # nothing can be recorded now: the sweep sends it again
+        raise  # nothing can be recorded now: the worker's scheduler hands the activation back
     except Exception as error:
         # Never left dispatched for the sweep to send again forever: tried again a bounded number of times.
         message = str(error) if isinstance(error, RunError) else f"{type(error).__name__}: {error}"

@@ -5,7 +5,8 @@ Work goes through three steps. A run *admits* its queued activations up to its
 a free slot *claims* ready work, fairly across teams (``claim``: per-team
 limits, weighted round robin, then priority and age), and runs its session on
 its loop (``loop``). Workers beat; a dead one's sessions are resumed by the
-others within seconds (``workers``).
+others within seconds (``workers``). A live worker hands back what it claimed
+and could not begin (the database connection broke): :func:`claims_return`.
 
 This module is the scheduler's public API; its submodules are private to it
 (``lint-imports``, contract "scheduler-private"). What resumes a session — an
@@ -25,7 +26,7 @@ from agents_app.scheduler.admission import (  # noqa: F401
     run_finish,
     run_locked,
 )
-from agents_app.scheduler.claim import team_limit  # noqa: F401
+from agents_app.scheduler.claim import claims_return, team_limit  # noqa: F401
 from agents_app.scheduler.stats import WAIT_WINDOW_S, TeamQueue, team_queues  # noqa: F401
 from agents_app.scheduler.waits import awaited, wake  # noqa: F401
 from agents_app.scheduler.workers import workers_dead  # noqa: F401

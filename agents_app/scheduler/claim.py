@@ -26,6 +26,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agents_app.scheduler.admission import ready_notify
+
 # The claim's advisory lock ("MASCLAIM" in ASCII), unique among MAS's advisory locks.
 CLAIM_LOCK = 0x4D4153434C41494D
 
@@ -98,6 +100,25 @@ def claim(*, worker: str, queue: str, free: int, running: int,
             cursor.execute("UPDATE agents_app_worker SET running = %s WHERE name = %s",
                            [running + len(claimed), worker])
     return claimed
+
+
+def claims_return(*, worker: str, keep: Collection[str] = ()) -> list[str]:
+    """Hand back what ``worker`` claimed and did not begin, but the activations ``keep`` (those it is about
+    to begin): ready again, for the next claim of any worker. Returns their ids.
+
+    For a dead worker, all of it; for a live one, what it claimed and runs no session of (its session could
+    not begin because the database connection broke, or the commit of its claim was lost with it).
+    """
+    with transaction.atomic(), connection.cursor() as cursor:
+        # A custom tool's worker runs inline in its caller's session, never claimed on its own.
+        cursor.execute(
+            "UPDATE agents_app_activation SET status = 'ready', worker = '', ready_at = %s "
+            "WHERE status = 'dispatched' AND worker = %s AND kind <> 'tool' AND id <> ALL(%s::uuid[]) "
+            "RETURNING id::text", [timezone.now(), worker, list(keep)])
+        handed = [activation_id for (activation_id,) in cursor.fetchall()]
+        if handed:
+            ready_notify()
+    return handed
 
 
 def _shares(teams: list[tuple], slots: int) -> list[int]:

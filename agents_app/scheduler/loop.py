@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import connection
 
 from agents_app.scheduler import admission
-from agents_app.scheduler.claim import Claimed, claim
+from agents_app.scheduler.claim import Claimed, claim, claims_return
 from agents_app.scheduler.workers import worker_beat, worker_gone, workers_dead, workers_reap
 from mas_core import lanes
 from mas_core.lanes import lane
@@ -43,12 +43,16 @@ CLAIM_RETRY_S = 0.005
 # No claim while more than this many database calls per thread wait for the loop's threads; look again after.
 BACKLOG_PER_THREAD = 2
 BUSY_WAIT_S = 0.02
+# A session that failed (its database connection broke as it began) gives its slot up after this long, and
+# what it did not begin is handed back: not claimed again at once while the database may still be away.
+FAILED_WAIT_S = 0.5
 
 
 class WorkerLoop:
     def __init__(self, *, name: str, queue: str, slots: int) -> None:
         self.name, self.queue, self.slots = name, queue, slots
-        self.sessions: dict[asyncio.Task, int] = {}  # each running session's task, and its team
+        self.sessions: dict[asyncio.Task, Claimed] = {}  # each running session's task, and what it runs
+        self.strays = False  # a claim of this worker may be running nowhere: hand it back before claiming more
         self.wake = asyncio.Event()  # look again: a session ended, or news
         self.news = asyncio.Event()  # new ready work may be there
         self.stopping = False
@@ -64,6 +68,9 @@ class WorkerLoop:
         claimed_at = 0.0
         while not self.stopping:
             self.wake.clear()
+            if self.strays and not await self._strays_return():
+                await self._nap(poll_s)  # the database is still away: try again in a moment
+                continue
             free = self.slots - len(self.sessions)
             waiting, turns = lanes.turns_waiting()
             busy = runner.db_backlog() > BACKLOG_PER_THREAD * runner.db_threads or waiting > turns
@@ -78,12 +85,13 @@ class WorkerLoop:
                 # Saturated, the process takes only teams with no session here: their calls stand in lanes of
                 # their own (mas_core.lanes), ahead of nothing; the running teams' new work would only queue
                 # behind their backlog here, while a worker with room (or this one, in a moment) starts it.
-                skip = set(self.sessions.values()) if busy else set()
+                skip = {item.team_id for item in self.sessions.values()} if busy else set()
                 try:
                     claimed = await db(claim)(worker=self.name, queue=self.queue, free=min(free, CLAIM_BATCH),
                                               running=len(self.sessions), skip_teams=skip)
                 except Exception:
                     logger.warning("scheduler claim failed", exc_info=True)
+                    self.strays = True  # its commit may have been lost with the connection, not made
                     await asyncio.sleep(poll_s)
                     continue
                 if claimed is None:  # another worker is claiming: its turn, then ours
@@ -92,7 +100,7 @@ class WorkerLoop:
                     continue
             for item in claimed:
                 task = loop.create_task(self._run(item))
-                self.sessions[task] = item.team_id
+                self.sessions[task] = item
                 task.add_done_callback(self._ended)
             if claimed and len(claimed) == min(free, CLAIM_BATCH):
                 self.news.set()  # more may be ready: claim again, after the sessions just started get going
@@ -117,8 +125,31 @@ class WorkerLoop:
         try:
             await execute_activation(item.activation_id)
         except Exception:
-            # Recorded where it could be; what could not (the database was away) the sweep finds again.
+            # Recorded where it could be; what could not (the database was away) the sweep finds again. Not a
+            # session that could not begin: its activation is claimed by this worker, alive, which hands it back.
             logger.exception("session failed on the worker", extra={"activation": item.activation_id})
+            await asyncio.sleep(FAILED_WAIT_S)
+            self.strays = True
+
+    async def _strays_return(self) -> bool:
+        """Hand back what this worker claimed and runs no session of: ready again, for the next claim. False
+        when that failed too (the database is still away; it is tried again at the next turn).
+
+        No claim is under way meanwhile (this loop makes them), so what is claimed and not in a running task
+        is running nowhere.
+        """
+        self.strays = False  # first: a session failing while this runs says so again
+        running = [item.activation_id for task, item in self.sessions.items() if not task.done()]
+        try:
+            handed = await db(claims_return)(worker=self.name, keep=running)
+        except Exception:
+            logger.warning("could not hand back claims not begun", exc_info=True)
+            self.strays = True
+            return False
+        if handed:
+            logger.warning("claims not begun handed back", extra={"activations": handed})
+            self.news.set()
+        return True
 
     def _news(self) -> None:
         """New ready work may be there (a NOTIFY, a dead worker's work handed back): claim at the next turn."""

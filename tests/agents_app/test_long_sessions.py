@@ -65,6 +65,8 @@ def model_requests(run):
     return [e.data for e in events(run, "llm_request") if "purpose" not in e.data]
 
 
+# Two 300-step runs on real workers, bounded by their own waits (600 s, 300 s, 600 s), not the suite's 300 s.
+@pytest.mark.timeout(1800)
 def test_a_300_step_session_stays_inside_a_16k_window_and_a_killed_one_resumes_with_the_same_requests(
         team_a, monkeypatch):
     from mas_project.celery import app
