@@ -52,10 +52,14 @@ def webhook_notify(*, team_id: int, event: str, data: dict[str, Any]) -> None:
     """Send ``event`` to the team's webhook after commit, when it has one (nothing happens otherwise)."""
     from agents_app.models import Team
 
-    row = Team.objects.filter(pk=team_id).exclude(webhook_url="").values_list("slug", flat=True).first()
-    if row is None:
-        return
-    body = webhook_body(event=event, team=row, data=data).decode("utf-8")
+    slug = Team.objects.filter(pk=team_id).exclude(webhook_url="").values_list("slug", flat=True).first()
+    if slug is not None:
+        webhook_send(team_id=team_id, team=slug, event=event, data=data)
+
+
+def webhook_send(*, team_id: int, team: str, event: str, data: dict[str, Any]) -> None:
+    """:func:`webhook_notify` when the caller has read already that the team (slug ``team``) has a webhook."""
+    body = webhook_body(event=event, team=team, data=data).decode("utf-8")
 
     def send() -> None:
         from agents_app.tasks import deliver_webhook

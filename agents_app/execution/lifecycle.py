@@ -1,6 +1,7 @@
 """A session's life in the database: begin (which agent, which tier), settle, suspend.
 
-Each takes the run's row lock (``scheduler.run_locked``); a settled session
+Each takes the run's row lock first (``scheduler.run_locked``; a settle, with
+its session's and activation's rows in one statement); a settled session
 dispatches what became ready and tells its parent (``children``) and the
 layer above (``hooks.RUN_HOOKS``).
 """
@@ -14,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Func
 from django.utils import timezone
 
@@ -23,6 +24,7 @@ from agents_app.execution.budget import reservation_release
 from agents_app.execution.children import CHILD_KINDS, SETTLED_ACTIVATION_STATUSES, child_settled, children_cancel
 from agents_app.execution.escalation import Escalation, escalation_next
 from agents_app.execution.hooks import RUN_HOOKS
+from agents_app.execution.rows import db_values, model_columns, models_from_row
 from agents_app.execution.runs import DEFAULT_LIMITS
 from agents_app.kernel.prompt import ExecutionContext, WorkspaceEntry
 from agents_app.models import Activation, ActivationContext, Run, Session, WorkspaceFile
@@ -35,7 +37,7 @@ from agents_app.models.runs import (
 )
 from agents_app.scheduler import awaited as activation_awaits, dispatch, dispatch_later, run_locked
 from agents_app.specs import AgentSpec
-from mas_core.eventlog import event_append as event_emit
+from mas_core.eventlog import Entry, entry, event_append as event_emit, events_append
 from memory_app.selectors import run_findings
 from mas_core.specs import TIERS
 
@@ -208,6 +210,35 @@ class SessionEnd:
     tier: str = ""
 
 
+# The run, the session and the session's activation, locked and read in one statement. Rows are locked in
+# the order FOR UPDATE OF names them: the run first, as every writer of a run locks. The session's
+# checkpoint (its largest column, every message) is left unread: a settle never needs it.
+_RUN_COLUMNS = model_columns(Run, "r")
+_SESSION_COLUMNS = model_columns(Session, "s", skip=["state"])
+_ACTIVATION_COLUMNS = model_columns(Activation, "a")
+SETTLE_LOCK_SQL = f"""
+SELECT {_RUN_COLUMNS.sql}, {_SESSION_COLUMNS.sql}, {_ACTIVATION_COLUMNS.sql}
+FROM agents_app_run r
+JOIN agents_app_session s ON s.run_id = r.id
+JOIN agents_app_activation a ON a.id = s.activation_id
+WHERE r.id = %s AND s.id = %s
+FOR UPDATE OF r, s, a
+"""
+
+# A session's end and its activation's outcome, written in one statement.
+SESSION_END_SQL = """
+WITH session AS (
+    UPDATE agents_app_session
+    SET status = %(s_status)s, result = %(s_result)s, meta = %(s_meta)s, failure = %(s_failure)s,
+        finished_at = %(s_finished_at)s
+    WHERE id = %(s_id)s
+)
+UPDATE agents_app_activation
+SET status = %(a_status)s, result = %(a_result)s, context = %(a_context)s, not_before = %(a_not_before)s
+WHERE id = %(a_id)s
+"""
+
+
 def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dict[str, Any],
                     failure: dict[str, Any] | None, ladder: list[str]) -> SessionEnd:
     """Record the outcome; retry with backoff, escalate up the ladder, or settle the activation.
@@ -217,16 +248,31 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
     session = Session.objects.raw("SELECT * FROM agents_app_session WHERE id = %s FOR UPDATE", [session_id])[0]
     activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
                                         [session.activation_id])[0]
+    end, events = _session_record(run=run, session=session, activation=activation, status=status, result=result,
+                                  meta=meta, failure=failure, ladder=ladder)
+    events_append(run_id=run.id, entries=events)
+    return end
+
+
+def _session_record(*, run: Run, session: Session, activation: Activation, status: str, result: str,
+                    meta: dict[str, Any], failure: dict[str, Any] | None,
+                    ladder: list[str]) -> tuple[SessionEnd, list[Entry]]:
+    """:func:`_session_finish` on rows the caller's transaction has locked (the run's first).
+
+    Returns how it ended and its events, for the caller to append: it may append them with what follows
+    in one statement. (A failed session's end is appended here, before its cancelled children's.)
+    """
     end = SessionEnd(activation=activation, tier=session.tier)
     reservation_release(session)
     session.status, session.result, session.meta = status, result, meta
     session.failure, session.finished_at = failure, timezone.now()
-    session.save(update_fields=["status", "result", "meta", "failure", "finished_at"])
-    event_emit(run_id=run.id, type="session_end", agent=session.agent, session_id=session.id, data={
+    events = [entry("session_end", agent=session.agent, session_id=session.id, data={
         "status": status, "result": result[:2000], "meta": meta, "failure": failure,
-    })
+    })]
     max_retries = int(run.limits.get("max_retries", DEFAULT_LIMITS["max_retries"]))
     if status == SessionStatus.FAILED and run.status != RunStatus.CANCELLED:
+        events_append(run_id=run.id, entries=events)
+        events = []
         # The children it waits for would work (and spend) for nothing; a retry starts its own.
         children_cancel(run, activation, session_id=session.id,
                         reason=f"{session.agent} failed" + (f": {failure.get('kind')}" if failure else ""))
@@ -241,14 +287,14 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
         end.escalation = escalation_next(run=run, session=session, activation=activation, ladder=ladder)
         if end.escalation:
             activation.ctx = end.escalation.applied(activation.ctx)
-            event_emit(run_id=run.id, type="escalation", agent=session.agent, session_id=session.id,
-                       data=end.escalation.data)
+            events.append(entry("escalation", agent=session.agent, session_id=session.id,
+                                data=end.escalation.data))
         activation.status = ActivationStatus.QUEUED
         activation.not_before = timezone.now() + timedelta(seconds=end.retry_in_s)
-        event_emit(run_id=run.id, type="retry", agent=session.agent, session_id=session.id, data={
+        events.append(entry("retry", agent=session.agent, session_id=session.id, data={
             "what": "session", "attempt": activation.attempts + 1, "delay_s": end.retry_in_s,
             "reason": failure.get("kind"),
-        })
+        }))
     else:
         activation.status, activation.result = ActivationStatus.FAILED, result
         if activation.kind == "step":  # its workflow may retry it, escalated
@@ -256,21 +302,41 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
         if activation.parent_id is None and activation.kind != "step" and not run.error:
             run.error = f"{failure.get('kind') if failure else 'failed'}: {failure.get('message') if failure else ''}"
             run.save(update_fields=["error"])
-    activation.save(update_fields=["status", "result", "context", "not_before"])
-    return end
+    with connection.cursor() as cursor:
+        cursor.execute(SESSION_END_SQL, {
+            **db_values(session, ["id", "status", "result", "meta", "failure", "finished_at"], prefix="s_"),
+            **db_values(activation, ["id", "status", "result", "context", "not_before"], prefix="a_")})
+    return end, events
 
 
 def session_settle(*, run_id, session_id, status: str, result: str, meta: dict[str, Any],
                    failure: dict[str, Any] | None, ladder: list[str]) -> SessionEnd:
     """Record a session's outcome and dispatch what comes next in its run, in one transaction."""
     with transaction.atomic():
-        run = run_locked(run_id)
-        end = _session_finish(run=run, session_id=session_id, status=status, result=result, meta=meta,
-                              failure=failure, ladder=ladder)
-        _settled_hooks(run, end.activation, tier=end.tier, meta=meta, failure=failure, ladder=ladder,
-                       escalation=end.escalation)
-        dispatch(run)
+        run, session, activation = _settle_rows_locked(run_id=run_id, session_id=session_id)
+        end, events = _session_record(run=run, session=session, activation=activation, status=status,
+                                      result=result, meta=meta, failure=failure, ladder=ladder)
+        if activation.kind == "root":
+            # Only an agent run has a root activation (a workflow's, an orchestrated one's too, has steps and
+            # plans): no parent or workflow to tell, and if the run ends now, its end goes with these events.
+            dispatch(run, root_ended=events)
+        else:
+            events_append(run_id=run.id, entries=events)
+            _settled_hooks(run, activation, tier=end.tier, meta=meta, failure=failure, ladder=ladder,
+                           escalation=end.escalation)
+            dispatch(run)
     return end
+
+
+def _settle_rows_locked(*, run_id, session_id) -> tuple[Run, Session, Activation]:
+    """The rows of ``SETTLE_LOCK_SQL``, locked."""
+    with connection.cursor() as cursor:
+        cursor.execute(SETTLE_LOCK_SQL, [run_id, session_id])
+        row = cursor.fetchone()
+    if row is None:
+        raise Session.DoesNotExist(f"no session {session_id} in run {run_id}")
+    run, session, activation = models_from_row(row, _RUN_COLUMNS, _SESSION_COLUMNS, _ACTIVATION_COLUMNS)
+    return run, session, activation
 
 
 def _settled_hooks(run: Run, activation: Activation, *, tier: str = "", meta: dict[str, Any] | None = None,

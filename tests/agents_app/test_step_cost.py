@@ -1,5 +1,6 @@
 """What one step of a session costs the database, pinned: a regression that adds a statement, a commit, a
-thread hop or an ORM query to every step fails here (bench/kernel_overhead.py measures the time)."""
+thread hop or an ORM query to every step fails here (bench/kernel_overhead.py measures the time). So does one
+that adds a statement to a root session's settle, paid once per run."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from agents_app.execution.runs import run_start
 from agents_app.models import Activation, Run, WorkspaceFile
 from mas_core import phases
 from mas_core.runner import runner
-from tests.runs import agent
+from tests.runs import agent, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -82,3 +83,78 @@ def test_a_tool_step_is_two_round_trips_one_commit_and_no_thread_hop(team_a, mon
         "gate": 1, "tool": 1, "tool result kept": 1, "file write": 1, "checkpoint+events write": 1,
         "push (after commit)": 1,
     }
+
+
+
+def root_session_begun(team):
+    """A plain agent run whose root session has begun on worker host:1: the run and that session."""
+    from agents_app.execution.lifecycle import session_begin
+
+    agent(team, "Stepper")
+    run = run_start(team=team, agent="stepper", input="Write notes", script=script(0))
+    [root] = Activation.objects.filter(run=run)
+    return run, session_begin(activation_id=root.id, worker="host:1").session
+
+
+def test_a_root_session_ending_its_run_settles_in_five_statements(team_a, unserved):
+    """A plain agent run's root session ends, and the run with it: one transaction of five statements."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from agents_app.execution.lifecycle import session_settle
+    from tests.runs import events
+
+    run, session = root_session_begun(team_a)
+    with CaptureQueriesContext(connection) as queries:
+        session_settle(run_id=run.id, session_id=session.id, status="ok", result="done",
+                       meta={"steps": 1, "tool_calls": 0}, failure=None, ladder=[])
+    # The run, the session and its activation locked and read together; the session's end and the
+    # activation's written; the admission round finding nothing left; the run's outcome written (its
+    # team's webhook read with it); the session's and the run's end events appended together.
+    statements = [query["sql"].split(None, 2)[:2] for query in queries]
+    assert statements[0] == ["BEGIN"] and statements[-1] == ["COMMIT"], statements
+    assert len(statements) - 2 == 5, statements
+    run = Run.objects.get(pk=run.pk)
+    assert (run.status, run.result, run.error) == ("succeeded", "done", "")
+    assert [(e.type, e.data["status"]) for e in events(run)[-2:]] == [("session_end", "ok"),
+                                                                       ("run_complete", "succeeded")]
+
+
+@pytest.mark.parametrize("held", ["run", "session"])
+def test_the_settles_one_read_locks_the_run_then_the_session_then_its_activation(team_a, unserved, held):
+    """The order every writer of a run locks in: a settle waiting for one of these rows holds none after it."""
+    import threading
+
+    from django.db import connection, connections, transaction
+
+    from agents_app.execution.lifecycle import session_settle
+
+    run, session = root_session_begun(team_a)
+    rows = {"run": run.id, "session": session.id, "activation": session.activation_id}
+    after = list(rows)[list(rows).index(held) + 1:]
+    settling: dict = {}
+
+    def settle() -> None:
+        try:
+            connection.ensure_connection()
+            settling["pid"] = connection.connection.info.backend_pid
+            session_settle(run_id=run.id, session_id=session.id, status="ok", result="done", meta={},
+                           failure=None, ladder=[])
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=settle)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM agents_app_{held} WHERE id = %s FOR UPDATE", [rows[held]])
+        thread.start()
+        wait_until(lambda: settling.get("pid") and _waits_for_a_lock(cursor, settling["pid"]), 10,
+                   f"the settle waiting for the {held}'s lock")
+        for name in after:  # not locked by the settle: NOWAIT would raise
+            cursor.execute(f"SELECT 1 FROM agents_app_{name} WHERE id = %s FOR UPDATE NOWAIT", [rows[name]])
+    thread.join(10)
+    assert Run.objects.get(pk=run.pk).status == "succeeded"
+
+
+def _waits_for_a_lock(cursor, pid: int) -> bool:
+    cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)", [pid])
+    return cursor.fetchone()[0]
