@@ -73,7 +73,7 @@ def clients_main(base: str, token: str, run_ids: list[str], results) -> None:
                             if event["seq"] <= last:
                                 continue
                             last = event["seq"]
-                            seen.append((event["seq"], event["created_at"], time.time()))
+                            seen.append((event["seq"], event["created_at"], time.time(), event["type"]))
                             if event["type"] == "run_complete":
                                 # A run that ended before the socket joined ends within the replay:
                                 # all it received was replayed, none of it was live.
@@ -185,14 +185,16 @@ def main() -> None:
         seqs = list(Event.objects.filter(run_id=run_id).order_by("seq").values_list("seq", flat=True))
         stored[run_id] = seqs
         lost += seqs != list(range(1, len(seqs) + 1))
-    delivery, missing, duplicates, reconnects = [], 0, 0, 0
+    delivery, missing, duplicates, reconnects, slowest = [], 0, 0, 0, []
     for client in followed:
-        seqs = [seq for seq, _, _ in client["seen"]]
+        seqs = [seq for seq, *_ in client["seen"]]
         missing += len(set(stored[client["run"]]) - set(seqs))
         duplicates += len(seqs) - len(set(seqs))
         reconnects += client["reconnects"]
-        delivery += [at - datetime.fromisoformat(created).timestamp()
-                     for seq, created, at in client["seen"] if seq > client["replayed_to"]]
+        live = [(at - datetime.fromisoformat(created).timestamp(), datetime.fromisoformat(created).timestamp(), type_)
+                for seq, created, at, type_ in client["seen"] if seq > client["replayed_to"]]
+        delivery += [took for took, _, _ in live]
+        slowest = sorted([*slowest, *live], reverse=True)[:5]
     post_times = [took for took, _, _ in posts]
     failed = sum(run.status != "succeeded" for run in runs)
     events = sum(len(seqs) for seqs in stored.values())
@@ -207,6 +209,8 @@ def main() -> None:
     c.say(f"event delivery, created -> received by a client (n={len(delivery)} live events, {len(followed)} clients): "
           f"p50 {c.percentile(delivery, 50) * 1000:.1f} ms, p99 {c.percentile(delivery, 99) * 1000:.1f} ms, "
           f"max {max(delivery) * 1000:.1f} ms; missing {missing}, duplicates {duplicates}, reconnects {reconnects}")
+    c.say("       the slowest live events: " + ", ".join(
+        f"{type_} created {created - started:.2f} s after the first POST, {took * 1000:.0f} ms" for took, created, type_ in slowest))
     c.say(f"worker peak RSS {c.mib(rss)}; worker: {worker.command_line()}")
     c.database_drop()
     c.redis_flush()
