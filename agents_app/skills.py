@@ -39,13 +39,14 @@ class SkillDoc:
                 if "://" not in path and not path.startswith("#") and path not in self.references]
 
 
-def skills_for(*, team_id: int, names: list[str], run=None) -> list[SkillDoc]:
+def skills_for(*, team_id: int, names: list[str], run=None, team_has_skills: bool = True) -> list[SkillDoc]:
     """The agent's skills (by slug or name) and the team's rules, in that order, each once.
 
-    With ``run``: each at the version the run pinned (pinning the ones it uses now).
+    With ``run``: each at the version the run pinned (pinning the ones it uses now). ``team_has_skills``
+    False: the caller knows the team has no skill rows now (read with its own reads), so none are read.
     """
     if run is not None:
-        return _skills_pinned(run, names)
+        return _skills_pinned(run, names, team_has_skills=team_has_skills)
     rows = list(Skill.objects.filter(team_id=team_id).order_by("slug"))
     wanted = [row for name in names for row in rows if name in (row.slug, row.name)]
     always = [row for row in rows if (row.extra or {}).get("always") is True and row not in wanted]
@@ -53,11 +54,11 @@ def skills_for(*, team_id: int, names: list[str], run=None) -> list[SkillDoc]:
                      always=(row.extra or {}).get("always") is True) for row in [*always, *wanted]]
 
 
-def _skills_pinned(run, names: list[str]) -> list[SkillDoc]:
+def _skills_pinned(run, names: list[str], *, team_has_skills: bool) -> list[SkillDoc]:
     from agents_app.kinds import SKILL
     from agents_app.execution.versions import definitions_pinned, pins_record
 
-    rows = {row.slug: row for row in Skill.objects.filter(team_id=run.team_id)}
+    rows = {row.slug: row for row in Skill.objects.filter(team_id=run.team_id)} if team_has_skills else {}
     held = [key.split(":", 1)[1] for key in run.versions or {} if key.startswith("skill:")]  # deleted since?
     found = definitions_pinned(run=run, kind=SKILL, slugs=sorted({*rows, *held}), rows=rows, pin=False)
     docs = {slug: SkillDoc(slug, pinned.spec.get("name", slug), pinned.spec.get("description", ""), pinned.body,

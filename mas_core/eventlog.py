@@ -24,11 +24,14 @@ INSERT_NUMBERED = """INSERT INTO agents_app_event (run_id, seq, type, agent, ses
   FROM r, jsonb_to_recordset(%(events)s::jsonb)
     AS x(i bigint, type text, agent text, session uuid, data jsonb, at timestamptz)"""
 
+# Appends %(n)s events; returns their base number and the run's team (told of a change of the run, see
+# :func:`events_appended`).
 APPEND_SQL = f"""
 WITH r AS (
-  UPDATE agents_app_run SET next_seq = next_seq + %(n)s WHERE id = %(run)s::uuid RETURNING next_seq - %(n)s AS base
+  UPDATE agents_app_run SET next_seq = next_seq + %(n)s WHERE id = %(run)s::uuid
+  RETURNING next_seq - %(n)s AS base, team_id
 ), e AS ({INSERT_NUMBERED})
-SELECT r.base FROM r
+SELECT r.base, r.team_id FROM r
 """
 
 Entry = tuple[str, str, Any, dict[str, Any], datetime]  # type, agent, session id, data, time
@@ -61,31 +64,18 @@ def events_append(*, run_id, entries: list[Entry]) -> list[dict[str, Any]]:
         return []
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(APPEND_SQL, {"run": str(run_id), "n": len(entries), "events": events_param(entries)})
-        base = cursor.fetchone()[0]
+        base, team_id = cursor.fetchone()
+    return events_appended(run_id=run_id, base=base, team_id=team_id, entries=entries)
+
+
+def events_appended(*, run_id, base: int, team_id: int, entries: list[Entry]) -> list[dict[str, Any]]:
+    """Events a statement of the caller's numbered from ``base`` and inserted (:data:`INSERT_NUMBERED`), as
+    :func:`events_append` does: pushed to websockets when the transaction commits, and the run's team
+    (``team_id``, which the statement read with the counter) told when they change the run."""
     pushed = payloads(run_id, base, entries)
-    team_id = _team_of(run_id) if any(entry[0] in RUN_CHANGES for entry in entries) else None
-    transaction.on_commit(lambda: _push(pushed, team_id))
+    changes = team_id if any(entry[0] in RUN_CHANGES for entry in entries) else None
+    transaction.on_commit(lambda: _push(pushed, changes))
     return pushed
-
-
-_teams: dict[str, int] = {}
-
-
-def _team_of(run_id) -> int | None:
-    # A run never changes team: remembered per process (bounded).
-    key = str(run_id)
-    if key not in _teams:
-        if len(_teams) > 10_000:
-            _teams.clear()
-        # The run table by name, as APPEND_SQL uses it: runs are agents_app's, above the event log.
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT team_id FROM agents_app_run WHERE id = %s::uuid", [str(run_id)])
-            row = cursor.fetchone()
-        team_id = row[0] if row else None
-        if team_id is None:
-            return None
-        _teams[key] = team_id
-    return _teams[key]
 
 
 def event_append(*, run_id, type: str, agent: str = "", session_id=None,

@@ -77,8 +77,8 @@ def db(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     def guarded(*args, **kwargs):
         try:
             if phases.ON:
-                with phases.timed(f"db hop: {getattr(func, '__name__', 'lambda')}"), \
-                        connection.execute_wrapper(_counted):
+                hop = getattr(func, '__name__', 'lambda')
+                with phases.timed(f"db hop: {hop}"), connection.execute_wrapper(functools.partial(_counted, hop)):
                     return func(*args, **kwargs)
             return func(*args, **kwargs)
         except (InterfaceError, OperationalError):
@@ -88,6 +88,8 @@ def db(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     return sync_to_async(guarded, thread_sensitive=False)
 
 
-def _counted(execute, sql, params, many, context):
+def _counted(hop: str, execute, sql, params, many, context):
+    # In all, and by hop: what one hop costs the database is pinned (tests/agents_app/test_step_cost.py).
     phases.count("django query (db threads)")
+    phases.count(f"django query: {hop}")
     return execute(sql, params, many, context)

@@ -9,6 +9,7 @@ exact search over just the visible rows.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,15 +127,22 @@ MAX_FINDINGS = 20
 FINDING_CHARS = 300
 
 
-def run_findings(*, team_id: int, run_id) -> list[str]:
-    """The findings of a run so far (SPEC §2, execution context): the shared knowledge its agents added
-    (``knowledge_contribute``, ``memory_store`` with ``shared``, or a consolidation merging into a shared memory),
-    in the order added — the latest
-    ``MAX_FINDINGS``, each cut to ``FINDING_CHARS`` characters and naming the agent that added it."""
-    rows = list(Memory.objects.filter(team_id=team_id, run_id=run_id, shared=True, superseded_by__isnull=True)
-                .order_by("-created_at", "-id").values_list("content", "source_agent")[:MAX_FINDINGS])
+# The findings of a run so far (SPEC §2, execution context): the shared knowledge its agents added
+# (``knowledge_contribute``, ``memory_store`` with ``shared``, or a consolidation merging into a shared
+# memory), the latest ``MAX_FINDINGS`` in the order added, as a JSON array of [content, agent] (NULL for
+# none). A column of a new session's reads (agents_app.execution.session), with parameters %(team)s and
+# %(run)s; :func:`run_findings` makes their text.
+FINDINGS_SQL = f"""SELECT json_agg(json_build_array(content, source_agent) ORDER BY created_at, id)::text
+FROM (SELECT content, source_agent, created_at, id FROM memory_app_memory
+      WHERE team_id = %(team)s AND run_id = %(run)s AND shared AND superseded_by_id IS NULL
+      ORDER BY created_at DESC, id DESC LIMIT {MAX_FINDINGS}) latest"""
+
+
+def run_findings(found: str | None) -> list[str]:
+    """The findings :data:`FINDINGS_SQL` read, each cut to ``FINDING_CHARS`` characters and naming the agent
+    that added it."""
     findings = []
-    for content, agent in reversed(rows):
+    for content, agent in json.loads(found) if found else []:
         text = " ".join(content.split())
         if len(text) > FINDING_CHARS:
             text = text[:FINDING_CHARS - 1].rstrip() + "…"

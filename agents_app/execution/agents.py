@@ -10,9 +10,10 @@ from typing import Any
 from agents_app.execution.errors import RunError
 from agents_app.execution.versions import VersionMissing, definition_pinned
 from agents_app.kinds import AGENT
-from agents_app.models import Activation, Run, WorkspaceFile
+from agents_app.models import Activation, Agent, Run, WorkspaceFile
 from agents_app.specs import AgentSpec
 from mas_core.definitions.markdown import DefinitionError, parse_definition
+from mas_core.rows import Columns
 from tools_app.catalog import SAFE_DEFAULT_TOOLS
 
 
@@ -31,9 +32,26 @@ _validated: dict[tuple, AgentDefinition] = {}
 
 def agent_resolve(*, run: Run, slug: str) -> AgentDefinition:
     """The run's own agent (``agents/<slug>.md`` in its workspace) or the team's, at the version the run pinned."""
-    local = WorkspaceFile.objects.filter(run=run, path=f"agents/{slug}.md").values_list("content", flat=True).first()
+    local = WorkspaceFile.objects.filter(run=run, path=agent_file(slug)).values_list("content", flat=True).first()
+    return agent_found(run=run, slug=slug, local=local)
+
+
+def agent_file(slug: str) -> str:
+    """Where a run writes an agent of its own."""
+    return f"agents/{slug}.md"
+
+
+# The team's row of an agent as definitions_pinned reads it: all but its markdown and description.
+AGENT_ROW = Columns(Agent, without=("content", "description"))
+
+
+def agent_found(*, run: Run, slug: str, local: str | None,
+                rows: dict[str, Agent | None] | None = None) -> AgentDefinition:
+    """:func:`agent_resolve` once its reads are done: ``local`` is the content of the run's own file (None:
+    there is none); ``rows`` the team's row (``{slug: row or None}``, :data:`AGENT_ROW`) when the caller read
+    it with its own reads (session_begin), else it is read here."""
     if local is not None:
-        path = f"agents/{slug}.md"
+        path = agent_file(slug)
         try:
             parsed = parse_definition(AGENT, local, path=path)
         except DefinitionError as error:
@@ -41,7 +59,7 @@ def agent_resolve(*, run: Run, slug: str) -> AgentDefinition:
             raise RunError(f"{path} is not a valid agent definition: {error}") from None
         return AgentDefinition(slug, parsed.spec, parsed.body, None, "workspace")
     try:
-        pinned = definition_pinned(run=run, kind=AGENT, slug=slug)
+        pinned = definition_pinned(run=run, kind=AGENT, slug=slug, rows=rows)
     except VersionMissing as error:
         raise RunError(str(error)) from None
     if pinned is None:

@@ -8,7 +8,6 @@ layer above (``hooks.RUN_HOOKS``).
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -16,18 +15,22 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Func
 from django.utils import timezone
 
-from agents_app.execution.agents import AgentDefinition, agent_capped, agent_resolve, worker_definition_resolve
+from agents_app.execution.agents import (
+    AGENT_ROW,
+    AgentDefinition,
+    agent_capped,
+    agent_file,
+    agent_found,
+    worker_definition_resolve,
+)
 from agents_app.execution.budget import reservation_release
 from agents_app.execution.children import CHILD_KINDS, SETTLED_ACTIVATION_STATUSES, child_settled, children_cancel
 from agents_app.execution.escalation import Escalation, escalation_next
 from agents_app.execution.hooks import RUN_HOOKS
-from agents_app.execution.rows import db_values, model_columns, models_from_row
 from agents_app.execution.runs import DEFAULT_LIMITS
-from agents_app.kernel.prompt import ExecutionContext, WorkspaceEntry
-from agents_app.models import Activation, ActivationContext, Run, Session, WorkspaceFile
+from agents_app.models import Activation, ActivationContext, Run, Session
 from agents_app.models.runs import (
     FINISHED_RUN_STATUSES,
     OPEN_ACTIVATION_STATUSES,
@@ -37,8 +40,9 @@ from agents_app.models.runs import (
 )
 from agents_app.scheduler import awaited as activation_awaits, dispatch, dispatch_later, run_locked
 from agents_app.specs import AgentSpec
-from mas_core.eventlog import Entry, entry, event_append as event_emit, events_append
-from memory_app.selectors import run_findings
+from mas_core.eventlog import INSERT_NUMBERED, Entry, entry, events_append, events_appended, events_param
+from mas_core.eventlog import event_append as event_emit
+from mas_core.rows import Columns, db_values, instances
 from mas_core.specs import TIERS
 
 
@@ -51,68 +55,130 @@ class SessionStart:
     resumed: bool
 
 
+RUN_ROW, ACTIVATION_ROW, SESSION_ROW = Columns(Run), Columns(Activation), Columns(Session)
+_CONTEXT_FIELD = Activation._meta.get_field("context")
+
+# The run's row and the activation's, locked in the order every writer of a run locks in: the run's first
+# (FOR UPDATE OF locks each row's tables in the order it names them). Both come back at their latest version.
+_LOCK_SQL = f"""SELECT {RUN_ROW.select("r")}, {ACTIVATION_ROW.select("a")}
+FROM agents_app_activation a JOIN agents_app_run r ON r.id = a.run_id
+WHERE a.id = %(activation)s FOR UPDATE OF r, a"""
+
+# What a session begins from, read once both rows are locked (in a statement of its own: a statement sees
+# what committed before it began, and the locks may have been waited for): the session to resume (the
+# activation's latest attempt still running or suspended), and the agent as agent_resolve reads it (the
+# run's own file ``agents/<slug>.md``, the team's row).
+_OPENED_SQL = f"""SELECT {SESSION_ROW.select("s")}, f.content, {AGENT_ROW.select("g")}
+FROM (SELECT 1) one
+LEFT JOIN LATERAL (
+  SELECT * FROM agents_app_session WHERE activation_id = %(activation)s AND status = ANY(%(open)s)
+  ORDER BY attempt DESC LIMIT 1
+) s ON true
+LEFT JOIN agents_app_workspacefile f ON f.run_id = %(run)s AND f.path = %(path)s
+LEFT JOIN agents_app_agent g ON g.team_id = %(team)s AND g.slug = %(slug)s"""
+
+# A session begins in one statement: ``s`` writes the session's row (see below), ``a`` marks its activation
+# running (its attempts counted, its context written when it changed), ``r`` starts the run if it was queued
+# and numbers the session_start event from the run's counter (one UPDATE of the run's row: a statement
+# updates a row once), ``e`` inserts the event. Returns the event's number and the run's team.
+_BEGIN_SQL = """
+WITH s AS ({session}), a AS (
+  UPDATE agents_app_activation SET status = 'running', attempts = %(attempts)s,
+    context = coalesce(%(context)s, context)
+  WHERE id = %(activation)s
+), r AS (
+  UPDATE agents_app_run SET next_seq = next_seq + 1,
+    status = CASE status WHEN 'queued' THEN 'running' ELSE status END,
+    started_at = CASE status WHEN 'queued' THEN %(now)s ELSE started_at END
+  WHERE id = %(run)s::uuid RETURNING next_seq - 1 AS base, team_id
+), e AS ({events})
+SELECT base, team_id FROM r
+"""
+# A new attempt's row, inserted (its fields as the instance has them, parameters ``new_<column>``)...
+_BEGIN_NEW_SQL = _BEGIN_SQL.format(session=SESSION_ROW.insert("new_"), events=INSERT_NUMBERED)
+# ... or the session resumed, claimed anew: the writes of the worker that had it (if it still runs) are
+# refused from now on.
+_BEGIN_RESUMED_SQL = _BEGIN_SQL.format(session="""UPDATE agents_app_session
+  SET worker = %(worker)s, heartbeat_at = %(now)s, status = 'running', claim = %(claim)s WHERE id = %(session)s""",
+                                       events=INSERT_NUMBERED)
+
+
 def session_begin(*, activation_id, worker: str) -> SessionStart | None:
     """Claim an activation: resume its running session (a worker died) or start a new attempt.
 
     Returns None when there is nothing to do (done, cancelled, or claimed by a live worker).
     """
-    with transaction.atomic():
-        # The run's row first, then the activation's: the order every writer of a run locks in.
-        run = Run.objects.raw("SELECT r.* FROM agents_app_run r JOIN agents_app_activation a ON a.run_id = r.id "
-                              "WHERE a.id = %s FOR UPDATE OF r", [activation_id])[0]
-        activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
-                                            [activation_id])[0]
-        activation.run = run
+    with transaction.atomic(), connection.cursor() as cursor:
+        run, activation = _locked(cursor, activation_id)
         if activation.status not in OPEN_ACTIVATION_STATUSES or run.status in FINISHED_RUN_STATUSES:
             if run.status == RunStatus.CANCELLED and activation.status in OPEN_ACTIVATION_STATUSES:
                 activation.status = ActivationStatus.CANCELLED
                 activation.save(update_fields=["status"])
             return None
-        session = next(iter(Session.objects.raw(
-            "SELECT * FROM agents_app_session WHERE activation_id = %s AND status = ANY(%s) "
-            "ORDER BY attempt DESC LIMIT 1", [activation_id, [SessionStatus.RUNNING, SessionStatus.SUSPENDED]])), None)
+        session, local, rows = _opened(cursor, run=run, activation=activation)
         if session is not None and session.status == SessionStatus.RUNNING and not _stale(session):
             # A live worker has it — maybe this very process, when a message came twice (a dispatch
             # sent again by the sweep while the first waited in the queue): never run one session twice.
             # (A suspended session holds no worker: it is resumed.)
             return None
         resumed = session is not None
-        worker_agent = activation.ctx.worker
-        definition = (worker_definition_resolve(worker_agent) if worker_agent
-                      else agent_capped(agent_resolve(run=run, slug=activation.agent), activation=activation))
+        context = activation.ctx
+        definition = (worker_definition_resolve(context.worker) if context.worker
+                      else agent_capped(agent_found(run=run, slug=activation.agent, local=local, rows=rows),
+                                        activation=activation))
         now = timezone.now()
         if session is None:
             activation.attempts += 1  # the row is locked
-            session = Session.objects.create(
-                run=run, activation=activation, agent=activation.agent, attempt=activation.attempts,
-                tier=nominal_tier(definition.spec, activation.ctx), worker=worker,
-                heartbeat_at=now, claim=uuid.uuid4(),
-            )
+            session = Session(run=run, activation=activation, agent=activation.agent, attempt=activation.attempts,
+                              tier=nominal_tier(definition.spec, context), worker=worker, heartbeat_at=now,
+                              claim=uuid.uuid4())
+            sql, params = _BEGIN_NEW_SQL, SESSION_ROW.params(session, "new_")
         else:
             reservation_release(session)  # a call of the previous claim that never settled
-            # A new claim: the writes of the worker that had it (if it still runs) are refused from now on.
             session.worker, session.heartbeat_at, session.status = worker, now, SessionStatus.RUNNING
             session.claim = uuid.uuid4()
-            session.save(update_fields=["worker", "heartbeat_at", "status", "claim"])
+            sql, params = _BEGIN_RESUMED_SQL, {"worker": worker, "claim": session.claim, "session": session.id}
         activation.status = ActivationStatus.RUNNING
-        fields = ["status", "attempts"]
-        if activation.ctx.begin_tries:  # it began after all: tries are counted afresh next time
-            activation.ctx = activation.ctx.replace(begin_tries=0)
-            fields.append("context")
-        activation.save(update_fields=fields)
-        changed: dict[str, Any] = {}
+        changed = None
+        if context.begin_tries:  # it began after all: tries are counted afresh next time
+            activation.ctx = context.replace(begin_tries=0)
+            changed = _CONTEXT_FIELD.get_db_prep_save(activation.context, connection)
         if run.status == RunStatus.QUEUED:
-            changed |= {"status": RunStatus.RUNNING, "started_at": now}
-        if changed:
-            Run.objects.filter(pk=run.pk).update(**changed)
-            for field, value in changed.items():
-                setattr(run, field, value)
-        event_emit(run_id=run.id, type="session_start", agent=activation.agent, session_id=session.id, data={
+            run.status, run.started_at = RunStatus.RUNNING, now
+        entries = [entry("session_start", agent=activation.agent, session_id=session.id, data={
             "activation": str(activation.id), "attempt": session.attempt, "tier": session.tier,
             "resumed": resumed, "kind": activation.kind, "depth": activation.depth,
             "parent": str(activation.parent_id) if activation.parent_id else None,
-        })
+        })]
+        cursor.execute(sql, {**params, "activation": activation.id, "attempts": activation.attempts,
+                             "context": changed, "run": str(run.id), "now": now, "events": events_param(entries)})
+        base, team_id = cursor.fetchone()
+        session._state.adding, session._state.db = False, connection.alias  # as saved
+        events_appended(run_id=run.id, base=base, team_id=team_id, entries=entries)
     return SessionStart(session=session, activation=activation, run=run, agent=definition, resumed=resumed)
+
+
+def _locked(cursor, activation_id) -> tuple[Run, Activation]:
+    """The activation and its run, their rows locked (:data:`_LOCK_SQL`)."""
+    cursor.execute(_LOCK_SQL, {"activation": activation_id})
+    row = cursor.fetchone()
+    if row is None:
+        raise Activation.DoesNotExist(f"no activation {activation_id}")
+    run, activation = RUN_ROW.instance(row[:len(RUN_ROW)]), ACTIVATION_ROW.instance(row[len(RUN_ROW):])
+    activation.run = run
+    return run, activation
+
+
+def _opened(cursor, *, run: Run, activation: Activation) -> tuple[Session | None, str | None, dict[str, Any]]:
+    """The session to resume (None: a new attempt), the run's own file of the agent (None: none) and the
+    team's row of it, by slug, for :func:`agent_found` (:data:`_OPENED_SQL`)."""
+    cursor.execute(_OPENED_SQL, {"activation": activation.id, "open": [SessionStatus.RUNNING, SessionStatus.SUSPENDED],
+                                 "run": run.id, "path": agent_file(activation.agent), "team": run.team_id,
+                                 "slug": activation.agent})
+    row = cursor.fetchone()
+    sessions = len(SESSION_ROW)
+    return (SESSION_ROW.instance_or_none(row[:sessions]), row[sessions],
+            {activation.agent: AGENT_ROW.instance_or_none(row[sessions + 1:])})
 
 
 def session_begin_failed(*, activation_id, worker: str, error: str) -> SessionEnd | None:
@@ -171,27 +237,6 @@ def nominal_tier(spec: AgentSpec, context: ActivationContext) -> str:
             or "medium")
 
 
-def execution_context(*, activation: Activation) -> ExecutionContext:
-    """The execution context of an activation's first session: its task, what its parent passed along,
-    the results of the workflow steps it depends on, the run's findings so far (the shared knowledge its
-    agents added, memory_app.selectors.run_findings) and its files so far (path, size, author)."""
-
-    context = activation.ctx
-    passed = context.parent_context
-    if passed is not None and not isinstance(passed, str):
-        passed = json.dumps(passed, ensure_ascii=False, indent=2)
-    parent = (Activation.objects.filter(pk=activation.parent_id).values_list("agent", flat=True).first()
-              if activation.parent_id and activation.kind in CHILD_KINDS else "")
-    files = (WorkspaceFile.objects.filter(run_id=activation.run_id).order_by("path")
-             .annotate(size=Func(F("content"), function="octet_length")).values_list("path", "size", "author"))
-    return ExecutionContext(
-        task=activation.input, output_dir=f"out/{activation.agent}/", parent_context=passed or "",
-        parent=parent or "", dependency_results=dict(context.dependencies or {}),
-        findings=run_findings(team_id=activation.run.team_id, run_id=activation.run_id),
-        files=[WorkspaceEntry(path, size, author) for path, size, author in files],
-    )
-
-
 def session_stale_after_s() -> float:
     return float(getattr(settings, "MAS_SESSION_STALE_S", 30))
 
@@ -213,11 +258,9 @@ class SessionEnd:
 # The run, the session and the session's activation, locked and read in one statement. Rows are locked in
 # the order FOR UPDATE OF names them: the run first, as every writer of a run locks. The session's
 # checkpoint (its largest column, every message) is left unread: a settle never needs it.
-_RUN_COLUMNS = model_columns(Run, "r")
-_SESSION_COLUMNS = model_columns(Session, "s", skip=["state"])
-_ACTIVATION_COLUMNS = model_columns(Activation, "a")
+SETTLED_SESSION_ROW = Columns(Session, without=("state",))
 SETTLE_LOCK_SQL = f"""
-SELECT {_RUN_COLUMNS.sql}, {_SESSION_COLUMNS.sql}, {_ACTIVATION_COLUMNS.sql}
+SELECT {RUN_ROW.select("r")}, {SETTLED_SESSION_ROW.select("s")}, {ACTIVATION_ROW.select("a")}
 FROM agents_app_run r
 JOIN agents_app_session s ON s.run_id = r.id
 JOIN agents_app_activation a ON a.id = s.activation_id
@@ -335,7 +378,7 @@ def _settle_rows_locked(*, run_id, session_id) -> tuple[Run, Session, Activation
         row = cursor.fetchone()
     if row is None:
         raise Session.DoesNotExist(f"no session {session_id} in run {run_id}")
-    run, session, activation = models_from_row(row, _RUN_COLUMNS, _SESSION_COLUMNS, _ACTIVATION_COLUMNS)
+    run, session, activation = instances(row, RUN_ROW, SETTLED_SESSION_ROW, ACTIVATION_ROW)
     return run, session, activation
 
 

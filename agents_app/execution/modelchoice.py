@@ -13,11 +13,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.db import connection
+
 from agents_app.llm.pricing import Prices
 from agents_app.llm.registry import ProviderConfig, Resolved, build_provider, provider_config, resolve_model
 from agents_app.llm.scripted import MemoryCursor, ScriptedProvider
 from agents_app.llm.windows import ModelLimits, model_limits
-from agents_app.models import ModelProvider, ProviderModel, Run, Team
+from agents_app.models import ModelProvider, Run, Team
 from mas_core.llm_types import ProviderError
 from mas_core.specs import TIERS
 
@@ -80,22 +82,36 @@ def real_models_refusal(*, agent: str, providers: list[str], case: str = "") -> 
             f"its dataset says allow_real_models: true — script the agent's turns in the case, or allow it")
 
 
+# A model the team names ``<provider>:<model>`` (at most one row: both names are unique), as a script plays it.
+_NAMED_MODEL_SQL = """SELECT m.tier, m.input_price, m.output_price, m.context_window, m.max_output_tokens
+FROM agents_app_providermodel m JOIN agents_app_modelprovider p ON p.id = m.provider_id
+WHERE p.team_id = %s AND p.slug = %s AND m.name = %s"""
+# The team's first scripted model of a tier (by provider, then name): what a script plays for that tier.
+_SCRIPTED_TIER_SQL = """SELECT m.name, m.input_price, m.output_price, m.context_window, m.max_output_tokens
+FROM agents_app_providermodel m JOIN agents_app_modelprovider p ON p.id = m.provider_id
+WHERE p.team_id = %s AND p.provider_type = 'scripted' AND m.tier = %s ORDER BY p.slug, m.name LIMIT 1"""
+
+
 def _scripted(run: Run, ref: str) -> Choice:
     if ref not in TIERS:  # a model, named: the script plays it, billed at its row's prices
         slug, _, name = ref.partition(":")
-        row = (ProviderModel.objects.filter(provider__team_id=run.team_id, provider__slug=slug, name=name)
-               .values_list("tier", "input_price", "output_price", "context_window", "max_output_tokens").first())
+        row = _row(_NAMED_MODEL_SQL, [run.team_id, slug, name])
         if row is None:
             return Choice(slug, name, None, Prices(), "script", limits=model_limits(name))
         return Choice(slug, name, row[0] or None, Prices.of(row[1], row[2]), "script",
                       limits=model_limits(name, context_window=row[3], max_output_tokens=row[4]))
-    row = (ProviderModel.objects.filter(provider__team_id=run.team_id, provider__provider_type="scripted", tier=ref)
-           .order_by("provider__slug", "name")
-           .values_list("name", "input_price", "output_price", "context_window", "max_output_tokens").first())
+    row = _row(_SCRIPTED_TIER_SQL, [run.team_id, ref])
     if row is None:
         return Choice("scripted", "scripted", ref, Prices(), "script")
     return Choice("scripted", row[0], ref, Prices.of(row[1], row[2]), "script",
                   limits=model_limits(row[0], context_window=row[3], max_output_tokens=row[4]))
+
+
+def _row(sql: str, params: list) -> tuple | None:
+    # Raw SQL: every session of a scripted run (tests, benchmarks, evals) reads its model here.
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
 
 
 def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor, agent: str = "") -> tuple[Resolved, str]:

@@ -19,18 +19,17 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db import connection
 
 from agents_app.approvals.gate import ApprovalFailed, Gate
 from agents_app.approvals.policy import policy_rules
 from agents_app.execution.agents import AgentDefinition, agent_register
-from agents_app.execution.children import OUTCOME_KEYS, child_for_call, child_spawn, parent_signal
+from agents_app.execution.children import CHILD_KINDS, OUTCOME_KEYS, child_for_call, child_spawn, parent_signal
 from agents_app.execution.compaction import SUMMARY_MAX_TOKENS, SUMMARY_SYSTEM, Compaction, result_kept
 from agents_app.execution.errors import InvalidOutput, LimitExceeded, RunError
 from agents_app.execution.journal import journal_load
 from agents_app.execution.lifecycle import (
     SessionStart,
-    execution_context,
     session_begin,
     session_begin_failed,
     session_settle,
@@ -50,12 +49,12 @@ from agents_app.execution.tool_requests import output_set, tool_worker_activatio
 from agents_app.execution.versions import mcp_pinned, tools_pinned
 from agents_app.kernel.context import estimate_tokens, request_chars, window_for
 from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
-from agents_app.kernel.prompt import ExecutionContext, build_messages, build_system_prompt
+from agents_app.kernel.prompt import ExecutionContext, WorkspaceEntry, build_messages, build_system_prompt
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
 from agents_app.llm.pricing import cost_at_most, usage_cost
 from agents_app.llm.registry import Resolved
 from agents_app.llm.scripted import MemoryCursor
-from agents_app.models import Activation, ActivationContext, Run, Session, Team
+from agents_app.models import Activation, ActivationContext, Run, Session
 from agents_app.money import money_str
 from agents_app.skills import skill_text, skills_for, skills_section
 from mas_core import lanes, phases, telemetry
@@ -64,6 +63,7 @@ from mas_core.logs import bind
 from mas_core.outputs import INVALID_OUTPUT, answer_check, answer_format
 from mas_core.runner import db
 from memory_app.cache import cached_model
+from memory_app.selectors import FINDINGS_SQL, run_findings
 from tools_app.catalog import BUILTIN_TOOLS
 from tools_app.custom import custom_tool, worker_definition
 from tools_app.mcp.bridge import SessionServers, agent_servers, rows_for
@@ -245,6 +245,10 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
 # -- the session ---------------------------------------------------------------------------
 
 
+# The session's model, once resolved (its tier becomes the model's).
+_MODEL_SQL = "UPDATE agents_app_session SET provider = %s, model = %s, tier = %s WHERE id = %s"
+
+
 def session_prepare(*, run: Run, session: Session, agent: AgentDefinition, ref: str,
                     cursor: MemoryCursor) -> tuple[Resolved, list[CustomToolSpec]]:
     """The session's model (recorded on its row, whose tier becomes the model's) and the team custom tools
@@ -253,8 +257,8 @@ def session_prepare(*, run: Run, session: Session, agent: AgentDefinition, ref: 
     if notice:
         Run.objects.filter(pk=run.id, notice="").update(notice=notice)
     session.tier = resolved.tier or session.tier
-    Session.objects.filter(pk=session.id).update(provider=resolved.provider_slug, model=resolved.model,
-                                                 tier=session.tier)
+    with connection.cursor() as cursor:
+        cursor.execute(_MODEL_SQL, [resolved.provider_slug, resolved.model, session.tier, session.id])
     names = [name for name in agent.spec.tools or [] if name not in BUILTIN_TOOLS]
     specs = tools_pinned(run=run, names=names) if names else []
     return resolved, [CustomToolSpec.model_validate(spec) for spec in specs]
@@ -361,21 +365,67 @@ class TeamRules:
     scope: str  # see _results_scope
 
 
-def _team_rules(*, team_id: int, activation: Activation, attempt: int) -> TeamRules:
-    policy, own_limit = Team.objects.filter(pk=team_id).values_list(
-        "approval_policy", "tool_result_max_bytes").first() or (None, None)
-    return TeamRules(approval_policy=policy, result_limit=own_limit or settings.MAS_TOOL_RESULT_MAX_BYTES,
-                     scope=_results_scope(activation=activation, attempt=attempt))
+# What a session reads of its team and its run, in one statement: the team's approval policy and tool-result
+# limit, whether the team has skills (none: skills_for reads no rows), how many activations of the agent
+# the run had before this one (see _results_scope) and, for a new session, what its execution context
+# reads: its parent's agent (a child's), the run's findings (memory_app.selectors.FINDINGS_SQL) and the
+# run's files (a JSON array of [path, size in bytes, author], by path).
+_RUN_READS_SQL = """SELECT t.approval_policy, t.tool_result_max_bytes,
+  EXISTS (SELECT 1 FROM agents_app_skill WHERE team_id = %(team)s),
+  (SELECT count(*) FROM agents_app_activation WHERE run_id = %(run)s AND agent = %(agent)s
+   AND (created_at < %(created)s OR (created_at = %(created)s AND id < %(activation)s))){context}
+FROM (SELECT 1) one LEFT JOIN agents_app_team t ON t.id = %(team)s"""
+_RESUMED_READS_SQL = _RUN_READS_SQL.format(context="")
+_NEW_READS_SQL = _RUN_READS_SQL.format(context=f""",
+  (SELECT agent FROM agents_app_activation WHERE id = %(parent)s), ({FINDINGS_SQL}),
+  (SELECT json_agg(json_build_array(path, octet_length(content), author) ORDER BY path)::text
+   FROM agents_app_workspacefile WHERE run_id = %(run)s)""")
 
 
-def _results_scope(*, activation: Activation, attempt: int) -> str:
+@dataclass(frozen=True)
+class RunReads:
+    """What a session reads of its team and its run (:data:`_RUN_READS_SQL`)."""
+
+    rules: TeamRules
+    team_has_skills: bool
+    execution: ExecutionContext | None  # a new session's execution context; None when it resumes a history
+
+
+def _run_reads(*, team_id: int, activation: Activation, attempt: int, new: bool) -> RunReads:
+    parent = activation.parent_id if activation.parent_id and activation.kind in CHILD_KINDS else None
+    with connection.cursor() as cursor:
+        cursor.execute(_NEW_READS_SQL if new else _RESUMED_READS_SQL, {
+            "team": team_id, "run": activation.run_id, "agent": activation.agent, "created": activation.created_at,
+            "activation": activation.id, "parent": parent})
+        policy, own_limit, team_has_skills, earlier, *context = cursor.fetchone()
+    rules = TeamRules(approval_policy=None if policy is None else json.loads(policy),
+                      result_limit=own_limit or settings.MAS_TOOL_RESULT_MAX_BYTES,
+                      scope=_results_scope(ordinal=earlier + 1, attempt=attempt))
+    return RunReads(rules=rules, team_has_skills=team_has_skills,
+                    execution=_execution_context(activation, *context) if new else None)
+
+
+def _results_scope(*, ordinal: int, attempt: int) -> str:
     """What tells this session's stored tool results from those of the agent's other sessions in the run: ""
-    for the agent's first activation in the run at its first attempt, else ``.<n>`` (its n-th activation)
-    and ``.<attempt>`` — the same in every run that does the same things, unlike the session's id."""
-    earlier = Activation.objects.filter(run_id=activation.run_id, agent=activation.agent).filter(
-        Q(created_at__lt=activation.created_at) | Q(created_at=activation.created_at, pk__lt=activation.pk))
-    ordinal = earlier.count() + 1
+    for the agent's first activation in the run (``ordinal`` 1) at its first attempt, else ``.<ordinal>`` and
+    ``.<attempt>`` — the same in every run that does the same things, unlike the session's id."""
     return "" if (ordinal, attempt) == (1, 1) else f".{ordinal}" + (f".{attempt}" if attempt > 1 else "")
+
+
+def _execution_context(activation: Activation, parent: str | None, findings: str | None,
+                       files: str | None) -> ExecutionContext:
+    """The execution context of an activation's first session: its task, what its parent passed along,
+    the results of the workflow steps it depends on, the run's findings so far (the shared knowledge its
+    agents added) and its files so far (path, size, author), as :data:`_RUN_READS_SQL` read them."""
+    context = activation.ctx
+    passed = context.parent_context
+    if passed is not None and not isinstance(passed, str):
+        passed = json.dumps(passed, ensure_ascii=False, indent=2)
+    return ExecutionContext(
+        task=activation.input, output_dir=f"out/{activation.agent}/", parent_context=passed or "",
+        parent=parent or "", dependency_results=dict(context.dependencies or {}), findings=run_findings(findings),
+        files=[WorkspaceEntry(path, size, author) for path, size, author in (json.loads(files) if files else [])],
+    )
 
 
 def _remembered(start: SessionStart) -> str:
@@ -670,11 +720,12 @@ def session_reads(*, start: SessionStart, ref: str, cursor: MemoryCursor) -> Ses
     """The agent's skills, the session's model and team custom tools (:func:`session_prepare`), its team's
     rules and, for a new session, its execution context: one hop to the database threads, not four."""
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
-    skills = skills_for(team_id=run.team_id, names=agent.spec.skills, run=run)
+    reads = _run_reads(team_id=run.team_id, activation=activation, attempt=session.attempt,
+                       new=not _resumes_history(start))
+    skills = skills_for(team_id=run.team_id, names=agent.spec.skills, run=run, team_has_skills=reads.team_has_skills)
     resolved, team_tools = session_prepare(run=run, session=session, agent=agent, ref=ref, cursor=cursor)
-    rules = _team_rules(team_id=run.team_id, activation=activation, attempt=session.attempt)
-    execution = None if _resumes_history(start) else execution_context(activation=activation)
-    return SessionReads(skills=skills, resolved=resolved, team_tools=team_tools, rules=rules, execution=execution)
+    return SessionReads(skills=skills, resolved=resolved, team_tools=team_tools, rules=reads.rules,
+                        execution=reads.execution)
 
 
 def _resumes_history(start: SessionStart) -> bool:

@@ -58,7 +58,8 @@ def definitions_pinned(*, run: Run, kind: Kind, slugs: list[str], rows: dict[str
                        pin: bool = True) -> dict[str, Pinned]:
     """The run's version of each ``kind`` definition in ``slugs`` that exists (by slug); pinned unless ``pin`` is False.
 
-    ``rows``: current rows the caller already holds, by slug (the others are looked up).
+    ``rows``: current rows the caller already holds, by slug, None for one it found missing (the others are
+    looked up).
     """
     slugs = list(dict.fromkeys(slugs))
     if not slugs:
@@ -74,9 +75,9 @@ def definitions_pinned(*, run: Run, kind: Kind, slugs: list[str], rows: dict[str
     return {slug: _content(run.team_id, kind, slug, number, rows.get(slug)) for slug, number in numbers.items()}
 
 
-def definition_pinned(*, run: Run, kind: Kind, slug: str) -> Pinned | None:
+def definition_pinned(*, run: Run, kind: Kind, slug: str, rows: dict[str, Any] | None = None) -> Pinned | None:
     """The run's version of one definition (pinned now if it was not), or None when there is none."""
-    return definitions_pinned(run=run, kind=kind, slugs=[slug]).get(slug)
+    return definitions_pinned(run=run, kind=kind, slugs=[slug], rows=rows).get(slug)
 
 
 def tools_pinned(*, run: Run, names: list[str]) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import pytest
 
 from agents_app.execution.compaction import result_path
 from agents_app.execution.runs import run_start
-from agents_app.execution.session import _results_scope
+from agents_app.execution.session import _run_reads
 from agents_app.kinds import AGENT, PROVIDER
 from agents_app.models import Activation, ApprovalRequest, Session, WorkspaceFile
 from tests.agents_app.llm.fake_servers import FakeServer, openai_stream, sse
@@ -115,8 +115,11 @@ def test_stored_results_of_the_agents_sessions_in_a_run_have_their_own_names(tea
     root = Activation.objects.get(run=run)
     second = Activation.objects.create(run=run, agent="lead", input="again", kind="signal", parent=root)
     other = Activation.objects.create(run=run, agent="helper", input="help", kind="delegate", parent=root, depth=1)
-    scopes = [_results_scope(activation=root, attempt=1), _results_scope(activation=root, attempt=2),
-              _results_scope(activation=second, attempt=1), _results_scope(activation=other, attempt=1)]
+
+    def scope(activation, attempt: int) -> str:  # as a session of ``activation`` at ``attempt`` reads it
+        return _run_reads(team_id=team_a.id, activation=activation, attempt=attempt, new=False).rules.scope
+
+    scopes = [scope(root, 1), scope(root, 2), scope(second, 1), scope(other, 1)]
     assert scopes == ["", ".1.2", ".2", ""]
     paths = [result_path(agent, "tc-1", scope) for agent, scope in zip(["lead", "lead", "lead", "helper"], scopes)]
     assert paths == ["tool-results/lead-tc-1.txt", "tool-results/lead.1.2-tc-1.txt", "tool-results/lead.2-tc-1.txt",

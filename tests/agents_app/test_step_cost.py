@@ -1,6 +1,6 @@
 """What one step of a session costs the database, pinned: a regression that adds a statement, a commit, a
-thread hop or an ORM query to every step fails here (bench/kernel_overhead.py measures the time). So does one
-that adds a statement to a root session's settle, paid once per run."""
+thread hop or an ORM query to every step fails here; so does one that adds a statement to a session's begin, its
+reads, or a root session's settle, paid once per run (bench/kernel_overhead.py measures the time)."""
 
 from __future__ import annotations
 
@@ -84,6 +84,19 @@ def test_a_tool_step_is_two_round_trips_one_commit_and_no_thread_hop(team_a, mon
         "push (after commit)": 1,
     }
 
+
+def test_a_new_session_begins_in_three_statements_and_reads_in_three(team_a, monkeypatch, loop_connections_closed,
+                                                                    unserved):
+    agent(team_a, "Stepper", "limits:\n  max_steps: 20\n")
+    counted = session_cost(team_a, 1, monkeypatch)
+    # session_begin, in its transaction: the run's and the activation's rows locked (one statement); the session
+    # to resume and the agent's definition (the run's own file, the team's row) read (one); the session
+    # inserted, its activation and its run marked running and its session_start event appended (one).
+    # session_reads: the team's rules, its skills' existence (it has none: no skill is read), the agent's earlier
+    # activations and the execution context's reads (one); the script's model (one), recorded on the session
+    # (one).
+    assert {hop: counted[f"django query: {hop}"] for hop in ("session_begin", "session_reads")} == {
+        "session_begin": 3, "session_reads": 3}
 
 
 def root_session_begun(team):
