@@ -70,6 +70,16 @@ def _access_check_s() -> float:
     return float(getattr(settings, "MAS_WS_ACCESS_CHECK_S", 1))
 
 
+class Socket(AsyncWebsocketConsumer):
+    """A MAS socket. Its events come from Redis pub/sub (``ws_rooms``), never through the channel layer, so it
+    listens on none: Channels would give every socket a channel of the layer and a loop of blocking pops on
+    Redis to read it — one more Redis connection per socket, for nothing, and a pop that, cancelled as its
+    event loop ends, could keep the loop from closing (a test hung so in ``asyncio.run``'s task cancelling).
+    """
+
+    channel_layer_alias = None  # an alias with no layer: get_channel_layer answers None
+
+
 ACCESS_GONE = "your access to this team ended (token revoked, membership removed or role lowered, or signed out)"
 
 
@@ -165,7 +175,7 @@ def access_checks() -> AccessChecks:
 # -- /ws/runs/<id>/ ---------------------------------------------------------------------------
 
 
-class RunEventsConsumer(AccessWatch, AsyncWebsocketConsumer):
+class RunEventsConsumer(AccessWatch, Socket):
     QUEUE = 1000  # live batches a socket may have waiting before it reads from the database instead
 
     async def connect(self) -> None:
@@ -295,7 +305,7 @@ class RunEventsConsumer(AccessWatch, AsyncWebsocketConsumer):
 # -- /ws/runs/ --------------------------------------------------------------------------------
 
 
-class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
+class TeamRunsConsumer(AccessWatch, Socket):
     """The team's runs as they change; the team is the token's, or ``?team=<slug>`` among the user's."""
 
     FLUSH_S = 0.25
@@ -384,7 +394,7 @@ class TeamRunsConsumer(AccessWatch, AsyncWebsocketConsumer):
 # -- any other path -------------------------------------------------------------------------------
 
 
-class NoSuchSocketConsumer(AsyncWebsocketConsumer):
+class NoSuchSocketConsumer(Socket):
     """A path no socket lives at: closed 4404, as an unknown run is (Channels' router would raise: a 500)."""
 
     async def connect(self) -> None:

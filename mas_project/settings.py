@@ -181,9 +181,9 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            # Hundreds of sessions push at once: a pool larger than redis-py's 100. Reads must outlast
-            # channels_redis's 5 s blocking pop: at redis-py's default socket_timeout (5 s) an idle
-            # receive raises at random and takes its websocket down (close 1011).
+            # The Redis server and prefix of the live events' pub/sub channels (mas_core.events). MAS's
+            # sockets listen on no channel of this layer (agents_app.consumers.Socket); the pool and read
+            # timeout are for code that uses the layer directly.
             "hosts": [{"address": os.environ.get("CHANNELS_REDIS_URL", REDIS_URL), "max_connections": 1000,
                        "socket_timeout": 15}],
             "prefix": os.environ.get("MAS_CHANNELS_PREFIX", "mas"),
