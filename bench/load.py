@@ -4,10 +4,13 @@
 daphne serves the project on the bench database and one real Celery worker
 runs the sessions. Each run is one agent of ``--turns`` scripted model turns
 of 200 ms (vfs_write, ..., final answer). ``--runs`` POST /api/runs requests
-are sent at the same moment by 20 HTTP threads; then ``--clients`` websocket
-clients (in a separate process, one per run) follow the first runs from
-``?after=0`` to their ``run_complete``, while a poller reads GET /api/runs/{id}
-of random runs at about 10 requests/s.
+are sent at the same moment by 20 HTTP threads; ``--clients`` websocket
+clients (in a separate process, started before, one per run) follow the
+first runs answered, each from ``?after=0`` as soon as its POST is answered,
+to their ``run_complete``; meanwhile a poller reads GET /api/runs/{id} of
+random runs at about 10 requests/s. (Clients that joined only once every
+POST was answered saw little live: most runs were over by then, and a
+run's p99 rested on a handful of events.)
 
 Figures:
 - runs/min: runs ÷ (first POST .. last run finished);
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import multiprocessing
 import random
@@ -52,7 +56,8 @@ def script(turns: int) -> dict:
 # -- the websocket clients (a child process) -------------------------------------------------------
 
 
-def clients_main(base: str, token: str, run_ids: list[str], results) -> None:
+def clients_main(base: str, token: str, ids, count: int, ready, results) -> None:
+    """Follow ``count`` runs, each as soon as its id arrives on ``ids``; put what each client saw on ``results``."""
     import websockets
 
     async def one(run_id: str) -> dict:
@@ -85,7 +90,14 @@ def clients_main(base: str, token: str, run_ids: list[str], results) -> None:
                 await asyncio.sleep(0.2)
 
     async def main():
-        return await asyncio.wait_for(asyncio.gather(*(one(run_id) for run_id in run_ids)), timeout=600)
+        loop = asyncio.get_running_loop()
+        clients = []
+        ready.set()
+        for _ in range(count):
+            run_id = await loop.run_in_executor(None, ids.get)
+            if run_id is not None:  # None: a POST that started no run
+                clients.append(asyncio.ensure_future(one(run_id)))
+        return await asyncio.wait_for(asyncio.gather(*clients), timeout=600)
 
     results.put(asyncio.run(main()))
 
@@ -136,11 +148,22 @@ def main() -> None:
         worker.reset_peak()
         body = {"agent": "worker", "input": "Write the parts", "script": script(args.turns)}
         barrier = threading.Barrier(20)
+        ctx = multiprocessing.get_context("spawn")
+        results, ids, ready = ctx.Queue(), ctx.Queue(), ctx.Event()
+        followers = ctx.Process(target=clients_main, args=(base.replace("http", "ws"), token, ids,
+                                                           min(args.clients, args.runs), ready, results))
+        followers.start()
+        if not ready.wait(60):
+            raise SystemExit("the websocket clients' process did not start")
+        handed = itertools.count()
 
         def post(_):
             if _ < 20:
                 barrier.wait()
-            return http("POST", f"{base}/api/runs", token, body)
+            answer = http("POST", f"{base}/api/runs", token, body)
+            if answer[1] == 201 and next(handed) < args.clients:
+                ids.put(answer[2]["id"])  # its client connects now
+            return answer
 
         started = time.time()
         with ThreadPoolExecutor(20) as pool:
@@ -149,11 +172,8 @@ def main() -> None:
         if refused:
             c.say(f"{len(refused)} of {args.runs} POSTs failed, e.g. {refused[0]}")
         run_ids = [payload["id"] for _, status, payload in posts if status == 201]
-        ctx = multiprocessing.get_context("spawn")
-        results = ctx.Queue()
-        followers = ctx.Process(target=clients_main, args=(base.replace("http", "ws"), token,
-                                                           run_ids[:args.clients], results))
-        followers.start()
+        for _ in range(min(args.clients, args.runs) - min(args.clients, len(run_ids))):
+            ids.put(None)  # the clients' process waits for no more
         gets: list[float] = []
         get_errors: list[int] = []
         stop = threading.Event()
@@ -208,7 +228,7 @@ def main() -> None:
           f"errors: POST {len(refused)}, GET {len(get_errors)}")
     c.say(f"event delivery, created -> received by a client (n={len(delivery)} live events, {len(followed)} clients): "
           f"p50 {c.percentile(delivery, 50) * 1000:.1f} ms, p99 {c.percentile(delivery, 99) * 1000:.1f} ms, "
-          f"max {max(delivery) * 1000:.1f} ms; missing {missing}, duplicates {duplicates}, reconnects {reconnects}")
+          f"max {max(delivery, default=0) * 1000:.1f} ms; missing {missing}, duplicates {duplicates}, reconnects {reconnects}")
     c.say("       the slowest live events: " + ", ".join(
         f"{type_} created {created - started:.2f} s after the first POST, {took * 1000:.0f} ms" for took, created, type_ in slowest))
     c.say(f"worker peak RSS {c.mib(rss)}; worker: {worker.command_line()}")
