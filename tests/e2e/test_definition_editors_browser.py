@@ -100,7 +100,8 @@ def test_editing_a_workflows_steps_redraws_its_graph_before_the_save(flow, conso
     page.fill("input[name=steps-3-id]", "announce")
     page.fill("input[name=steps-3-agent]", "reviewer")
     page.fill("input[name=steps-3-depends_on]", "check, publish")
-    page.wait_for_selector("#mas-step-graph g.node[data-step=announce]")
+    # Drawn as each field changes: the new node shows with its id, its edges (and level) once its dependencies do.
+    page.wait_for_function("document.querySelectorAll('#mas-step-graph path.edge').length === 4")
     assert dict(page.eval_on_selector_all("#mas-step-graph g.node", NODES)) == {
         "draft": 0, "check": 1, "publish": 1, "announce": 2}
     assert sorted(page.eval_on_selector_all("#mas-step-graph path.edge", EDGES)) == [
