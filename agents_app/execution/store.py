@@ -50,8 +50,8 @@ logger = logging.getLogger(__name__)
 class ConnectionPool:
     """A few autocommit connections for one event loop; a broken one is dropped, not reused."""
 
-    def __init__(self, *, size: int) -> None:
-        self.size = size
+    def __init__(self, *, size: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.size, self.loop = size, loop
         self.idle: list[psycopg.AsyncConnection] = []
         self.slots = FairSemaphore(size)  # the teams' sessions take turns at it
 
@@ -106,10 +106,11 @@ _pools: dict[tuple[int, int, str], ConnectionPool] = {}
 
 def pool() -> ConnectionPool:
     """This process's pool for the running loop (and the current database)."""
-    key = (os.getpid(), id(asyncio.get_running_loop()), connections["default"].settings_dict["NAME"])
+    loop = asyncio.get_running_loop()
+    key = (os.getpid(), id(loop), connections["default"].settings_dict["NAME"])
     found = _pools.get(key)
-    if found is None:
-        found = _pools[key] = ConnectionPool(size=int(os.environ.get("MAS_DB_ASYNC_CONNECTIONS", "8")))
+    if found is None or found.loop is not loop:  # a closed loop's id may come again: its pool is not this loop's
+        found = _pools[key] = ConnectionPool(size=int(os.environ.get("MAS_DB_ASYNC_CONNECTIONS", "8")), loop=loop)
     return found
 
 
