@@ -1,7 +1,7 @@
 """A session's life in the database: begin (which agent, which tier), settle, suspend.
 
-Each takes the run's row lock first (``scheduler.run_locked``; a settle, with
-its session's and activation's rows in one statement); a settled session
+Each takes the run's row lock first (``scheduler.run_locked``; a session's
+end, with its session's and activation's rows in one statement); a settled session
 dispatches what became ready and tells its parent (``children``) and the
 layer above (``hooks.RUN_HOOKS``).
 """
@@ -164,7 +164,7 @@ def _locked(cursor, activation_id) -> tuple[Run, Activation]:
     row = cursor.fetchone()
     if row is None:
         raise Activation.DoesNotExist(f"no activation {activation_id}")
-    run, activation = RUN_ROW.instance(row[:len(RUN_ROW)]), ACTIVATION_ROW.instance(row[len(RUN_ROW):])
+    run, activation = instances(row, RUN_ROW, ACTIVATION_ROW)
     activation.run = run
     return run, activation
 
@@ -257,10 +257,10 @@ class SessionEnd:
 
 # The run, the session and the session's activation, locked and read in one statement. Rows are locked in
 # the order FOR UPDATE OF names them: the run first, as every writer of a run locks. The session's
-# checkpoint (its largest column, every message) is left unread: a settle never needs it.
-SETTLED_SESSION_ROW = Columns(Session, without=("state",))
-SETTLE_LOCK_SQL = f"""
-SELECT {RUN_ROW.select("r")}, {SETTLED_SESSION_ROW.select("s")}, {ACTIVATION_ROW.select("a")}
+# checkpoint (its largest column, every message) is left unread: a session's end never needs it.
+ENDING_SESSION_ROW = Columns(Session, without=("state",))
+SESSION_LOCK_SQL = f"""
+SELECT {RUN_ROW.select("r")}, {ENDING_SESSION_ROW.select("s")}, {ACTIVATION_ROW.select("a")}
 FROM agents_app_run r
 JOIN agents_app_session s ON s.run_id = r.id
 JOIN agents_app_activation a ON a.id = s.activation_id
@@ -288,9 +288,7 @@ def _session_finish(*, run: Run, session_id, status: str, result: str, meta: dic
 
     ``run``'s row is locked by the caller's transaction.
     """
-    session = Session.objects.raw("SELECT * FROM agents_app_session WHERE id = %s FOR UPDATE", [session_id])[0]
-    activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
-                                        [session.activation_id])[0]
+    _, session, activation = _session_rows_locked(run_id=run.id, session_id=session_id)  # the run's: held already
     end, events = _session_record(run=run, session=session, activation=activation, status=status, result=result,
                                   meta=meta, failure=failure, ladder=ladder)
     events_append(run_id=run.id, entries=events)
@@ -356,7 +354,7 @@ def session_settle(*, run_id, session_id, status: str, result: str, meta: dict[s
                    failure: dict[str, Any] | None, ladder: list[str]) -> SessionEnd:
     """Record a session's outcome and dispatch what comes next in its run, in one transaction."""
     with transaction.atomic():
-        run, session, activation = _settle_rows_locked(run_id=run_id, session_id=session_id)
+        run, session, activation = _session_rows_locked(run_id=run_id, session_id=session_id)
         end, events = _session_record(run=run, session=session, activation=activation, status=status,
                                       result=result, meta=meta, failure=failure, ladder=ladder)
         if activation.kind == "root":
@@ -371,14 +369,14 @@ def session_settle(*, run_id, session_id, status: str, result: str, meta: dict[s
     return end
 
 
-def _settle_rows_locked(*, run_id, session_id) -> tuple[Run, Session, Activation]:
-    """The rows of ``SETTLE_LOCK_SQL``, locked."""
+def _session_rows_locked(*, run_id, session_id) -> tuple[Run, Session, Activation]:
+    """The rows of :data:`SESSION_LOCK_SQL`, locked: how a session's end (settle, finish, suspend) reads them."""
     with connection.cursor() as cursor:
-        cursor.execute(SETTLE_LOCK_SQL, [run_id, session_id])
+        cursor.execute(SESSION_LOCK_SQL, [run_id, session_id])
         row = cursor.fetchone()
     if row is None:
         raise Session.DoesNotExist(f"no session {session_id} in run {run_id}")
-    run, session, activation = instances(row, RUN_ROW, SETTLED_SESSION_ROW, ACTIVATION_ROW)
+    run, session, activation = instances(row, RUN_ROW, ENDING_SESSION_ROW, ACTIVATION_ROW)
     return run, session, activation
 
 
@@ -400,10 +398,7 @@ def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) ->
     they all settled already. Returns the ids of the children it waits for.
     """
     with transaction.atomic():
-        run = run_locked(run_id)
-        session = Session.objects.raw("SELECT * FROM agents_app_session WHERE id = %s FOR UPDATE", [session_id])[0]
-        activation = Activation.objects.raw("SELECT * FROM agents_app_activation WHERE id = %s FOR UPDATE",
-                                            [session.activation_id])[0]
+        run, session, activation = _session_rows_locked(run_id=run_id, session_id=session_id)
         reservation_release(session)
         if run.status in FINISHED_RUN_STATUSES or activation.status == ActivationStatus.CANCELLED:  # meanwhile
             session.status, session.finished_at = SessionStatus.CANCELLED, timezone.now()
