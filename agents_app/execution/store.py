@@ -38,6 +38,7 @@ from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Session
 from mas_core import phases
 from mas_core.lanes import FairSemaphore
+from mas_core.loops import loop_local
 from mas_core.runner import db
 from tools_app.plugin import ToolAborted
 
@@ -50,7 +51,7 @@ logger = logging.getLogger(__name__)
 class ConnectionPool:
     """A few autocommit connections for one event loop; a broken one is dropped, not reused."""
 
-    def __init__(self, *, size: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(self, *, size: int, loop: asyncio.AbstractEventLoop) -> None:
         self.size, self.loop = size, loop
         self.idle: list[psycopg.AsyncConnection] = []
         self.slots = FairSemaphore(size)  # the teams' sessions take turns at it
@@ -101,17 +102,14 @@ def _conn_params() -> dict[str, Any]:
     return params
 
 
-_pools: dict[tuple[int, int, str], ConnectionPool] = {}
+_pools: dict[tuple[int, str], dict[int, ConnectionPool]] = {}  # by process and database: each loop's pool
 
 
 def pool() -> ConnectionPool:
     """This process's pool for the running loop (and the current database)."""
-    loop = asyncio.get_running_loop()
-    key = (os.getpid(), id(loop), connections["default"].settings_dict["NAME"])
-    found = _pools.get(key)
-    if found is None or found.loop is not loop:  # a closed loop's id may come again: its pool is not this loop's
-        found = _pools[key] = ConnectionPool(size=int(os.environ.get("MAS_DB_ASYNC_CONNECTIONS", "8")), loop=loop)
-    return found
+    loops = _pools.setdefault((os.getpid(), connections["default"].settings_dict["NAME"]), {})
+    return loop_local(loops, lambda loop: ConnectionPool(size=int(os.environ.get("MAS_DB_ASYNC_CONNECTIONS", "8")),
+                                                         loop=loop))
 
 
 # -- the store --------------------------------------------------------------------------
