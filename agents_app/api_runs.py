@@ -66,7 +66,9 @@ LIST_INPUT_CHARS = 500
 # -- response bodies ---------------------------------------------------------------
 
 
-def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
+def run_out(run: Run, *, detail: bool = False, new: bool = False) -> dict[str, Any]:
+    """The run as the API shows it. ``new``: a run ``run_start`` has just created (the root activation it
+    holds, no session, step, fork or cache use yet), shown without reading it back."""
     data: dict[str, Any] = {
         "id": str(run.id),
         "agent": run.agent,
@@ -91,7 +93,7 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
     if detail:
         from memory_app.cache import run_cache_counts
 
-        data["totals"] |= run_cache_counts(run_id=run.id)
+        data["totals"] |= {"cache_hits": 0, "cache_misses": 0} if new else run_cache_counts(run_id=run.id)
         data |= {
             "result": run.result,
             "provider": run.provider,
@@ -100,16 +102,17 @@ def run_out(run: Run, *, detail: bool = False) -> dict[str, Any]:
             "approvals": run.approvals,
             "versions": run.versions,
             "uses_script": run.script is not None,
-            "activations": [_activation_out(activation) for activation in run_tree(run=run)],
-            "steps": RUN_HOOKS.run_steps(run),
+            "activations": ([_activation_out(run.root, sessions=[])] if new
+                            else [_activation_out(activation) for activation in run_tree(run=run)]),
+            "steps": None if new else RUN_HOOKS.run_steps(run),  # a new run of run_start is an agent's: no steps
             "forked_from": str(run.forked_from_id) if run.forked_from_id else None,
             "fork_seq": run.fork_seq,
-            "forks": run_forks(run=run),
+            "forks": [] if new else run_forks(run=run),
         }
     return data
 
 
-def _activation_out(activation) -> dict[str, Any]:
+def _activation_out(activation, *, sessions=None) -> dict[str, Any]:
     return {
         "id": str(activation.id),
         "parent": str(activation.parent_id) if activation.parent_id else None,
@@ -140,7 +143,7 @@ def _activation_out(activation) -> dict[str, Any]:
                 "started_at": session.started_at,
                 "finished_at": session.finished_at,
             }
-            for session in activation.sessions.all()
+            for session in (activation.sessions.all() if sessions is None else sessions)
         ],
     }
 
@@ -178,7 +181,7 @@ def start(request: HttpRequest, payload: RunIn):
         raise _invalid("script", str(error), "invalid_script") from None
     except RunError as error:
         raise _invalid("agent", str(error), "run_refused") from None
-    return Status(201, run_out(run_get(team=actor.team, run_id=run.id), detail=True))
+    return Status(201, run_out(run, detail=True, new=True))
 
 
 class RunFilters(BaseModel):

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Load: 100 runs started at once through the API while 50 websocket clients follow them.
 
-daphne serves the project on the bench database and one real Celery worker
-runs the sessions. Each run is one agent of ``--turns`` scripted model turns
+daphne serves the project on the bench database (``--web N``: N daphne
+processes, the requests and the websocket clients dealt round robin between
+them, as a load balancer would) and real Celery workers (``--workers N``
+processes) run the sessions. Each run is one agent of ``--turns`` scripted model turns
 of 200 ms (vfs_write, ..., final answer). ``--runs`` POST /api/runs requests
 are sent at the same moment by 20 HTTP threads; ``--clients`` websocket
 clients (in a separate process, started before, one per run) follow the
@@ -20,7 +22,7 @@ Figures:
 - worker peak RSS; nothing lost: every run succeeded, every run's events are
   numbered 1..n, and every client received exactly its run's events.
 
-    .venv/bin/python bench/load.py [--runs 100] [--clients 50] [--turns 5]
+    .venv/bin/python bench/load.py [--runs 100] [--clients 50] [--turns 5] [--workers 1] [--web 1]
 """
 
 from __future__ import annotations
@@ -56,11 +58,12 @@ def script(turns: int) -> dict:
 # -- the websocket clients (a child process) -------------------------------------------------------
 
 
-def clients_main(base: str, token: str, ids, count: int, ready, results) -> None:
-    """Follow ``count`` runs, each as soon as its id arrives on ``ids``; put what each client saw on ``results``."""
+def clients_main(bases: list[str], token: str, ids, count: int, ready, results) -> None:
+    """Follow ``count`` runs, each as soon as its id arrives on ``ids`` (the i-th through ``bases[i % n]``);
+    put what each client saw on ``results``."""
     import websockets
 
-    async def one(run_id: str) -> dict:
+    async def one(base: str, run_id: str) -> dict:
         seen: list[tuple[int, str, float]] = []
         replayed_to = None
         last = 0
@@ -93,10 +96,10 @@ def clients_main(base: str, token: str, ids, count: int, ready, results) -> None
         loop = asyncio.get_running_loop()
         clients = []
         ready.set()
-        for _ in range(count):
+        for i in range(count):
             run_id = await loop.run_in_executor(None, ids.get)
             if run_id is not None:  # None: a POST that started no run
-                clients.append(asyncio.ensure_future(one(run_id)))
+                clients.append(asyncio.ensure_future(one(bases[i % len(bases)], run_id)))
         return await asyncio.wait_for(asyncio.gather(*clients), timeout=600)
 
     results.put(asyncio.run(main()))
@@ -122,9 +125,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (sessions split between them)")
+    parser.add_argument("--web", type=int, default=1, help="daphne processes (requests dealt round robin)")
     args = parser.parse_args()
     c.say(f"load: {args.runs} runs through POST /api/runs at once, {args.clients} websocket clients following, "
-          f"{args.turns} scripted turns of {LATENCY_MS} ms per run")
+          f"{args.turns} scripted turns of {LATENCY_MS} ms per run; {args.web} daphne, {args.workers} worker processes")
     c.say(f"machine {c.machine()}, {c.now_utc()}, load average {c.os.getloadavg()[0]:.2f}")
     c.django_setup()
     c.say(f"database {c.BENCH_DB}: created and migrated in {c.database_create():.1f} s")
@@ -137,20 +142,22 @@ def main() -> None:
     user = user_create(username="bench-load")
     membership_set(team=team, user=user, role="operator")
     token = api_token_create(user=user, team=team, role="operator").token
-    port = c.free_port()
-    base = f"http://127.0.0.1:{port}"
-    server = c.start_daphne(port)
-    worker = c.Worker(concurrency=args.runs + 16).start()
+    ports = [c.free_port() for _ in range(args.web)]
+    bases = [f"http://127.0.0.1:{port}" for port in ports]
+    servers = [c.start_daphne(port) for port in ports]
+    workers = [c.Worker(concurrency=-(-args.runs // args.workers) + 16).start() for _ in range(args.workers)]
+    worker = workers[0]
     try:
-        warm = [http("POST", f"{base}/api/runs", token, {"agent": "worker", "input": "warm", "script": script(1)})
-                for _ in range(3)]
+        warm = [http("POST", f"{bases[i % args.web]}/api/runs", token,
+                     {"agent": "worker", "input": "warm", "script": script(1)}) for i in range(3 * args.web)]
         c.runs_wait([payload["id"] for _, _, payload in warm], timeout=60)
-        worker.reset_peak()
+        for each in workers:
+            each.reset_peak()
         body = {"agent": "worker", "input": "Write the parts", "script": script(args.turns)}
         barrier = threading.Barrier(20)
         ctx = multiprocessing.get_context("spawn")
         results, ids, ready = ctx.Queue(), ctx.Queue(), ctx.Event()
-        followers = ctx.Process(target=clients_main, args=(base.replace("http", "ws"), token, ids,
+        followers = ctx.Process(target=clients_main, args=([b.replace("http", "ws") for b in bases], token, ids,
                                                            min(args.clients, args.runs), ready, results))
         followers.start()
         if not ready.wait(60):
@@ -160,7 +167,7 @@ def main() -> None:
         def post(_):
             if _ < 20:
                 barrier.wait()
-            answer = http("POST", f"{base}/api/runs", token, body)
+            answer = http("POST", f"{bases[_ % args.web]}/api/runs", token, body)
             if answer[1] == 201 and next(handed) < args.clients:
                 ids.put(answer[2]["id"])  # its client connects now
             return answer
@@ -180,7 +187,7 @@ def main() -> None:
 
         def poll():
             while not stop.is_set():
-                took, status, _ = http("GET", f"{base}/api/runs/{random.choice(run_ids)}", token)
+                took, status, _ = http("GET", f"{random.choice(bases)}/api/runs/{random.choice(run_ids)}", token)
                 gets.append(took)
                 get_errors.append(status) if status != 200 else None
                 time.sleep(0.1)
@@ -192,11 +199,13 @@ def main() -> None:
         poller.join(10)
         followed = results.get(timeout=300)
         followers.join(30)
-        rss = worker.peak_rss
+        rss = max(each.peak_rss for each in workers)
     finally:
-        worker.stop()
-        server.terminate()
-        server.wait(10)
+        for each in workers:
+            each.stop()
+        for server in servers:
+            server.terminate()
+            server.wait(10)
     finished = max(run.finished_at for run in runs).timestamp()
     window = finished - started
     lost = 0
@@ -231,7 +240,8 @@ def main() -> None:
           f"max {max(delivery, default=0) * 1000:.1f} ms; missing {missing}, duplicates {duplicates}, reconnects {reconnects}")
     c.say("       the slowest live events: " + ", ".join(
         f"{type_} created {created - started:.2f} s after the first POST, {took * 1000:.0f} ms" for took, created, type_ in slowest))
-    c.say(f"worker peak RSS {c.mib(rss)}; worker: {worker.command_line()}")
+    c.say(f"worker peak RSS {c.mib(rss)}; worker: {worker.command_line()}"
+          + (f"  (x{args.workers} processes)" if args.workers > 1 else ""))
     c.database_drop()
     c.redis_flush()
 

@@ -1,10 +1,14 @@
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mas_project.settings")
 os.environ.setdefault("MAS_DB_POOL", "1")  # see DATABASES in settings: bounded connections under load
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
+
+from mas_project.request_gate import GatedASGIHandler  # noqa: E402
+
+django_asgi_app = GatedASGIHandler()  # Django's, a few requests at a time (see request_gate)
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agents_app.execution.agents import agent_resolve
+from agents_app.execution.agents import agent_found
 from agents_app.execution.errors import RunError, ScriptError
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.models import Activation, ActivationContext, Agent, Run, Session, Team
@@ -27,7 +27,7 @@ from agents_app.models.runs import (
     SessionStatus,
 )
 from agents_app.scheduler import DEFAULT_MAX_CONCURRENCY, ready_notify, run_end_notify
-from mas_core.eventlog import event_append as event_emit
+from mas_core.eventlog import Entry, entry, event_append as event_emit, events_append
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +39,13 @@ DEFAULT_LIMITS = {"max_depth": 3, "max_fanout": 5, "max_concurrency": DEFAULT_MA
 DEFAULT_PRIORITY = 100
 
 
-def script_check(*, team: Team, script: dict[str, Any] | None, agents: list[str]) -> None:
+def script_check(*, team: Team, script: dict[str, Any] | None, agents: list[str],
+                 rows: dict[str, Agent] | None = None) -> None:
     """Check a run's script: its shape and bounds, and no turn slower than its agent's session timeout.
 
     ``agents`` are the ones the run starts with; the script's ``"*"`` turns are
-    held to the shortest of their timeouts.
+    held to the shortest of their timeouts. ``rows``: the team's agents the script and ``agents`` name, when
+    the caller read them (:func:`_agent_rows`).
     """
     if script is None:
         return
@@ -52,9 +54,9 @@ def script_check(*, team: Team, script: dict[str, Any] | None, agents: list[str]
     try:
         validate_script(script)
         named = set(script) - {"*"}
-        timeouts = {slug: float((spec.get("limits") or {}).get("timeout_s", 600))
-                    for slug, spec in Agent.objects.filter(team=team, slug__in=named | set(agents))
-                    .values_list("slug", "spec")}
+        specs = ((row.slug, row.spec) for row in rows.values() if row is not None) if rows is not None else (
+            Agent.objects.filter(team=team, slug__in=named | set(agents)).values_list("slug", "spec"))
+        timeouts = {slug: float((spec.get("limits") or {}).get("timeout_s", 600)) for slug, spec in specs}
         starting = [timeouts[slug] for slug in agents if slug in timeouts and slug not in named]
         if starting:
             timeouts["*"] = min(starting)
@@ -70,7 +72,8 @@ def run_start(
     approvals: list[Any] | None = None, versions: dict[str, int] | None = None, is_eval: bool = False,
     eval_real_models: bool = False,
 ) -> Run:
-    """Create a run with its root activation and send that to a worker (after commit).
+    """Create a run with its root activation and send that to a worker (after commit). The run returned holds
+    that activation as ``root``, as created (its caller shows the new run without reading it back).
 
     ``approvals``: tool names or patterns whose calls wait for a person in this run, on top of what the
     definitions and the team ask for (agents_app.approvals.policy). ``versions`` pins definitions at other
@@ -79,7 +82,8 @@ def run_start(
     """
     from agents_app.approvals.policy import entries_check
 
-    script_check(team=team, script=script, agents=[] if is_eval else [agent])
+    rows = _agent_rows(team=team, slugs={agent, *(script or {})} - {"*"})
+    script_check(team=team, script=script, agents=[] if is_eval else [agent], rows=rows)
     try:
         approvals = entries_check(approvals)
     except ValueError as error:
@@ -90,31 +94,53 @@ def run_start(
         approvals=approvals, versions=dict(versions or {}), is_eval=is_eval,
         eval_real_models=is_eval and eval_real_models,
     )
-    agent_resolve(run=run, slug=agent)  # exists? (pins it: the run is not saved yet, so at its current version)
+    # Exists? (The run is not saved yet: it has no workspace file of its own, and pins the current version.)
+    agent_found(run=run, slug=agent, local=None, rows={agent: rows.get(agent)})
     run.save(force_insert=True)
-    event_emit(run_id=run.id, type="run_start", agent=agent,
-               data={"agent": agent, "input": input, "limits": run.limits, "budget": run.budget,
-                     **({"approvals": approvals} if approvals else {})})
     # The root is the run's only activation: it is ready at once, no admission round.
-    activation_create(run=run, agent=agent, input=input, kind="root", parent=None, status=ActivationStatus.READY)
+    root = _activation_new(run=run, agent=agent, input=input, kind="root", parent=None,
+                           status=ActivationStatus.READY)
+    events_append(run_id=run.id, entries=[
+        entry("run_start", agent=agent, data={"agent": agent, "input": input, "limits": run.limits,
+                                               "budget": run.budget, **({"approvals": approvals} if approvals else {})}),
+        _queued(root),
+    ])
+    run.root = root
     return run
+
+
+def _agent_rows(*, team: Team, slugs: set[str]) -> dict[str, Agent]:
+    """The team's agents ``slugs`` as :func:`agent_found` reads them (those that exist), in one query."""
+    return {row.slug: row for row in Agent.objects.filter(team=team, slug__in=slugs).defer("content", "description")}
 
 
 def activation_create(*, run: Run, agent: str, input: str, kind: str, parent: Activation | None,
                       priority: int = DEFAULT_PRIORITY, context: ActivationContext | None = None,
                       status: str = ActivationStatus.QUEUED) -> Activation:
+    activation = _activation_new(run=run, agent=agent, input=input, kind=kind, parent=parent, priority=priority,
+                                 context=context, status=status)
+    events_append(run_id=run.id, entries=[_queued(activation)])
+    return activation
+
+
+def _activation_new(*, run: Run, agent: str, input: str, kind: str, parent: Activation | None,
+                    priority: int = DEFAULT_PRIORITY, context: ActivationContext | None = None,
+                    status: str = ActivationStatus.QUEUED) -> Activation:
+    """:func:`activation_create` but its event (:func:`_queued`), which the caller appends."""
     if status == ActivationStatus.READY:
         ready_notify()
-    activation = Activation.objects.create(
+    return Activation.objects.create(
         run=run, team_id=run.team_id, agent=agent, input=input, kind=kind, parent=parent, status=status,
         ready_at=timezone.now() if status == ActivationStatus.READY else None,
         depth=(parent.depth + 1) if parent and kind in {"spawn", "delegate"} else (parent.depth if parent else 0),
         priority=priority, context=context.to_json() if context else {},
     )
-    event_emit(run_id=run.id, type="activation_queued", agent=agent,
-               data={"activation": str(activation.id), "kind": kind, "priority": priority,
-                     "parent": str(parent.id) if parent else None, "depth": activation.depth})
-    return activation
+
+
+def _queued(activation: Activation) -> Entry:
+    return entry("activation_queued", agent=activation.agent, data={
+        "activation": str(activation.id), "kind": activation.kind, "priority": activation.priority,
+        "parent": str(activation.parent_id) if activation.parent_id else None, "depth": activation.depth})
 
 
 @transaction.atomic

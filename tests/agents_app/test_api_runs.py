@@ -213,6 +213,42 @@ def test_operators_and_admins_start_runs(team_a, api_for, role):
 
 
 @pytest.mark.django_db
+def test_the_start_answers_the_new_run_as_a_read_shows_it_in_nine_statements(team_a, api_for):
+    """The answer is built from what the start wrote, not read back, and equals a read's; the token with its
+    member's role, the agent (the view's check), the agent's row (script and version), the run, the ready
+    notice, the root activation and both events: nine statements (two are the transaction's savepoint here)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    agent(team_a, "Lead")
+    client = api_for(team_a, "operator")
+    script = {"lead": [{"text": "Done."}]}
+    assert client.post("/api/runs", {"agent": "lead", "input": "First"}).status_code == 201  # the token's first use
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post("/api/runs", {"agent": "lead", "input": "Go", "script": script,
+                                             "approvals": ["vfs_write"], "budget": {"max_cost_usd": "2"}})
+    assert response.status_code == 201, response.content
+    statements = [" ".join(query["sql"].split()[:3]) for query in queries]
+    assert [s for s in statements if "SAVEPOINT" not in s] == [
+        'SELECT "agents_app_apitoken"."id", "agents_app_apitoken"."team_id",',
+        'SELECT 1 AS',
+        'SELECT "agents_app_agent"."id", "agents_app_agent"."team_id",',
+        'INSERT INTO "agents_app_run"',
+        "SELECT pg_notify('mas_ready', '')",
+        'INSERT INTO "agents_app_activation"',
+        "WITH r AS",
+    ], statements
+    started = response.json()
+    assert started == client.get(f"/api/runs/{started['id']}").json()
+    [root] = started["activations"]
+    assert (root["agent"], root["kind"], root["status"], root["sessions"]) == ("lead", "root", "ready", [])
+    assert (started["steps"], started["forks"], started["totals"]["cache_hits"], started["uses_script"]) == (
+        None, [], 0, True)
+    assert [(e["seq"], e["type"]) for e in client.get(f"/api/runs/{started['id']}/events").json()] == [
+        (1, "run_start"), (2, "activation_queued")]
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("role", ["viewer", "editor"])
 def test_viewers_and_editors_cannot_start_or_cancel(team_a, api_for, role):
     agent(team_a, "Lead")
