@@ -18,7 +18,10 @@ Figures:
 - runs/min: runs ÷ (first POST .. last run finished);
 - API latency p50/p95: the POSTs (all at once), and the GETs during the load;
 - event delivery p50/p99: created (the event's timestamp) -> received by a
-  client, for the live events (after the client's replay);
+  client, for the live events (after the client's replay); split in two
+  where a tap subscribed to the runs' Redis channels (its own process) saw
+  each event published: the worker's half (its write, commit and push) and
+  the web's (daphne forwarding it, and the client reading it);
 - worker peak RSS; nothing lost: every run succeeded, every run's events are
   numbered 1..n, and every client received exactly its run's events.
 
@@ -105,6 +108,26 @@ def clients_main(bases: list[str], token: str, ids, count: int, ready, results) 
     results.put(asyncio.run(main()))
 
 
+# -- the tap on Redis (a child process) -----------------------------------------------------------
+
+
+def tap_main(redis_url: str, pattern: str, ready, stop, results) -> None:
+    """Note when each event was published (reached Redis), until ``stop``: {(run, seq): unix time}."""
+    import redis
+
+    pubsub = redis.Redis.from_url(redis_url).pubsub(ignore_subscribe_messages=True)
+    pubsub.psubscribe(pattern)
+    published: dict[tuple[str, int], float] = {}
+    ready.set()
+    while not stop.is_set():
+        message = pubsub.get_message(timeout=0.2)
+        if message is not None:
+            at = time.time()
+            for event in json.loads(message["data"]):
+                published.setdefault((event["run"], event["seq"]), at)
+    results.put(published)
+
+
 # -- HTTP ------------------------------------------------------------------------------------------
 
 
@@ -160,6 +183,13 @@ def main() -> None:
         followers = ctx.Process(target=clients_main, args=([b.replace("http", "ws") for b in bases], token, ids,
                                                            min(args.clients, args.runs), ready, results))
         followers.start()
+        from mas_core.events import live_redis_url, run_channel
+
+        tap_ready, tap_stop, tapped = ctx.Event(), ctx.Event(), ctx.Queue()
+        tap = ctx.Process(target=tap_main, args=(live_redis_url(), run_channel("*"), tap_ready, tap_stop, tapped))
+        tap.start()
+        if not tap_ready.wait(60):
+            raise SystemExit("the Redis tap did not start")
         if not ready.wait(60):
             raise SystemExit("the websocket clients' process did not start")
         handed = itertools.count()
@@ -199,6 +229,9 @@ def main() -> None:
         poller.join(10)
         followed = results.get(timeout=300)
         followers.join(30)
+        tap_stop.set()
+        published = tapped.get(timeout=60)
+        tap.join(30)
         rss = max(each.peak_rss for each in workers)
     finally:
         for each in workers:
@@ -215,6 +248,7 @@ def main() -> None:
         stored[run_id] = seqs
         lost += seqs != list(range(1, len(seqs) + 1))
     delivery, missing, duplicates, reconnects, slowest = [], 0, 0, 0, []
+    to_redis, from_redis = [], []  # the two halves of a live event's delivery, split where Redis saw it
     for client in followed:
         seqs = [seq for seq, *_ in client["seen"]]
         missing += len(set(stored[client["run"]]) - set(seqs))
@@ -223,6 +257,10 @@ def main() -> None:
         live = [(at - datetime.fromisoformat(created).timestamp(), datetime.fromisoformat(created).timestamp(), type_)
                 for seq, created, at, type_ in client["seen"] if seq > client["replayed_to"]]
         delivery += [took for took, _, _ in live]
+        for seq, created, at, _ in client["seen"]:
+            if seq > client["replayed_to"] and (client["run"], seq) in published:
+                to_redis.append(published[client["run"], seq] - datetime.fromisoformat(created).timestamp())
+                from_redis.append(at - published[client["run"], seq])
         slowest = sorted([*slowest, *live], reverse=True)[:5]
     post_times = [took for took, _, _ in posts]
     failed = sum(run.status != "succeeded" for run in runs)
@@ -238,6 +276,10 @@ def main() -> None:
     c.say(f"event delivery, created -> received by a client (n={len(delivery)} live events, {len(followed)} clients): "
           f"p50 {c.percentile(delivery, 50) * 1000:.1f} ms, p99 {c.percentile(delivery, 99) * 1000:.1f} ms, "
           f"max {max(delivery, default=0) * 1000:.1f} ms; missing {missing}, duplicates {duplicates}, reconnects {reconnects}")
+    c.say(f"       of which created -> published on Redis (the worker: its write, commit and push; n={len(to_redis)}): "
+          f"p50 {c.percentile(to_redis, 50) * 1000:.1f} ms, p99 {c.percentile(to_redis, 99) * 1000:.1f} ms; "
+          f"published -> received (daphne and the client): p50 {c.percentile(from_redis, 50) * 1000:.1f} ms, "
+          f"p99 {c.percentile(from_redis, 99) * 1000:.1f} ms")
     c.say("       the slowest live events: " + ", ".join(
         f"{type_} created {created - started:.2f} s after the first POST, {took * 1000:.0f} ms" for took, created, type_ in slowest))
     c.say(f"worker peak RSS {c.mib(rss)}; worker: {worker.command_line()}"

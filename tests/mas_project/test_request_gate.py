@@ -1,8 +1,7 @@
 """A web process works on ``MAS_WEB_CONCURRENCY`` requests at once; the others wait their turn in its loop.
 
 Requests go through the ASGI interface of the handler ``mas_project.asgi`` serves; a wrapper around
-Django's own ``get_response_async`` counts how many are inside at once and holds them there until the
-test lets them go.
+Django's own view-calling step counts how many are inside at once, each held there a tenth of a second.
 """
 
 from __future__ import annotations
@@ -11,6 +10,8 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from django.core.handlers.asgi import ASGIHandler
@@ -43,20 +44,40 @@ async def get(handler) -> int:
 
 
 def inside_at_most(handler_class, monkeypatch, requests: int) -> tuple[int, list[int]]:
-    """How many of ``requests`` sent at once were inside Django together, at most; and their statuses."""
-    real = BaseHandler.get_response_async
+    """How many of ``requests`` sent at once were inside their views together, at most; and their statuses.
+    (Django's own handler calls views through ``_get_response_async``, the gated one through ``_get_response``
+    in the request's thread.)"""
+    real, real_async = BaseHandler._get_response, BaseHandler._get_response_async
     state = {"inside": 0, "most": 0}
+    lock = threading.Lock()
 
-    async def counted(self, request):
-        state["inside"] += 1
-        state["most"] = max(state["most"], state["inside"])
-        await asyncio.sleep(0.05)  # long enough for every request sent to arrive
-        try:
-            return await real(self, request)
-        finally:
+    def enter():
+        with lock:
+            state["inside"] += 1
+            state["most"] = max(state["most"], state["inside"])
+
+    def leave():
+        with lock:
             state["inside"] -= 1
 
-    monkeypatch.setattr(BaseHandler, "get_response_async", counted)
+    def counted(self, request):
+        enter()
+        time.sleep(0.1)  # long enough for every request sent to arrive
+        try:
+            return real(self, request)
+        finally:
+            leave()
+
+    async def counted_async(self, request):
+        enter()
+        await asyncio.sleep(0.1)
+        try:
+            return await real_async(self, request)
+        finally:
+            leave()
+
+    monkeypatch.setattr(BaseHandler, "_get_response", counted)
+    monkeypatch.setattr(BaseHandler, "_get_response_async", counted_async)
 
     async def main():
         handler = handler_class()
@@ -105,3 +126,31 @@ def places(**env: str) -> str:
 
 def test_four_places_by_default_as_the_readme_says_and_never_none():
     assert (places(), places(MAS_WEB_CONCURRENCY="9"), places(MAS_WEB_CONCURRENCY="0")) == ("4", "9", "1")
+
+
+def hops(handler_class, monkeypatch) -> int:
+    """How many times one request's handling went from the loop to a thread."""
+    from asgiref import sync
+
+    real = sync.SyncToAsync.__call__
+    count = 0
+
+    async def counted(self, *args, **kwargs):
+        nonlocal count
+        count += 1
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(sync.SyncToAsync, "__call__", counted)
+
+    async def main():
+        return await get(handler_class())
+
+    assert asyncio.run(main()) == 404
+    return count
+
+
+def test_a_request_goes_to_its_thread_once_for_the_middleware_and_the_view(monkeypatch):
+    """Three hops: the request_started signal, the middleware with the view, the response's close. Django's
+    own handler: fifteen (one per method of each middleware as well, and back to the loop around WhiteNoise)."""
+    assert hops(GatedASGIHandler, monkeypatch) == 3
+    assert hops(ASGIHandler, monkeypatch) == 15
