@@ -498,8 +498,10 @@ class DatabaseStore:
                 await conn.execute("BEGIN")
                 written = await conn.execute(FILE_WRITE_SQL, params)
                 total = await conn.execute(USED_SQL, [params["run"]])
-                row = await written.fetchone()
-                used = (await total.fetchone())[0]
+            # Read once the pipeline is synced, not inside it: a fetch there asks for the results first (a
+            # flush) and the sync is a second round trip.
+            row = await written.fetchone()
+            used = (await total.fetchone())[0]
             if row is None:  # refused: taken over, or out of order (raises); else applied already (a retry)
                 row = await self._applied_before(conn, params["write"])
                 await conn.execute("ROLLBACK")
@@ -525,7 +527,7 @@ class DatabaseStore:
             async with conn.pipeline():
                 cursor = await conn.execute(sql, params)
                 await conn.execute("COMMIT")
-                row = await cursor.fetchone()
+            row = await cursor.fetchone()  # after the sync: one round trip (see _write_held)
         except BaseException as error:
             await _let_go(conn)
             if isinstance(error, (*_TRANSIENT, asyncio.CancelledError)):

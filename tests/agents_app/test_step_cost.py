@@ -85,6 +85,30 @@ def test_a_tool_step_is_two_round_trips_one_commit_and_no_thread_hop(team_a, mon
     }
 
 
+def test_a_step_reads_its_writes_results_after_the_pipeline_syncs(team_a, monkeypatch, loop_connections_closed,
+                                                                     unserved):
+    """A result fetched inside a pipeline asks the server to flush first, and the pipeline's sync at its end is
+    then a second round trip: the store's pipelined writes (the held file write, the checkpoint committing it)
+    read their results once the pipeline is synced, so each is one round trip."""
+    import psycopg
+
+    fetched = {"in a pipeline": 0, "after": 0}
+    fetchone = psycopg.AsyncCursor.fetchone
+
+    async def counted(cursor):
+        pipelined = cursor.connection.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
+        fetched["in a pipeline" if pipelined else "after"] += 1
+        return await fetchone(cursor)
+
+    agent(team_a, "Stepper", "limits:\n  max_steps: 20\n")
+    monkeypatch.setattr(psycopg.AsyncCursor, "fetchone", counted)
+    session_cost(team_a, 2, monkeypatch)
+    assert fetched["in a pipeline"] == 0
+    # Per step: the file write's row and the workspace's total, the checkpoint's row; then the final answer's
+    # checkpoint.
+    assert fetched["after"] == 2 * 3 + 1
+
+
 def test_a_new_session_begins_in_three_statements_and_reads_in_three(team_a, monkeypatch, loop_connections_closed,
                                                                     unserved):
     agent(team_a, "Stepper", "limits:\n  max_steps: 20\n")
