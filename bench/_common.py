@@ -195,6 +195,15 @@ def team_with_agent(*, slug: str, agent: str, frontmatter: str = "") -> object:
     return team
 
 
+def member_token(team, *, username: str, role: str = "operator") -> str:
+    """An API token of a new member of ``team`` with ``role``."""
+    from mas_core.teams import api_token_create, membership_set, user_create
+
+    user = user_create(username=username)
+    membership_set(team=team, user=user, role=role)
+    return api_token_create(user=user, team=team, role=role).token
+
+
 def runs_wait(run_ids: list, *, timeout: float) -> list:
     from agents_app.models import Run
 

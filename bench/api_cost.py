@@ -58,12 +58,9 @@ def main() -> None:
     c.say(f"database {c.BENCH_DB}: created and migrated in {c.database_create():.1f} s")
     c.redis_flush()
     (c.ROOT / "var" / "log").mkdir(parents=True, exist_ok=True)
-    from mas_core.teams import api_token_create, membership_set, user_create
 
     team = c.team_with_agent(slug="bench-api", agent="worker")
-    user = user_create(username="bench-api")
-    membership_set(team=team, user=user, role="operator")
-    token = api_token_create(user=user, team=team, role="operator").token
+    token = c.member_token(team, username="bench-api")
     port = c.free_port()
     base = f"http://127.0.0.1:{port}"
     c.os.environ["MAS_RUNS_PER_MIN"] = str(10 * (args.requests + WARM))  # the per-team start limit, raised

@@ -159,12 +159,9 @@ def main() -> None:
     c.redis_flush()
     (c.ROOT / "var" / "log").mkdir(parents=True, exist_ok=True)
     from agents_app.models import Event
-    from mas_core.teams import api_token_create, membership_set, user_create
 
     team = c.team_with_agent(slug="bench-load", agent="worker")
-    user = user_create(username="bench-load")
-    membership_set(team=team, user=user, role="operator")
-    token = api_token_create(user=user, team=team, role="operator").token
+    token = c.member_token(team, username="bench-load")
     ports = [c.free_port() for _ in range(args.web)]
     bases = [f"http://127.0.0.1:{port}" for port in ports]
     servers = [c.start_daphne(port) for port in ports]
