@@ -230,7 +230,7 @@ def test_the_start_answers_the_new_run_as_a_read_shows_it_in_nine_statements(tea
     assert response.status_code == 201, response.content
     statements = [" ".join(query["sql"].split()[:3]) for query in queries]
     assert [s for s in statements if "SAVEPOINT" not in s] == [
-        'SELECT "agents_app_apitoken"."id", "agents_app_apitoken"."team_id",',
+        'SELECT t."id", t."team_id",',
         'SELECT 1 AS',
         'SELECT "agents_app_agent"."id", "agents_app_agent"."team_id",',
         'INSERT INTO "agents_app_run"',
