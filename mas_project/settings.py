@@ -99,9 +99,10 @@ if not DATABASE_URL:
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
 if os.environ.get("MAS_DATABASE_NAME"):
     DATABASES["default"]["NAME"] = os.environ["MAS_DATABASE_NAME"]
-# The web process (mas_project/asgi.py sets MAS_DB_POOL) runs each concurrent request in a thread of its
-# own: without a pool, a hundred requests at once would open a hundred connections and the server refuses
-# the rest ("too many clients"). With the pool they share MAS_DB_POOL_MAX connections and wait their turn.
+# The web process (mas_project/asgi.py sets MAS_DB_POOL) runs each request in a thread of its own
+# (MAS_WEB_CONCURRENCY of them at once) and each websocket's reads in threads of its loop: without a pool,
+# every such thread would keep a connection open, fifty sockets joining at once fifty of them, and the
+# server refuses the rest ("too many clients"). With the pool they share MAS_DB_POOL_MAX connections.
 if os.environ.get("MAS_DB_POOL") == "1":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
