@@ -104,13 +104,12 @@ def _token_sql() -> tuple[str, tuple[Columns, ...]]:
     """The token's row, its team's and its user's side by side, and the user's role in that team now: one
     statement, written once (the ORM compiled its select_related and subquery at every request)."""
     parts = (Columns(ApiToken), Columns(Team), Columns(get_user_model()))
-    user_table = get_user_model()._meta.db_table
     sql = f"""
 SELECT {parts[0].select("t")}, {parts[1].select("m")}, {parts[2].select("u")},
   (SELECT role FROM "{Membership._meta.db_table}" WHERE team_id = t.team_id AND user_id = t.user_id)
 FROM "{ApiToken._meta.db_table}" AS t
 JOIN "{Team._meta.db_table}" AS m ON m.id = t.team_id
-JOIN "{user_table}" AS u ON u.id = t.user_id
+JOIN "{get_user_model()._meta.db_table}" AS u ON u.id = t.user_id
 WHERE t.token_hash = %s AND t.revoked_at IS NULL AND u.is_active
 """
     return sql, parts

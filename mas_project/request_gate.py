@@ -49,7 +49,8 @@ class GatedASGIHandler(ASGIHandler):
 
     def load_middleware(self, is_async=False):
         super().load_middleware(is_async=False)
+        self._in_thread = sync_to_async(self.get_response, thread_sensitive=True)
 
     async def get_response_async(self, request):
         async with loop_local(_gates, _Gate).places:
-            return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+            return await self._in_thread(request)

@@ -45,7 +45,7 @@ def script_check(*, team: Team, script: dict[str, Any] | None, agents: list[str]
 
     ``agents`` are the ones the run starts with; the script's ``"*"`` turns are
     held to the shortest of their timeouts. ``rows``: the team's agents the script and ``agents`` name, when
-    the caller read them (:func:`_agent_rows`).
+    the caller read them already (:func:`_agent_rows`).
     """
     if script is None:
         return
@@ -54,9 +54,9 @@ def script_check(*, team: Team, script: dict[str, Any] | None, agents: list[str]
     try:
         validate_script(script)
         named = set(script) - {"*"}
-        specs = ((row.slug, row.spec) for row in rows.values() if row is not None) if rows is not None else (
-            Agent.objects.filter(team=team, slug__in=named | set(agents)).values_list("slug", "spec"))
-        timeouts = {slug: float((spec.get("limits") or {}).get("timeout_s", 600)) for slug, spec in specs}
+        if rows is None:
+            rows = _agent_rows(team=team, slugs=named | set(agents))
+        timeouts = {slug: float((row.spec.get("limits") or {}).get("timeout_s", 600)) for slug, row in rows.items()}
         starting = [timeouts[slug] for slug in agents if slug in timeouts and slug not in named]
         if starting:
             timeouts["*"] = min(starting)
