@@ -34,6 +34,9 @@ demo: setup sandbox
 	@echo "Running the demo workflow (research -> two reviews at once -> report):"
 	$(BIN)/python manage.py run_workflow research-and-review --team demo \
 	  --input "topic=$(DEMO_TOPIC)" --base-url http://127.0.0.1:8000
+	@echo
+	@echo "Starting the second scenario (a question, two specialists at once, an approval, files, a memory):"
+	$(BIN)/python manage.py demo_scenario --team demo --base-url http://127.0.0.1:8000
 
 # Dependencies go one way (pyproject.toml, [tool.importlinter]): checked before the tests run.
 test: setup browser sandbox

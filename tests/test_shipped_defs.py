@@ -67,7 +67,9 @@ def shipped(kind: Kind) -> dict[str, ParsedDefinition]:
 
 
 def test_the_issue_examples_are_all_shipped():
-    assert slugs(AGENT) == {"researcher", "writer", "reviewer", "orchestrator"}
+    # The demo's second scenario (`manage.py demo_scenario`): a lead and its two specialists.
+    assert slugs(AGENT) == {"researcher", "writer", "reviewer", "orchestrator",
+                            "launch-lead", "market-analyst", "risk-analyst"}
     assert slugs(WORKFLOW) == {"chain", "fan-out", "debate", "review-loop", "research-and-review"}
     assert [path.name for path in markdown_files(TEMPLATES)] == ["chain.md", "debate.md", "fan-out.md",
                                                                  "review-loop.md"]
@@ -91,7 +93,7 @@ def test_every_file_is_a_definition_or_a_file_beside_a_skill():
 
 
 def test_the_parametrized_lists_are_not_empty():
-    assert len(definition_files()) == 15
+    assert len(definition_files()) == 18
     assert len(markdown_files(TEMPLATES)) == 4
 
 
@@ -136,6 +138,9 @@ def test_agents_are_complete_examples():
         "writer": ("medium", ["medium", "large"]),
         "reviewer": ("medium", ["medium", "large"]),
         "orchestrator": ("large", []),
+        "launch-lead": ("medium", []),
+        "market-analyst": ("small", []),
+        "risk-analyst": ("small", []),
     }
 
 

@@ -50,7 +50,7 @@ def on_repo_defs(make_team, repo, settings):
     settings.MAS_TEAM_SECRETS = "OPENAI_API_KEY=onrepo,GITHUB_TOKEN=onrepo"  # what the shipped files name
     team = make_team("onrepo", defs_dir="defs")  # relative: BASE_DIR/defs
     report = markdown_sync(team=team, mode="import")
-    assert (len(report.imported), report.errors) == (15, [])
+    assert (len(report.imported), report.errors) == (18, [])
     return team
 
 
@@ -142,7 +142,7 @@ def test_sync_reports_the_refused_export_per_file(on_repo_defs, repo):
     assert [(item.path, item.detail) for item in report.errors] == [
         ("agents/writer.md", f"refusing to write defs/agents/writer.md: {REASON}")]
     assert (report.exported, report.imported, report.conflicts) == ([], [], [])
-    assert len(report.unchanged) == 14
+    assert len(report.unchanged) == 17
     assert snapshot(repo / "defs") == before
 
 

@@ -44,8 +44,8 @@ def test_the_demo_team_gets_a_copy_under_the_defs_root(shipped, _defs_root):
     assert (team.defs_dir, storage.team_defs_dir(team)) == ("", copy)
     assert snapshot(copy) == shipped
     assert f"The demo team's definitions: {copy} (copied from defs/)." in out
-    assert "15 imported, 0 exported, 0 conflicts, 0 deleted on disk, 0 invalid, 0 skipped, 0 unchanged." in out
-    assert Agent.objects.filter(team=team).count() == 4
+    assert "18 imported, 0 exported, 0 conflicts, 0 deleted on disk, 0 invalid, 0 skipped, 0 unchanged." in out
+    assert Agent.objects.filter(team=team).count() == 7
     assert Workflow.objects.filter(team=team).count() == 5
     assert list(EvalDataset.objects.filter(team=team).values_list("slug", flat=True)) == ["research-and-review-evals"]
     assert Membership.objects.get(team=team).user.username == "demo"
@@ -67,7 +67,7 @@ def test_edits_through_the_api_land_in_the_copy_and_a_second_run_keeps_them(ship
     out = setup_demo()
 
     assert f"The demo team's definitions: {copy} (kept as the team left them)." in out
-    assert "0 imported, 0 exported, 0 conflicts, 0 deleted on disk, 0 invalid, 0 skipped, 14 unchanged." in out
+    assert "0 imported, 0 exported, 0 conflicts, 0 deleted on disk, 0 invalid, 0 skipped, 17 unchanged." in out
     assert "Admin user demo exists" in out
     assert snapshot(copy) == edited
     assert Agent.objects.get(team=team, slug="writer").description == "The demo's own writer."
@@ -83,7 +83,7 @@ def test_a_demo_team_on_the_repository_defs_moves_to_a_copy(shipped, _defs_root)
     team = Team.objects.get(slug="demo")
     assert (team.defs_dir, storage.team_defs_dir(team)) == ("", _defs_root / "demo")
     assert snapshot(_defs_root / "demo") == shipped
-    assert Agent.objects.filter(team=team).count() == 4
+    assert Agent.objects.filter(team=team).count() == 7
 
 
 def test_an_empty_folder_is_seeded_and_an_explicit_one_is_used(shipped, tmp_path):

@@ -267,13 +267,13 @@ def test_shipped_defs_import_cleanly_and_check_passes(make_team, settings):
 
     report = markdown_sync(team=team, mode="import")
 
-    assert len(report.imported) == 15
+    assert len(report.imported) == 18
     assert (report.errors, report.conflicts, report.warnings, report.rewritten) == ([], [], [], [])
     assert files(team) == shipped
     assert Skill.objects.get(team=team, slug="citation-style").references.keys() == {"reference.md"}
     out = sync_command(team, "--check")
     assert out.endswith(
-        "0 to import, 0 to export, 0 conflicts, 0 deleted on disk, 0 invalid, 0 skipped, 15 unchanged.\nIn sync.\n"
+        "0 to import, 0 to export, 0 conflicts, 0 deleted on disk, 0 invalid, 0 skipped, 18 unchanged.\nIn sync.\n"
     )
 
 
