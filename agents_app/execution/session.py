@@ -491,9 +491,8 @@ async def _offered_tools(registry, *, task: str, services: dict[str, Any]) -> li
     schemas = registry.schemas()
     catalogue = [(schema.name, schema.description) for schema in schemas]
     names = await db(offered_names)(task, catalogue)
-    if names is None:
-        return schemas
-    offered = [schema for schema in schemas if schema.name in names]
+    # Below the threshold every tool is offered; an agent that lists tool_search itself still searches them.
+    offered = schemas if names is None else [schema for schema in schemas if schema.name in names]
 
     async def search(*, query: str, limit: int) -> list[tuple[str, str]]:
         ranked = await db(rank)(query, catalogue)
