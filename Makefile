@@ -1,4 +1,4 @@
-# MAS — the two commands of the README: `make demo` and `make test`.
+# MAS — the two commands of the README: `make demo` and `make test` (and `make docs`, the manual).
 # Both create .venv, install, start PostgreSQL (embedded, with pgvector, unless
 # DATABASE_URL is set) and Redis (unless one answers at REDIS_URL), migrate.
 
@@ -10,12 +10,14 @@ STAMP  := $(VENV)/.installed
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
 DEMO_TOPIC ?= How do ocean tides work?
-# The environment variables the demo team's definitions may name (README, "Secrets"): the keys of the
-# providers the README describes and the GitHub MCP server's token, for team demo only. Set
+# `make docs` serves the manual here (daphne has 8000).
+MAS_DOCS_PORT ?= 8001
+# The environment variables the demo team's definitions may name (docs/security.md, "Secrets"): the keys of the
+# providers the manual describes and the GitHub MCP server's token, for team demo only. Set
 # MAS_TEAM_SECRETS yourself to declare others; `make test` uses its own (mas_project/settings_test.py).
 export MAS_TEAM_SECRETS ?= OPENAI_API_KEY=demo,ANTHROPIC_API_KEY=demo,GEMINI_API_KEY=demo,GITHUB_TOKEN=demo
 
-.PHONY: demo test stop status setup install services migrate clean-var browser sandbox
+.PHONY: demo test docs docs-build stop status setup install services migrate clean-var browser sandbox
 
 demo: setup sandbox
 	$(BIN)/python manage.py setup_demo
@@ -38,10 +40,20 @@ demo: setup sandbox
 	@echo "Starting the second scenario (a question, two specialists at once, an approval, files, a memory):"
 	$(BIN)/python manage.py demo_scenario --team demo --base-url http://127.0.0.1:8000
 
-# Dependencies go one way (pyproject.toml, [tool.importlinter]): checked before the tests run.
+# Dependencies go one way (pyproject.toml, [tool.importlinter]) and the manual builds with no broken link:
+# both checked before the tests run (tests/test_docs.py runs the manual's examples).
 test: setup browser sandbox
 	$(BIN)/lint-imports
+	$(MAKE) docs-build
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The manual (mkdocs.yml, docs/): built into var/site, never into tracked files; offline (no plugin downloads).
+# NO_MKDOCS_2_WARNING: Material's banner about MkDocs 2.0, printed on every build.
+docs-build: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir var/site
+
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(MAS_DOCS_PORT)
 
 # The monitor's browser test drives Debian's Chromium (Playwright's own download is not used).
 browser:
@@ -67,7 +79,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
 	touch $(STAMP)
 
 services: install

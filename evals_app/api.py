@@ -137,7 +137,7 @@ def eval_dataset_or_404(actor: Actor, slug: str):
 
 
 def _invalid(error: EvalError, *, field: str = "") -> NoReturn:
-    """A refusal of what the request asked: a 422 naming its field, as the README's errors are."""
+    """A refusal of what the request asked: a 422 naming its field, as docs/reference/api.md says errors are."""
     loc = ["body", *([field or error.field] if (field or error.field) else [])]
     raise NinjaValidationError([{"loc": loc, "msg": str(error), "type": "eval_refused"}]) from None
 

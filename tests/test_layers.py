@@ -70,14 +70,15 @@ def test_one_import_back_up_breaks_a_contract(tmp_path, module, line, contract, 
 
 
 def test_make_test_lints_imports_before_pytest():
-    """README, "Layers": ``make test`` runs lint-imports before pytest."""
+    """docs/concepts/architecture.md, "Layers": ``make test`` runs lint-imports before pytest."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
     assert recipe.index("$(BIN)/lint-imports") < recipe.index("$(BIN)/python -m pytest")
 
 
 def test_the_higher_layers_fill_the_hooks_at_start_up():
-    """README, "Layers": kinds registered by their apps; workflows_app fills the run hooks and channel listeners."""
+    """docs/concepts/architecture.md: kinds registered by their apps; workflows_app fills the run hooks and channel
+    listeners."""
     from agents_app.execution.hooks import RUN_HOOKS
     from mas_core.definitions.kinds import KINDS
     from mas_core.hooks import CHANNEL_PUBLISHED

@@ -207,12 +207,12 @@ def test_the_eval_dataset_tests_the_demo_workflow_on_the_demo_topic():
                      "max_cost_usd", "max_tokens", "max_duration_s"}
 
 
-def test_the_readme_lists_the_folder_of_every_kind():
+def test_the_manual_lists_the_folder_of_every_kind():
     import re
 
-    readme = (DEFS.parent / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Definitions as markdown\n"):]
-    listing = section[section.index("```\n") + 4:section.index("```", section.index("```\n") + 4)]
+    from tests.manual import example
+
+    listing = example("docs/concepts/definitions.md", language="text", containing="defs/agents/").text
     assert re.findall(r"^defs/([a-z]+)/", listing, re.M) == [
         "agents", "workflows", "tools", "mcp", "skills", "providers", "evals"]
     assert {kind.folder for kind in KINDS} == {"agents", "workflows", "tools", "mcp", "skills", "providers", "evals"}

@@ -1,10 +1,8 @@
-"""Approval policies: what matches, what is refused on save, and the README's examples as written."""
+"""Approval policies: what matches, what is refused on save, and the manual's examples as written."""
 
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -16,12 +14,9 @@ from agents_app.kinds import AGENT
 from mas_core.definitions.markdown import DefinitionError
 from mas_core.definitions.services import definition_parse
 from agents_app.models import ApprovalRequest
+from tests.manual import example
 
-
-def _readme_section() -> str:
-    text = Path(settings.BASE_DIR, "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## People in the loop"):]
-    return section[:section.index("\n## ", 5)]
+PAGE = "docs/concepts/people-in-the-loop.md"
 
 
 def test_names_patterns_and_mcp_unmarked_match_what_they_say():
@@ -51,8 +46,8 @@ def test_bad_entries_are_refused_naming_the_problem(entries, message):
     assert str(error.value) == message
 
 
-def test_the_readmes_agent_needs_approval_for_what_it_lists(team_a):
-    [markdown] = re.findall(r"```markdown\n(.*?)```", _readme_section(), re.S)
+def test_the_manuals_agent_needs_approval_for_what_it_lists(team_a):
+    markdown = example(PAGE, language="markdown", heading="Requiring approval").text
     parsed = definition_parse(kind=AGENT, team=team_a, text=markdown)
     rules = policy_rules(agent=parsed.spec.approval, run=[], team=[])
     assert rule_for(rules, "code_exec").pattern == "code_exec"
@@ -71,8 +66,8 @@ def test_an_agent_with_a_bad_approval_entry_is_refused_on_save(team_a):
 
 
 @pytest.mark.django_db
-def test_the_readmes_webhook_body_has_the_keys_a_request_sends():
-    [body] = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", _readme_section(), re.S)]
+def test_the_manuals_webhook_body_has_the_keys_a_request_sends():
+    body = json.loads(example(PAGE, language="json", heading="Notifications").text)
     assert sorted(body) == ["data", "event", "sent_at", "team"]
     request = ApprovalRequest(kind="approval", agent="deployer", tool="code_exec", call_id="call_1",
                               arguments={}, reason="", deadline=timezone.now())

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-
 import pytest
-from django.conf import settings
 
 from agents_app.execution.runs import run_start
 from agents_app.models import ApprovalRequest
@@ -64,13 +60,13 @@ def webhook_worker(django_db_setup, django_db_blocker):
     app.conf.task_default_queue = before
 
 
-def readme_verify():
-    """The README's signature check, run as written."""
-    text = Path(settings.BASE_DIR, "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## People in the loop"):]
-    [snippet] = re.findall(r"```python\n(.*?)```", section[:section.index("\n## ", 5)], re.S)
+def manual_verify():
+    """The manual's signature check (docs/concepts/people-in-the-loop.md), run as written."""
+    from tests.manual import example
+
+    snippet = example("docs/concepts/people-in-the-loop.md", language="python", heading="Notifications").text
     namespace: dict = {}
-    exec(snippet, namespace)  # noqa: S102 (the README's own example)
+    exec(snippet, namespace)  # noqa: S102 (the manual's own example)
     return namespace["verify"]
 
 
@@ -96,7 +92,7 @@ def test_the_webhook_hears_requests_questions_and_the_run_end_signed_with_the_te
     finally:
         receiver.close()
 
-    verify = readme_verify()
+    verify = manual_verify()
     (headers, body), (end_headers, end_body) = receiver.received
     assert verify(body, headers["X-MAS-Signature"], "s3cret-for-hooks") is True
     assert verify(end_body, end_headers["X-MAS-Signature"], "s3cret-for-hooks") is True

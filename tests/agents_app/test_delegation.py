@@ -171,21 +171,16 @@ def test_cancelling_a_run_cancels_the_waiting_parent_and_its_children(team_a, ce
     assert events(run, "tool_result") == []
 
 
-def _readme_json_after(heading: str) -> list:
-    """The JSON blocks of the README paragraph that starts with ``heading``."""
-    import re
-    from pathlib import Path
+def _manual_json_under(heading: str) -> list:
+    """The JSON blocks of docs/concepts/runs.md under ``heading``."""
+    from tests.manual import examples, section
 
-    from django.conf import settings
-
-    text = Path(settings.BASE_DIR, "README.md").read_text(encoding="utf-8")
-    section = text[text.index(heading):]
-    section = section[:section.index("\n**", 1)]
-    return [json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.S)]
+    name = "docs/concepts/runs.md"
+    return [json.loads(block.text) for block in examples(name, section(name, heading)) if block.language == "json"]
 
 
-def test_the_readmes_expect_example_runs_as_it_says(team_a, celery_worker_process):
-    [script] = _readme_json_after("**Scripts that check what they are sent.**")
+def test_the_manuals_expect_example_runs_as_it_says(team_a, celery_worker_process):
+    [script] = _manual_json_under("Scripts that check what they are sent")
     agent(team_a, "Lead")
     agent(team_a, "Helper")
     run = finish(run_start(team=team_a, agent="lead", input="x", script=script))
@@ -196,8 +191,8 @@ def test_the_readmes_expect_example_runs_as_it_says(team_a, celery_worker_proces
     assert run.status == "failed" and "turn 1 expected 'Hello'" in run.error
 
 
-def test_the_readmes_outcome_example_has_the_keys_the_model_gets():
+def test_the_manuals_outcome_example_has_the_keys_the_model_gets():
     from agents_app.execution.children import OUTCOME_KEYS
 
-    [outcome] = _readme_json_after("**Working together.**")
+    [outcome] = _manual_json_under("Working together")
     assert tuple(outcome) == OUTCOME_KEYS == ("agent", "status", "result", "outputs", "files", "failure")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 from django.db import transaction
@@ -56,19 +55,17 @@ def _loc_and_message(response):
 # -- on a worker ----------------------------------------------------------------------------
 
 
-def readme_fork_body() -> dict:
-    """The request body of the README's fork example."""
-    from django.conf import settings
+def manual_fork_body() -> dict:
+    """The request body of the manual's fork example (docs/concepts/forks.md)."""
+    from tests.manual import example
 
-    text = Path(settings.BASE_DIR, "README.md").read_text(encoding="utf-8")
-    section = text[text.index("**Forks.**"):text.index("## Watching runs live\n")]
-    [block] = re.findall(r"```sh\n(.*?)```", section, re.S)
+    block = example("docs/concepts/forks.md", language="sh", containing="/fork").text
     assert block.rstrip().endswith("/api/runs/$RUN/fork")
     return json.loads(re.search(r"-d '(.*?)'", block).group(1))
 
 
 @pytest.mark.worker
-def test_the_readmes_fork_of_a_failed_run_with_an_edited_tool_result_succeeds_and_leaves_the_run_as_it_was(
+def test_the_manuals_fork_of_a_failed_run_with_an_edited_tool_result_succeeds_and_leaves_the_run_as_it_was(
         team_a, api_for, celery_worker_process, runs_settled):
     agent(team_a, "Lead")
     # The answer is not where the agent looks: its next turn expects 42 in the tool's result, and fails without.
@@ -78,10 +75,10 @@ def test_the_readmes_fork_of_a_failed_run_with_an_edited_tool_result_succeeds_an
     assert run.error.startswith("provider_error: expectation: script for agent lead, turn 1 expected '42'")
     before = recorded(run)
     point = tool_event(run, "tool_result", "vfs_read")
-    assert (point.seq, point.data["ok"]) == (7, False)  # as the README tells it
+    assert (point.seq, point.data["ok"]) == (7, False)  # as the manual tells it
 
     client = api_for(team_a, "operator")
-    response = client.post(f"/api/runs/{run.id}/fork", readme_fork_body())
+    response = client.post(f"/api/runs/{run.id}/fork", manual_fork_body())
     assert response.status_code == 201, response.content
     body = response.json()
     assert (body["forked_from"], body["fork_seq"], body["forks"]) == (str(run.id), 7, [])

@@ -170,24 +170,13 @@ def test_the_api_refuses_an_invalid_output_schema_naming_the_field(team_a, api_f
     assert created.json()["output_schema"] == {"type": "object", "required": ["score"]}
 
 
-def readme_yaml_after(heading: str) -> list[str]:
-    """The YAML blocks of the README paragraph that starts with ``heading``."""
-    import re
-    from pathlib import Path
-
-    from django.conf import settings
-
-    text = Path(settings.BASE_DIR, "README.md").read_text(encoding="utf-8")
-    section = text[text.index(heading):]
-    section = section[:section.index("\n**", 1)]
-    return re.findall(r"```yaml\n(.*?)```", section, re.S)
-
-
-def test_the_readmes_output_schema_example_is_a_valid_agent(team_a):
+def test_the_manuals_output_schema_example_is_a_valid_agent(team_a):
     from mas_core.outputs import value_errors
+    from tests.manual import example
 
-    [example] = readme_yaml_after("**Typed outputs.**")
-    define(team_a, AGENT, example)
+    block = example("docs/concepts/runs.md", language="markdown", heading="Typed outputs")
+    assert block.title == "defs/agents/scorer.md"
+    define(team_a, AGENT, block.text)
     schema = Agent.objects.get(team=team_a, slug="scorer").spec["output_schema"]
     assert schema["required"] == ["score"]
     assert value_errors(schema, '{"score": 7}') == []

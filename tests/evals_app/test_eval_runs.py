@@ -170,7 +170,7 @@ def test_a_run_saved_as_a_case_replays_the_other_agents_and_passes(team_a, api_f
         assert case["script"]["helper"][0]["text"] == "4"
         assert [c["type"] for c in case["checks"]] == ["status", "exact"]
         again = editor.post(f"/api/runs/{original.pk}/eval-case", {"dataset": "lead-cases", "case_id": "sum"})
-        # README: 409 duplicate.
+        # docs/reference/api.md: 409 duplicate.
         assert (again.status_code, again.json()) == (409, {"detail": "dataset 'lead-cases' already has a case 'sum'"})
         assert EvalDataset.objects.get(team=team_a, slug="lead-cases").version == 1
 
@@ -208,7 +208,7 @@ def test_a_run_saved_as_a_case_replays_the_other_agents_and_passes(team_a, api_f
 def test_refusals_are_clear_and_start_nothing(team_a, team_b, api_for, writer_versions):
     operator = api_for(team_a, "operator")
     assert operator.post("/api/evals/nope/runs", {}).json() == {"detail": "no eval dataset 'nope' in team alpha"}
-    # README: 422 invalid, with the field path.
+    # docs/reference/api.md: 422 invalid, with the field path.
     refused = operator.post("/api/evals/writer-evals/runs", {"agent_version": 7})
     assert (refused.status_code, refused.json()) == (422, {"detail": [{
         "loc": ["body", "agent_version"], "msg": "agent 'writer' has no version 7 (kept versions: 1, 2)",
@@ -284,23 +284,18 @@ def test_the_judge_scores_through_a_team_provider_on_the_evals_own_budget(team_a
     assert (unjudged.cases.get().status, unjudged.judge_cost_usd) == ("passed", 0)
 
 
-def readme_dataset() -> str:
-    import re
-    from pathlib import Path
+def manual_dataset() -> str:
+    """The dataset of the manual's Evals page (docs/concepts/evals.md)."""
+    from tests.manual import example
 
-    from django.conf import settings
-
-    text = Path(settings.BASE_DIR, "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## Evals\n"):text.index("## Watching runs live\n")]
-    [dataset] = re.findall(r"```markdown\n(.*?)```", section, re.S)
-    return dataset
+    return example("docs/concepts/evals.md", language="markdown", containing="name: Writer evals").text
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
-def test_the_readmes_dataset_passes_with_the_readmes_command(team_a, celery_worker_process):
+def test_the_manuals_dataset_passes_with_the_manuals_command(team_a, celery_worker_process):
     agent(team_a, "Writer", "tools: [vfs_read, vfs_write]\n")
-    row = define(team_a, EVAL, readme_dataset()).row
+    row = define(team_a, EVAL, manual_dataset()).row
     assert (row.slug, [case["id"] for case in row.spec["cases"]]) == ("writer-evals", ["greet", "report"])
     out = StringIO()
     call_command("eval", "writer-evals", "--team", team_a.slug, "--min-pass", "0.9", stdout=out)

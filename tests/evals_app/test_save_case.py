@@ -54,7 +54,7 @@ def test_refusals_name_the_problem_and_save_nothing(team_a, team_b, api_for):
     workflow_run = Run.objects.create(team=team_a, workflow="pipeline", status="failed", input="t")
     theirs = Run.objects.create(team=team_b, agent="writer", status="succeeded", input="t", result="ok")
     refusals = [
-        # README: 409 while a run is queued or running (a conflict with its state), 422 invalid with the field.
+        # docs/concepts/evals.md: 409 while a run is queued or running (a conflict with its state), 422 invalid with the field.
         (working, "writer-evals", 409, {"detail": "the run is still running: save it as a case once it has finished"}),
         (reviewer_run, "writer-evals", 422, {"detail": [{
             "loc": ["body", "dataset"], "type": "eval_refused",

@@ -1,14 +1,13 @@
 """The shipped dataset (defs/evals/research-and-review-evals.md) passes on the demo team with the bundled recording.
 
-What a new team does after `make demo`: the README's `manage.py eval research-and-review-evals --team demo`,
-run here as the README writes it. The team has no
+What a new team does after `make demo`: the manual's `manage.py eval research-and-review-evals --team demo`
+(docs/concepts/evals.md), run here as the page writes it. The team has no
 usable model provider (the shipped OpenAI row names a key variable that is not set), so the agents under test
 play the bundled demo recording; the cases run as workflow runs on a real Celery worker.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from io import StringIO
 from pathlib import Path
@@ -24,19 +23,17 @@ from evals_app.models import EvalRun
 SLUG = "research-and-review-evals"
 
 
-def readme_command() -> list[str]:
-    """The arguments of the README's command for the shipped dataset (after `python manage.py`)."""
-    readme = Path(settings.BASE_DIR, "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Evals\n"):readme.index("## Watching runs live\n")]
-    blocks = [block for block in re.findall(r"```sh\n(.*?)```", section, re.S) if SLUG in block]
-    assert len(blocks) == 1, blocks
-    words = shlex.split(blocks[0])
+def manual_command() -> list[str]:
+    """The arguments of the manual's command for the shipped dataset (after `python manage.py`)."""
+    from tests.manual import example
+
+    words = shlex.split(example("docs/concepts/evals.md", language="sh", containing=SLUG).text)
     assert words[:2] == ["python", "manage.py"], words
     return words[2:]
 
 
-def test_the_readme_names_the_shipped_file_and_its_command():
-    assert readme_command() == ["eval", SLUG, "--team", "demo"]
+def test_the_manual_names_the_shipped_file_and_its_command():
+    assert manual_command() == ["eval", SLUG, "--team", "demo"]
     assert Path(settings.BASE_DIR, "defs", "evals", f"{SLUG}.md").is_file()
 
 
@@ -46,7 +43,7 @@ def test_the_shipped_dataset_passes_on_the_demo_team_with_the_bundled_recording(
                                                                                 demo_secrets):
     call_command("setup_demo", stdout=StringIO())
     out = StringIO()
-    call_command(*readme_command(), stdout=out)  # --min-pass is 1.0 by default: raises unless every case passes
+    call_command(*manual_command(), stdout=out)  # --min-pass is 1.0 by default: raises unless every case passes
     lines = [" ".join(line.split()) for line in out.getvalue().splitlines()]
 
     eval_run = EvalRun.objects.get()

@@ -125,12 +125,13 @@ def test_a_record_with_nothing_secret_is_left_as_it_was(settings):
     assert (record.msg, record.args, record.exc_info) == ("hello %s", ("world",), exc_info)
 
 
-def test_the_readmes_declaration_examples_mean_what_it_says(settings):
+def test_the_manuals_declaration_examples_mean_what_it_says(settings):
     import re
-    from pathlib import Path
 
-    readme = Path(settings.BASE_DIR, "README.md").read_text(encoding="utf-8")
-    examples = re.findall(r'^MAS_TEAM_SECRETS="([^"]*)"', readme, re.M)
+    from tests.manual import example
+
+    block = example("docs/security.md", language="sh", heading="Secrets", containing="MAS_TEAM_SECRETS=").text
+    examples = re.findall(r'^MAS_TEAM_SECRETS="([^"]*)"', block, re.M)
     assert len(examples) == 2
     settings.MAS_TEAM_SECRETS = examples[0]  # both, for every team
     assert [env_refusal(name, team=team) for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")

@@ -302,15 +302,11 @@ def test_stats_of_a_workflow_without_loops_have_none():
                                           cost=0.0)
 
 
-def test_the_readmes_examples_are_a_valid_step_and_loop():
-    import re
-    from pathlib import Path
+def test_the_manuals_examples_are_a_valid_step_and_loop():
+    from tests.manual import example
 
-    from django.conf import settings
-
-    text = Path(settings.BASE_DIR, "README.md").read_text(encoding="utf-8")
-    [step] = re.findall(r"```yaml\n(.*?)```", text[text.index("**Typed step outputs.**"):], re.S)[:1]
-    [loops] = re.findall(r"```yaml\n(.*?)```", text[text.index("**Loops.**"):], re.S)[:1]
+    step = example("docs/concepts/workflows.md", language="yaml", heading="Typed step outputs").text
+    loops = example("docs/concepts/workflows.md", language="yaml", heading="Loops", containing="loops:").text
     draft = "- id: draft\n  agent: writer\n  prompt: 'Again, after {review.review_report}'\n  outputs: [draft]\n"
     review = step.replace("  agent: reviewer\n", "  agent: reviewer\n  depends_on: [draft]\n")
     parsed = parse_definition(WORKFLOW, f"---\nname: Readme\nsteps:\n{draft}{review}{loops}---\n",

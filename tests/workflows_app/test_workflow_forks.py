@@ -150,7 +150,7 @@ def test_a_fork_after_the_workflow_stopped_ends_as_it_did(team_a, celery_worker_
     assert (fork.status, fork.error) == ("failed", run.error)
     assert not Session.objects.filter(run=fork).exists()
     assert [step["status"] for step in workflow_steps(fork)] == ["succeeded", "failed"]
-    # From that step's start (as the README says), it runs again at the version pinned, and succeeds.
+    # From that step's start (as docs/concepts/forks.md says), it runs again at the version pinned, and succeeds.
     point = events(run, "step_start")[1]
     assert point.data["step"] == "write"
     fork = finish(run_fork(run=run, seq=point.seq, versions={"agent:writer": 1}))

@@ -1,5 +1,7 @@
-"""The README's examples, run as written: the websocket follower and the token that starts runs (and the
-workflow form's cells, as the README names them)."""
+"""The manual's examples, run as written: the websocket follower, the token that starts runs (on every page
+that shows it: the README, the quickstart, the API reference), the own team's commands, and the workflow form's
+cells as the manual names them. tests/test_docs.py checks every example of every page for what its syntax
+promises; these run the ones that say more."""
 
 from __future__ import annotations
 
@@ -9,24 +11,18 @@ import shlex
 import subprocess
 import sys
 from io import StringIO
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.core.management import call_command
 
 from agents_app.kinds import AGENT
 from mas_core.definitions.services import definition_parse, definition_save
 from tests.conftest import ApiClient
+from tests.manual import example, page, pages
 from tests.web import WebServer
 
-README = Path(settings.BASE_DIR, "README.md").read_text()
-
-
-def readme_block(containing: str, language: str = "python") -> str:
-    blocks = [block for block in re.findall(rf"```{language}\n(.*?)```", README, re.S) if containing in block]
-    assert len(blocks) == 1, f"expected one {language} block with {containing!r} in the README"
-    return blocks[0]
+# The pages that show how to get a token and start a run with it (each is run; the list must not shrink to none).
+TOKEN_PAGES = [name for name in pages() if "manage.py create_api_token demo" in page(name)]
 
 
 def define(team, name: str) -> None:
@@ -36,7 +32,7 @@ def define(team, name: str) -> None:
 
 @pytest.fixture
 def web(transactional_db):
-    server = WebServer(label="readme")
+    server = WebServer(label="docs")
     server.start()
     yield server
     server.stop()
@@ -59,7 +55,7 @@ def test_the_websocket_example_prints_a_live_runs_events(team_a, make_member, ma
     run_id = json.loads(answer.body)["id"]
     assert Run.objects.get(pk=run_id).status in {"queued", "running"}  # followed live, not read afterwards
     follow = tmp_path / "follow.py"
-    follow.write_text(readme_block("websockets.connect"))
+    follow.write_text(example("docs/concepts/monitor.md", language="python", containing="websockets.connect").text)
     done = subprocess.run([sys.executable, str(follow), run_id, token, f"ws://127.0.0.1:{web.port}"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
@@ -74,8 +70,14 @@ def test_the_websocket_example_prints_a_live_runs_events(team_a, make_member, ma
     assert Run.objects.get(pk=run_id).status == "succeeded"
 
 
-def test_the_readme_token_has_a_role_that_starts_runs(team_a, make_member):
-    [line] = [line for line in README.splitlines() if "manage.py create_api_token" in line and "--role" in line]
+def test_the_pages_show_the_token_on_the_readme_the_quickstart_and_the_api_reference():
+    assert TOKEN_PAGES == ["README.md", "docs/quickstart.md", "docs/reference/api.md"]
+
+
+@pytest.mark.parametrize("name", TOKEN_PAGES)
+def test_the_token_of_the_page_has_a_role_that_starts_runs(name, team_a, make_member):
+    text = page(name)
+    [line] = [line for line in text.splitlines() if "manage.py create_api_token" in line and "--role" in line]
     argv = shlex.split(line[line.index("manage.py") + len("manage.py"):].split("|")[0].strip(" )"))
     assert argv == ["create_api_token", "demo", "--team", "demo", "--role", "operator"]
     make_member(team_a, role="admin", username="demo")
@@ -84,9 +86,9 @@ def test_the_readme_token_has_a_role_that_starts_runs(team_a, make_member):
     call_command(*[team_a.slug if arg == "demo" and argv[i - 1] == "--team" else arg for i, arg in enumerate(argv)],
                  stdout=out)
     token = out.getvalue().splitlines()[-1]
-    # The README's next lines: list the agents, start a run.
+    # The page's next lines: list the agents, start a run.
     assert ApiClient(token).get("/api/agents").status_code == 200
-    payload = json.loads(re.search(r"-d '(\{\"agent\".*?\})'", README).group(1))
+    payload = json.loads(re.search(r"-d '(\{\"agent\".*?\})'", text).group(1))
     assert payload == {"agent": "researcher", "input": "How do ocean tides work?"}
     started = ApiClient(token).post("/api/runs", payload)
     assert started.status_code == 201, started.content
@@ -99,26 +101,22 @@ def test_the_readme_token_has_a_role_that_starts_runs(team_a, make_member):
     assert refused.status_code == 403
 
 
-def readme_section(title: str) -> str:
-    start = README.index(f"\n## {title}\n")
-    return README[start:README.index("\n## ", start + 1)]
-
-
-def test_the_readme_own_team_commands_create_a_team_its_admin_and_a_token(db):
+def test_the_own_team_commands_create_a_team_its_admin_and_a_token(db):
     from django.contrib.auth import get_user_model
     from django.test import Client
 
     from agents_app.models import Membership, Team
 
-    section = readme_section("Your own team")
-    [line] = [line for line in readme_block("create_team", "sh").splitlines() if "manage.py" in line]
+    text = page("docs/your-team.md")
+    block = example("docs/your-team.md", language="sh", containing="create_team").text
+    [line] = [line for line in block.splitlines() if "manage.py" in line]
     argv = shlex.split(line[line.index("manage.py") + len("manage.py"):])
     assert argv == ["create_team", "research", "--admin", "alice", "--name", "Research"]
     out = StringIO()
     call_command(*argv, stdout=out)
     link = out.getvalue().splitlines()[-1]
     assert re.fullmatch(r"http://127\.0\.0\.1:8000/accounts/reset/[\w-]+/[\w-]+/", link), link
-    assert "`http://127.0.0.1:8000/accounts/reset/…/`" in section
+    assert "`http://127.0.0.1:8000/accounts/reset/…/`" in text
     team = Team.objects.get(slug="research")
     assert (team.name, list(Membership.objects.filter(team=team).values_list("user__username", "role"))) == (
         "Research", [("alice", "admin")])
@@ -127,8 +125,8 @@ def test_the_readme_own_team_commands_create_a_team_its_admin_and_a_token(db):
     form_url = client.get(link.removeprefix("http://127.0.0.1:8000"))["Location"]
     client.post(form_url, {"new_password1": "tide-pools-at-dawn-42", "new_password2": "tide-pools-at-dawn-42"})
     assert get_user_model().objects.get(username="alice").check_password("tide-pools-at-dawn-42")
-    # The token line of the section, through manage.py as it says.
-    [token_line] = re.findall(r"`(create_api_token [^`]*)`", section)
+    # The token line of the page, through manage.py as it says.
+    [token_line] = re.findall(r"`(create_api_token [^`]*)`", text)
     token_out = StringIO()
     call_command(*shlex.split(token_line), stdout=token_out)
     token = token_out.getvalue().splitlines()[-1]
@@ -139,11 +137,11 @@ def test_the_readme_own_team_commands_create_a_team_its_admin_and_a_token(db):
     assert (row.team.slug, row.user.username, row.role) == ("research", "alice", "operator")
 
 
-def test_the_readme_names_the_workflow_forms_cells():
+def test_the_manual_names_the_workflow_forms_cells():
     from workflows_app.admin_workflow_form import LOOP_COLUMNS, STEP_COLUMNS
 
-    prose = " ".join(README.split())
+    prose = " ".join(page("docs/concepts/definitions.md").split())
     found = re.search(r"each step as a row \(([^)]*)\) and each loop as a row \(([^)]*)\)", prose)
-    assert found, "the README's sentence on the workflow form"
+    assert found, "the manual's sentence on the workflow form"
     assert found.group(1).split(", ") == [column.label.lower() for column in STEP_COLUMNS]
     assert found.group(2).split(", ") == [column.label.lower() for column in LOOP_COLUMNS]

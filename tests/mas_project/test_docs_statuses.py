@@ -1,28 +1,20 @@
-"""Issue 23, point 8: every README statement that a refusal is a 409 or a 422, run against the API.
+"""Issue 23, point 8: every statement of the manual that a refusal is a 409 or a 422, run against the API.
 
-The probe found refusals answering 400 where the README says 409/422. Each statement is quoted and run
+The probe found refusals answering 400 where the manual (then the README) says 409/422. Each statement is quoted and run
 here (the eval endpoints' own are in tests/evals_app; the approvals' second decision in
 tests/agents_app/test_approvals.py; the forks' in tests/agents_app/test_forks.py).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from django.conf import settings
 
 from agents_app.models import Run
+from tests.manual import says
 from tests.runs import agent
 
 pytestmark = pytest.mark.django_db
-
-README = Path(settings.BASE_DIR, "README.md").read_text(encoding="utf-8")
-
-
-def says(text: str) -> None:
-    """The statement tested is the README's, word for word (a reworded README must reword the test)."""
-    assert " ".join(text.split()) in " ".join(README.split()), text
 
 
 def test_a_duplicate_slug_is_a_409(team_a, api_for):
