@@ -1,5 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.http import HttpRequest, HttpResponseRedirect
+from django.templatetags.static import static
 from django.urls import path
 
 from agents_app import views as monitor
@@ -12,8 +14,15 @@ from mas_project.sign_in import AdminSignInForm, SignInForm
 
 admin.site.login_form = AdminSignInForm  # throttled per account and address, as the site's login
 
+
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    """Browsers and tools ask for /favicon.ico whatever a page links: MAS's icon (the SVG the pages link)."""
+    return HttpResponseRedirect(static("mas/favicon.svg"))
+
+
 urlpatterns = [
     path("", monitor.home_page, name="home"),
+    path("favicon.ico", favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("metrics", metrics_view, name="metrics"),

@@ -24,7 +24,9 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from mas_core.admin_base import ReadOnlyTeamAdmin, team_ids, teams_with
 from agents_app.approvals.policy import MAX_DEADLINE_S, OUTCOMES
@@ -38,6 +40,7 @@ from agents_app.approvals.services import (
 )
 from agents_app.models import ApprovalRequest, Team
 from agents_app.models.approvals import RequestKind, RequestStatus
+from agents_app.models.runs import FINISHED_RUN_STATUSES
 
 MAX_ARGUMENTS_CHARS = 100_000
 MAX_POLICY_CHARS = 20_000
@@ -114,7 +117,9 @@ class DecisionForm(forms.Form):
 @admin.register(ApprovalRequest)
 class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
     use_model_perms = False  # the role decides: viewers see, operators and admins decide
-    list_display = ("created_at", "what", "details", "kind", "agent", "run_link", "status", "deadline", "decided")
+    # Dates short and the agent beside its run, so that every column fits beside the admin's side bars at a desk
+    # (the kind shows in the request: "Question: …", "Gate: …", or the tool an approval is for).
+    list_display = ("asked", "what", "details", "run_link", "status", "due", "decided")
     list_display_links = ("what",)
     list_filter = (InboxStatusFilter, "kind")
     list_select_related = ("run", "decided_by", "team")
@@ -124,11 +129,17 @@ class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
     change_form_template = "admin/mas/approval_request.html"
     change_list_template = "admin/mas/approval_inbox.html"
 
+    @admin.display(description="Asked", ordering="created_at")
+    def asked(self, obj):
+        return _when(obj.created_at)
+
     @admin.display(description="Request")
     def what(self, obj):
         if obj.kind == RequestKind.QUESTION:
             question = obj.question if len(obj.question) <= 100 else obj.question[:99] + "…"
             return f"Question: {question}"
+        if obj.kind == RequestKind.GATE:
+            return f"Gate: {obj.tool}"
         return obj.tool
 
     @admin.display(description="Arguments / choices")
@@ -138,17 +149,50 @@ class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
         text = json.dumps(obj.arguments, ensure_ascii=False, default=str)
         return text if len(text) <= 120 else text[:119] + "…"
 
-    @admin.display(description="Run")
+    @admin.display(description="Agent and run")
     def run_link(self, obj):
-        return format_html("<a href='{}'>{}</a> ({})", reverse("monitor-run", args=[obj.run_id]),
+        return format_html("{} in <a href='{}'>{}</a> ({})", obj.agent, reverse("monitor-run", args=[obj.run_id]),
                            str(obj.run_id)[:8], obj.run.status)
+
+    @admin.display(description="Deadline", ordering="deadline")
+    def due(self, obj):
+        return _when(obj.deadline)
 
     @admin.display(description="Decided")
     def decided(self, obj):
         if obj.decided_at is None:
             return "—"
         who = obj.decided_by.get_username() if obj.decided_by_id else "the system"
-        return f"{who}, {obj.decided_at:%Y-%m-%d %H:%M:%S}"
+        return f"{who}, {_when(obj.decided_at, seconds=True)}"
+
+    def get_list_display(self, request):
+        return (*super().get_list_display(request), self._decide_column(request))
+
+    def _decide_column(self, request: HttpRequest):
+        """The inbox's last column: Approve and Reject for a pending call or gate, a link to answer a question.
+
+        The buttons POST to the request's own page, so a decision from the list goes through the same
+        permission check and ``approval_decide`` as one made there; the list comes back. The list is inside
+        the admin's changelist form (a form in a form is dropped by the browser), so the buttons post that
+        form, with its CSRF token, to the request's page (``formaction``).
+        """
+        back = request.get_full_path()
+
+        @admin.display(description="Decide")
+        def decide(obj: ApprovalRequest):
+            if not _decidable(obj) or not self.can_decide(request, obj):
+                return "—"
+            url = reverse("admin:agents_app_approvalrequest_change", args=[obj.pk])
+            if obj.kind == RequestKind.QUESTION:
+                return format_html("<a class='button mas-answer' href='{}'>Answer…</a>", url)
+            return format_html(
+                "<div class='mas-decide'><input type='hidden' name='next' value='{}'>"
+                "<button type='submit' class='button default' formaction='{}' name='decision' value='approve'>"
+                "Approve</button>"
+                "<button type='submit' class='button mas-reject' formaction='{}' name='decision' value='reject'>"
+                "Reject</button></div>", back, url, url)
+
+        return decide
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -185,7 +229,7 @@ class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
                 else:
                     self.message_user(request, f"{_describe(decided)}: {decided.get_status_display().lower()}.",
                                       messages.SUCCESS)
-                    return HttpResponseRedirect(reverse("admin:agents_app_approvalrequest_changelist"))
+                    return HttpResponseRedirect(_inbox_url(request))
             else:
                 error, status = " ".join(message for errors in form.errors.values() for message in errors), 422
             obj = self.get_object(request, object_id)  # as it is now (another person may have decided)
@@ -199,8 +243,7 @@ class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
             "request_obj": obj, "arguments_json": pretty(obj.arguments), "decision_json": pretty(obj.decision),
             "edited_json": posted.get("arguments") or pretty(obj.arguments),
             "message_text": posted.get("message", ""), "answer_text": posted.get("answer", ""),
-            "pending": obj.status == RequestStatus.PENDING and obj.run.status not in {"succeeded", "failed",
-                                                                                       "cancelled"},
+            "pending": _decidable(obj),
             "can_decide": self.can_decide(request, obj), "error": error,
             "decided_by": obj.decided_by.get_username() if obj.decided_by_id else "the system",
             "monitor_url": reverse("monitor-run", args=[obj.run_id]),
@@ -240,6 +283,25 @@ class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
             "can_manage": can_manage, "secret_set": bool(team.webhook_secret), "has_view_permission": True,
         }
         return TemplateResponse(request, "admin/mas/approval_settings.html", context, status=status)
+
+
+def _when(moment, *, seconds: bool = False) -> str:
+    return f"{timezone.localtime(moment):%Y-%m-%d %H:%M{':%S' if seconds else ''}}"
+
+
+def _decidable(obj: ApprovalRequest) -> bool:
+    """Pending, and its run still waits for it."""
+    return obj.status == RequestStatus.PENDING and obj.run.status not in FINISHED_RUN_STATUSES
+
+
+def _inbox_url(request: HttpRequest) -> str:
+    """Where a decision returns: the inbox as the list that sent it showed it (its filters), else the inbox."""
+    inbox = reverse("admin:agents_app_approvalrequest_changelist")
+    back = request.POST.get("next", "")
+    if back.startswith(inbox) and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()},
+                                                                   require_https=request.is_secure()):
+        return back
+    return inbox
 
 
 def _describe(obj: ApprovalRequest) -> str:

@@ -31,6 +31,7 @@ from agents_app.execution.escalation import Escalation, escalation_next
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.runs import DEFAULT_LIMITS
 from agents_app.models import Activation, ActivationContext, Run, Session
+from agents_app.models.approvals import RequestKind
 from agents_app.models.runs import (
     FINISHED_RUN_STATUSES,
     OPEN_ACTIVATION_STATUSES,
@@ -390,6 +391,20 @@ def _settled_hooks(run: Run, activation: Activation, *, tier: str = "", meta: di
                                      ladder=ladder or [], escalation=escalation)
 
 
+def _waits(session: Session, awaited: list[str]) -> dict[str, Any]:
+    """What a ``session_suspended`` event says the session waits for: the ids, and how many of each kind —
+    its children, approvals (a tool call's or a gate's) and questions to a person — so the monitor can say
+    which. ``reason`` names the first of approval, question, children that it waits for."""
+    kinds = {str(pk): kind for pk, kind in session.approval_requests.filter(status="pending").values_list("id", "kind")}
+    asked = [kinds[pk] for pk in awaited if pk in kinds]
+    questions = asked.count(RequestKind.QUESTION)
+    approvals = len(asked) - questions
+    children = len(awaited) - len(asked)
+    reason = "approval" if approvals else "question" if questions else "children"
+    return {"waiting_for": awaited, "reason": reason, "children": children, "approvals": approvals,
+            "questions": questions}
+
+
 def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) -> list[str]:
     """The session checkpointed with calls whose results come later: it ends holding nothing.
 
@@ -410,8 +425,7 @@ def session_suspend(*, run_id, session_id, result: str, meta: dict[str, Any]) ->
         awaited = activation_awaits(activation)
         activation.status = ActivationStatus.SUSPENDED if awaited else ActivationStatus.QUEUED
         activation.save(update_fields=["status"])
-        people = set(map(str, session.approval_requests.filter(status="pending").values_list("id", flat=True)))
         event_emit(run_id=run.id, type="session_suspended", agent=session.agent, session_id=session.id,
-                   data={"waiting_for": awaited, "reason": "approval" if people & set(awaited) else "children"})
+                   data=_waits(session, awaited))
         dispatch(run)
     return awaited

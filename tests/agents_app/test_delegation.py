@@ -70,6 +70,9 @@ def test_an_orchestrator_delegates_to_two_agents_in_parallel_and_synthesises_bot
     [suspended] = events(run, "session_suspended")
     children = {a.agent: str(a.id) for a in Activation.objects.filter(run=run, kind="delegate")}
     assert (suspended.agent, sorted(suspended.data["waiting_for"])) == ("orchestrator", sorted(children.values()))
+    # What it waits for, counted by kind (the monitor says "waits for its 2 children").
+    assert {key: suspended.data[key] for key in ("reason", "children", "approvals", "questions")} == {
+        "reason": "children", "children": 2, "approvals": 0, "questions": 0}
     assert [e.data["resumed"] for e in events(run, "session_start") if e.agent == "orchestrator"] == [False, True]
     delegated = [(e.data["to"], e.data["wait"], e.data["priority"]) for e in events(run, "delegate")]
     assert delegated == [("researcher", True, 100), ("writer", True, 100)]

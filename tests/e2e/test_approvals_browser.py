@@ -70,7 +70,7 @@ def test_an_operator_approves_a_pending_call_on_the_monitor_and_watches_the_run_
         assert line(page, "run_status") == "run waiting for a person (1 pending)"
         # One word per state: the run is waiting for a person, its agent's session is suspended.
         page.wait_for_selector("#tree g.node[data-agent=coder][data-status=suspended]", timeout=10_000)
-        assert line(page, "session_suspended") == "coder suspended: waits for a person"
+        assert line(page, "session_suspended") == "coder suspended: waits for an approval"
 
         watcher = viewer.new_page()
         sign_in(watcher, asgi_server.url, "vic", f"/runs/{run_id}/")

@@ -58,7 +58,8 @@ class Server:
                  "MAS_CELERY_QUEUE": settings.CELERY_TASK_DEFAULT_QUEUE},
             stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )
-        deadline = time.monotonic() + 30
+        # Importing the project can take daphne 30 s and more on a busy shared machine.
+        deadline = time.monotonic() + 120
         while True:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()

@@ -426,6 +426,7 @@ PAGE_ROUTES = {"home": "public", "login": "public", "logout": "public", "monitor
                "monitor-run": "item", "monitor-run-cancel": "item-post", "monitor-run-archive": "item-post",
                "monitor-run-delete": "item-post", "monitor-run-fork": "item-post", "monitor-run-file": "item-file",
                "metrics": "public",
+               "favicon": "public",  # a redirect to the static icon
                # A new account's one-time set-password link: the token is the key, whoever calls it.
                "password_reset_confirm": "token", "password_reset_complete": "public",
                # A team admin's invitation: the token is the key; a forged one for B's team joins nothing.

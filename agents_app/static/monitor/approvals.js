@@ -81,7 +81,11 @@
           try { args = JSON.parse(text.value); } catch (err) { return showError(bar, `The arguments are not JSON: ${err.message}`); }
           decide({ decision: "approve", arguments: args });
         });
-        edit.addEventListener("click", () => { editor.hidden = !editor.hidden; });
+        edit.setAttribute("aria-expanded", "false");
+        edit.addEventListener("click", () => {
+          editor.hidden = !editor.hidden; edit.setAttribute("aria-expanded", String(!editor.hidden));
+          if (!editor.hidden) text.focus();
+        });
         editor.append(text, approveEdited);
         bar.append(edit, editor);
       }

@@ -12,8 +12,7 @@
     const button = document.createElement("button");
     button.type = "button"; button.className = "link small fork-here"; button.textContent = "Fork from here";
     button.addEventListener("click", () => choose(tr));
-    tr.cells[0].appendChild(document.createElement("br"));
-    tr.cells[0].appendChild(button);
+    tr.cells[0].appendChild(button);  // monitor.css: below the number on a desk, beside it on a phone
   }
 
   function choose(tr) {

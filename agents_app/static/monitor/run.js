@@ -14,7 +14,10 @@
     sessions: new Map(), // session id -> activation id
     steps: new Map(),   // workflow step id -> status
     rounds: new Map(),  // workflow step id -> the round of its loop it is in
-    streams: new Map(),  // session id -> element
+    // session id -> {el, turn, text, next}: the session's block in "Model output", its current turn's element
+    // and markdown source, and the label of the turn its next text starts (set by a model call, else null)
+    streams: new Map(),
+    dirty: new Map(),  // turn element -> its text, for the turns whose text grew since they were last drawn
   };
 
   // -- the event log ------------------------------------------------------------------------
@@ -171,6 +174,8 @@
         node.from = state.sessions.get(e.session) || senders.at(-1)?.id;
         break;
       }
+      case "llm_request": turnBegins(e.session, d.step ? `step ${d.step}` : ""); break;
+      case "retry": if (d.what === "model_call") turnBegins(e.session, `attempt ${d.attempt + 1}`); break;
       case "stream_chunk": stream(e); break;
       case "step_start": case "step_complete": case "step_failed": case "step_skipped": case "step_retry":
         // The engine's step states: pending, running, succeeded, failed, skipped.
@@ -203,15 +208,34 @@
         break;
     }
   }
+
+  // -- the model's output: a block per session, a part per model turn, each drawn as markdown --------
+  // renderMarkdown (monitor/markdown.js) builds nodes and sets only their text: the model's "<script>" is
+  // shown, never run. A turn is redrawn once per frame however many chunks arrived (see redraw).
+  function streamOf(session) {
+    if (!state.streams.has(session)) state.streams.set(session, { el: null, turn: null, text: "", next: null });
+    return state.streams.get(session);
+  }
+  function turnBegins(session, label) {
+    if (session) streamOf(session).next = label;
+  }
   function stream(e) {
-    let el = state.streams.get(e.session);
-    if (!el) {
-      el = document.createElement("div"); el.className = "stream";
-      const who = document.createElement("b"); who.textContent = e.agent; el.appendChild(who);
-      el.appendChild(document.createElement("span"));
-      $("streams").appendChild(el); state.streams.set(e.session, el);
+    const s = streamOf(e.session);
+    if (!s.el) {
+      s.el = document.createElement("div"); s.el.className = "stream";
+      const who = document.createElement("b"); who.textContent = e.agent; s.el.appendChild(who);
+      $("streams").appendChild(s.el);
     }
-    el.lastChild.textContent += e.data.text || "";
+    if (!s.turn || s.next !== null) {
+      s.turn = document.createElement("div"); s.turn.className = "turn markdown"; s.turn.dataset.label = s.next || "";
+      s.el.appendChild(s.turn); s.text = ""; s.next = null;
+    }
+    s.text += e.data.text || "";
+    state.dirty.set(s.turn, s.text);
+  }
+  function drawStreams() {
+    for (const [turn, text] of state.dirty) renderMarkdown(turn, text);
+    state.dirty.clear();
   }
 
   // -- drawing ------------------------------------------------------------------------------
@@ -276,7 +300,7 @@
   function redraw() {
     if (drawing) return; drawing = true;
     requestAnimationFrame(() => {
-      drawing = false; drawTree(); drawDag();
+      drawing = false; drawTree(); drawDag(); drawStreams();
       $("t-in").textContent = state.tokensIn.toLocaleString(); $("t-out").textContent = state.tokensOut.toLocaleString();
       $("t-cost").textContent = `$${state.cost.toFixed(6)}`; $("t-events").textContent = state.count.toLocaleString();
     });

@@ -30,6 +30,16 @@ const describeEvent = (function () {
     const keys = Object.keys(args);
     return keys.length ? ` (${keys.slice(0, 4).join(", ")}${keys.length > 4 ? ", …" : ""})` : "";
   }
+  // What a suspended session waits for, from the counts its event carries (events recorded before them: the reason).
+  function awaits(d) {
+    if (d.children === undefined) return d.reason === "children" ? "its children" : "a person";
+    const parts = [];
+    if (d.approvals) parts.push(d.approvals === 1 ? "an approval" : `${num(d.approvals)} approvals`);
+    if (d.questions) parts.push(d.questions === 1 ? "a person's answer" : `${num(d.questions)} answers from people`);
+    if (d.children) parts.push(d.children === 1 ? "its child" : `its ${num(d.children)} children`);
+    if (!parts.length) return "nothing any more (it resumes)";
+    return parts.length === 1 ? parts[0] : `${parts.slice(0, -1).join(", ")} and ${parts.at(-1)}`;
+  }
   function generic(e) {
     const parts = Object.entries(e.data || {}).filter(([, v]) => v !== null && v !== "" && typeof v !== "object")
       .slice(0, 4).map(([k, v]) => `${k} ${clip(v, 40)}`);
@@ -45,7 +55,7 @@ const describeEvent = (function () {
     activation_queued: (e, d) => `${who(e)} ${d.restored ? "restored" : "queued"} (${d.kind}${d.depth ? `, depth ${d.depth}` : ""}${d.restored ? `, ${d.checkpoints} checkpoint entries` : ""})`,
     session_start: (e, d) => `${who(e)} ${d.resumed ? "resumed" : "started"} (${d.kind || "session"}, attempt ${d.attempt || 1}${d.tier ? ", " + d.tier + " tier" : ""})`,
     session_end: (e, d) => `${who(e)} ended: ${d.status}${d.result ? " — " + quote(d.result, 90) : ""}${d.failure && d.failure.message ? " — " + clip(d.failure.message, 90) : ""}`,
-    session_suspended: (e, d) => `${who(e)} suspended: waits for ${d.reason === "approval" ? "a person" : "its children"}`,
+    session_suspended: (e, d) => `${who(e)} suspended: waits for ${awaits(d)}`,
     children_cancelled: (e, d) => `${who(e)} cancelled ${(d.activations || []).length} unfinished child(ren): ${clip(d.reason, 80)}`,
     llm_request: (e, d) => `${who(e)} asked ${d.model || "the model"}${d.purpose ? ` (${d.purpose})` : ""}: ${num(d.messages)} messages, ${num(d.tools)} tools${d.step ? `, step ${d.step}` : ""}`,
     llm_response: (e, d) => {
