@@ -305,7 +305,8 @@ ADMIN_VIEWS = {"changelist": "list", "add": "add", "change": "item", "history": 
                "run": "item",  # WorkflowAdmin, EvalDatasetAdmin: start a run of the workflow, an eval run
                "case": "run-item",  # EvalDatasetAdmin: save a run (its id in the path) as an eval case
                "diff": "item", "restore": "item",  # a definition's versions: compare two, restore one
-               "settings": "team"}  # ApprovalRequestAdmin: a team's approval settings, named by ?team=<slug>
+               "settings": "team",  # ApprovalRequestAdmin: a team's approval settings, named by ?team=<slug>
+               "slug": "team-slug"}  # EvalDatasetAdmin: a dataset named by its team's and its own slug
 
 
 def test_every_admin_url_is_classified():
@@ -372,6 +373,10 @@ def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(wor
             for response in (client.get(url), client.post(url, {"dataset": "sneaky"})):
                 assert response.status_code in {403, 404}, (label, name, response.status_code)
                 assert MARK not in response.content.decode(), (label, name)
+        elif view == "team-slug":
+            url = reverse(f"admin:{name}", args=[team_b.slug, theirs.slug])
+            response = client.get(url)
+            assert response.status_code == 404 and MARK not in response.content.decode(), (label, name)
         elif view == "team":
             url = _admin_url(model_admin, name.rsplit("_", 1)[-1])
             response = client.get(url)
