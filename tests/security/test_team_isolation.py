@@ -434,7 +434,9 @@ PAGE_ROUTES = {"home": "public", "login": "public", "logout": "public", "monitor
                # A new account's one-time set-password link: the token is the key, whoever calls it.
                "password_reset_confirm": "token", "password_reset_complete": "public",
                # A team admin's invitation: the token is the key; a forged one for B's team joins nothing.
-               "invitation": "invitation"}
+               "invitation": "invitation",
+               # The start form: it finds only the caller's team's agents and workflows.
+               "monitor-start": "start"}
 
 
 def page_patterns() -> list[URLPattern]:
@@ -460,8 +462,16 @@ def test_every_page_is_classified_and_keeps_to_the_callers_team(world, team_a, t
             assert str(b.run.id) not in response.content.decode()
             for params in ({"team": team_b.slug},):
                 assert client.get(reverse(pattern.name), params).status_code == 404
-            started = client.post(reverse(pattern.name), {"agent": b.slugs["agents"], "input": "go"})
-            assert started.status_code == 200 and MARK not in started.content.decode()
+            assert client.post(reverse(pattern.name), {"agent": b.slugs["agents"], "input": "go"}).status_code == 405
+        elif role == "start":
+            page = client.get(reverse(pattern.name), {"agent": b.slugs["agents"]})
+            assert page.status_code == 200 and MARK not in page.content.decode()
+            assert client.get(reverse(pattern.name), {"team": team_b.slug}).status_code == 404
+            for target in (f"agent:{b.slugs['agents']}", f"workflow:{b.slugs['workflows']}"):
+                started = client.post(reverse(pattern.name), {"target": target, "input": "go"})
+                assert started.status_code == 400 and MARK not in started.content.decode(), target
+                assert client.post(f"{reverse(pattern.name)}?team={team_b.slug}",
+                                   {"target": target, "input": "go"}).status_code == 404
         elif role == "item":
             response = client.get(reverse(pattern.name, args=[b.run.id]))
             assert response.status_code == 404 and MARK not in response.content.decode()
