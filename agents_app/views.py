@@ -128,7 +128,7 @@ def runs_page(request: HttpRequest) -> HttpResponse:
         "can_run": actor.can("run"), "form": form, "page": page, "query": urlencode(kept),
         # New runs appear live only where they belong: the first page of an unfiltered list.
         "live_new": page is not None and page.number == 1 and not filtered,
-        "filtered": filtered, "next": request.get_full_path(),
+        "filtered": filtered, "next": request.get_full_path(), "time_zone": timezone.get_current_timezone_name(),
         **(start_form(actor) if actor.can("run") else {}),
     }, status=200 if valid else 400)
 
