@@ -52,7 +52,7 @@ def posted_inputs(post, choice_value: str) -> dict[str, str]:
 
 @login_required
 def start_page(request: HttpRequest) -> HttpResponse:
-    from agents_app.views import monitor_actor
+    from agents_app.views import monitor_actor  # views imports this module (the runs page shows the form)
 
     actor = monitor_actor(request)
     if not actor.can("run"):
