@@ -58,7 +58,7 @@ class Server:
                  "MAS_CELERY_QUEUE": settings.CELERY_TASK_DEFAULT_QUEUE},
             stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 180
         while True:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
