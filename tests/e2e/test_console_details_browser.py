@@ -154,7 +154,7 @@ def test_a_step_graphs_long_names_stay_in_their_boxes(team_a, make_member, asgi_
         page.wait_for_selector("#mas-step-graph g.node[data-step=sum]")
         nodes = page.eval_on_selector_all("#mas-step-graph g.node", """gs => gs.map(g => {
             const box = g.querySelector('rect').getBBox();
-            return [g.dataset.step, g.dataset.cut || null, g.querySelector('title').textContent,
+            return [g.dataset.step, g.dataset.cut || null, g.querySelector('title')?.textContent ?? null,
                     [...g.querySelectorAll('text')].map(t => [t.textContent,
                         t.getBBox().x + t.getBBox().width <= box.x + box.width - 4])]; })""")
         [long_node, short_node] = nodes
