@@ -16,6 +16,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
 
 from agents_app.execution.errors import RunError
 from agents_app.starts import StartChoice, run_start_as, start_choices
@@ -51,6 +52,7 @@ def posted_inputs(post, choice_value: str) -> dict[str, str]:
 
 
 @login_required
+@require_http_methods(["GET", "POST"])
 def start_page(request: HttpRequest) -> HttpResponse:
     from agents_app.views import monitor_actor  # views imports this module (the runs page shows the form)
 
