@@ -13,6 +13,7 @@ from django.db.models import Count, Q
 from django.utils.html import format_html, format_html_join
 
 from agents_app.admin_agent_form import AgentForm
+from agents_app.admin_run_button import RunButtonAdmin
 from mas_core.admin_fields_editor import FieldsEditorAdmin
 from mas_core.admin_base import DefinitionAdmin, ReadOnlyTeamAdmin, TeamScopedAdmin, team_ids, teams_with
 from mas_core.definitions import storage
@@ -44,8 +45,9 @@ from mas_core.teams import (
 
 
 @admin.register(Agent)
-class AgentAdmin(FieldsEditorAdmin, DefinitionAdmin):
-    """Agents: edited as a form (``admin_agent_form``) or as their markdown, the editor's choice."""
+class AgentAdmin(RunButtonAdmin, FieldsEditorAdmin, DefinitionAdmin):
+    """Agents: edited as a form (``admin_agent_form``) or as their markdown, the editor's choice; *Run…* opens
+    the monitor's start form with the agent chosen."""
 
     form = AgentForm
     markdown_template = "---\nname: \ndescription: \ntier: medium\n---\n\nThe system prompt of the agent.\n"

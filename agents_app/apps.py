@@ -7,7 +7,7 @@ class AgentsAppConfig(AppConfig):
     verbose_name = "Agents and teams"
 
     def ready(self) -> None:
-        from agents_app.approvals import panel  # noqa: F401  (the dashboard's pending approvals)
+        from agents_app import needs_you  # noqa: F401  (the dashboard's first block)
         from agents_app.kinds import AGENT, PROVIDER, SKILL
         from mas_core.definitions.kinds import register_kind
         from mas_core.teams import role_groups_sync

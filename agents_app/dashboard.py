@@ -21,6 +21,7 @@ from django.utils import timezone
 from agents_app.models import Run, Session, Team
 from agents_app.models.runs import RunStatus
 from agents_app.money import money_display
+from agents_app.selectors_runs import run_filter
 
 RECENT_RUNS = 10
 COST_ROWS = 20  # agents per cost table; the rest are summed in one "other agents" row
@@ -68,10 +69,16 @@ class RenderedPanel:
 class TeamDashboard:
     team: Team
     panels: list[RenderedPanel]
+    can_run: bool = False  # the reader may decide requests and start runs in this team (the role's ``run``)
 
 
-def dashboard_for(*, teams: list[Team], now: datetime | None = None) -> list[TeamDashboard]:
-    """The dashboard of each of ``teams`` (at most ``MAX_TEAMS``), with the panels that have something to show."""
+def dashboard_for(*, teams: list[Team], now: datetime | None = None,
+                  run_team_ids: set[int] | None = frozenset()) -> list[TeamDashboard]:
+    """The dashboard of each of ``teams`` (at most ``MAX_TEAMS``), with the panels that have something to show.
+
+    ``run_team_ids``: the teams in which the reader's role allows running and deciding (``None``: every team,
+    a superuser); the panels offer their buttons there only.
+    """
     now = now or timezone.now()
     boards = []
     for team in teams[:MAX_TEAMS]:
@@ -80,7 +87,8 @@ def dashboard_for(*, teams: list[Team], now: datetime | None = None) -> list[Tea
             context = panel.context(team=team, now=now)
             if context is not None:
                 rendered.append(RenderedPanel(panel=panel, context=context))
-        boards.append(TeamDashboard(team=team, panels=rendered))
+        can_run = run_team_ids is None or team.pk in run_team_ids
+        boards.append(TeamDashboard(team=team, panels=rendered, can_run=can_run))
     return boards
 
 
@@ -105,21 +113,32 @@ class RunCounts:
     failed_today: int
 
 
+def failed_today(now: datetime) -> Q:
+    """Runs that failed since midnight, as the runs page lists runs: not archived (someone dealt with it), not
+    the case of an eval (the eval's page reports those)."""
+    today = day_start(now)
+    return Q(status=RunStatus.FAILED, is_eval=False, archived_at__isnull=True) & (
+        Q(finished_at__gte=today) | Q(finished_at__isnull=True, created_at__gte=today))
+
+
 def run_counts(*, team: Team, now: datetime) -> RunCounts:
     """Runs working now, runs waiting for a person's decision, runs queued for a worker, and runs that failed
-    since midnight."""
-    today = day_start(now)
+    since midnight (:func:`failed_today`)."""
     runs = Run.objects.filter(team=team)
-    failed_today = Q(status=RunStatus.FAILED) & (
-        Q(finished_at__gte=today) | Q(finished_at__isnull=True, created_at__gte=today)
-    )
     counts = runs.order_by().aggregate(
         running=_count(Q(status=RunStatus.RUNNING)),
         waiting=_count(Q(status=RunStatus.WAITING)),
         queued=_count(Q(status=RunStatus.QUEUED)),
-        failed_today=_count(failed_today),
+        failed_today=_count(failed_today(now)),
     )
     return RunCounts(**counts)
+
+
+def runs_failed_today(*, team: Team, now: datetime, limit: int) -> list[Run]:
+    """The newest ``limit`` runs of :func:`failed_today`, through the runs page's selector."""
+    runs = run_filter(team=team, status=RunStatus.FAILED, archived="exclude").filter(failed_today(now))
+    return list(runs.select_related(None).only("id", "agent", "workflow", "status", "error", "created_at",
+                                               "finished_at", "team_id")[:limit])
 
 
 def _count(condition: Q) -> Count:
@@ -164,10 +183,10 @@ def cost_by_agent(*, team: Team, since: datetime) -> CostTable:
 
 
 def recent_runs(*, team: Team, limit: int = RECENT_RUNS) -> list[Run]:
+    """The team's newest runs as the runs page lists them (``run_filter``): no archived run, no eval case."""
     return list(
-        Run.objects.filter(team=team)
-        .only("id", "agent", "workflow", "status", "cost_usd", "created_at", "team_id")
-        .order_by("-created_at")[:limit]
+        run_filter(team=team, archived="exclude").select_related(None)
+        .only("id", "agent", "workflow", "status", "cost_usd", "created_at", "team_id")[:limit]
     )
 
 

@@ -2,8 +2,8 @@
 
 Thin views over the same services and selectors as the API: a page shows
 the runs of the signed-in user's team (``?team=<slug>`` when they are in
-several), paged and filtered; operators may start, cancel, archive and delete
-runs. A run's workspace files are served as plain text (viewed or downloaded),
+several), paged and filtered; operators may start (``views_start``), cancel,
+archive and delete runs. A run's workspace files are served as plain text (viewed or downloaded),
 never as HTML.
 """
 
@@ -25,12 +25,12 @@ from django.views.decorators.http import require_GET, require_POST
 from agents_app.api_runs import run_out
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.housekeeping import RunBusy, run_archive, run_delete
-from agents_app.execution.errors import RunError
-from agents_app.execution.runs import run_cancel, run_start
-from agents_app.models import Agent, Run, Team
+from agents_app.execution.runs import run_cancel
+from agents_app.models import Run, Team
 from agents_app.models.runs import FINISHED_RUN_STATUSES, RunStatus
 from mas_core.permissions import Actor, memberships
 from agents_app.views_forks import fork_context
+from agents_app.views_start import start_form
 from agents_app.selectors_runs import SEARCH_MAX_CHARS, TRIGGERS, file_size, run_file_get, run_files, run_filter, run_get
 
 RUNS_PER_PAGE = 25
@@ -42,7 +42,9 @@ def _actors(user) -> list[Actor]:
     return [Actor(user=user, team=m.team, role=m.role) for m in sorted(memberships(user), key=lambda m: m.team.slug)]
 
 
-def _actor(request: HttpRequest, *, team_slug: str = "") -> Actor:
+def monitor_actor(request: HttpRequest, *, team_slug: str = "") -> Actor:
+    """The signed-in user in the team of ``?team=<slug>`` (their first team by slug without one); 404 for a team
+    they are not in."""
     actors = _actors(request.user)
     slug = team_slug or request.GET.get("team", "")
     if slug:
@@ -98,21 +100,10 @@ class RunFilterForm(forms.Form):
 
 
 @login_required
+@require_GET
 def runs_page(request: HttpRequest) -> HttpResponse:
-    actor = _actor(request)
-    if request.method == "POST":
-        if not actor.can("run"):
-            raise Http404("no such page")  # viewers and editors never see the form
-        agent, task = request.POST.get("agent", "").strip(), request.POST.get("input", "").strip()
-        if not agent or not task:
-            messages.error(request, "Choose an agent and write its task.")
-        else:
-            try:
-                run = run_start(team=actor.team, agent=agent, input=task, user=request.user)
-            except RunError as error:
-                messages.error(request, str(error))
-            else:
-                return redirect("monitor-run", run_id=run.id)
+    """The team's runs, filtered and paged; the start form on top (it posts to ``views_start.start_page``)."""
+    actor = monitor_actor(request)
     # Taken before the list is read: the page's socket asks for every change since (see consumers).
     since = timezone.now().timestamp()
     form = RunFilterForm(request.GET)
@@ -132,13 +123,13 @@ def runs_page(request: HttpRequest) -> HttpResponse:
     team_runs = Run.objects.filter(team=actor.team)
     return render(request, "monitor/runs.html", {
         "actor": actor, "teams": [a.team for a in _actors(request.user)], "runs": runs, "since": since,
-        "agents": list(Agent.objects.filter(team=actor.team).order_by("slug").values_list("slug", "name")),
         "run_agents": _slugs(team_runs.exclude(agent=""), "agent"),
         "run_workflows": _slugs(team_runs.exclude(workflow=""), "workflow"),
         "can_run": actor.can("run"), "form": form, "page": page, "query": urlencode(kept),
         # New runs appear live only where they belong: the first page of an unfiltered list.
         "live_new": page is not None and page.number == 1 and not filtered,
-        "filtered": filtered, "next": request.get_full_path(),
+        "filtered": filtered, "next": request.get_full_path(), "time_zone": timezone.get_current_timezone_name(),
+        **(start_form(actor) if actor.can("run") else {}),
     }, status=200 if valid else 400)
 
 

@@ -54,6 +54,8 @@ class EvalDatasetAdmin(DefinitionAdmin):
             path("<path:object_id>/run/", self.admin_site.admin_view(self.run_view), name="evals_app_evaldataset_run"),
             path("save-case/<uuid:run_id>/", self.admin_site.admin_view(self.save_case_view),
                  name="evals_app_evaldataset_save_case"),
+            path("by-slug/<str:team>/<slug:slug>/", self.admin_site.admin_view(self.by_slug_view),
+                 name="evals_app_evaldataset_by_slug"),
             *super().get_urls(),
         ]
 
@@ -82,6 +84,14 @@ class EvalDatasetAdmin(DefinitionAdmin):
                    "title": f"Run eval {dataset.name}", "form": form, "submit": "Start the eval",
                    "has_view_permission": True}
         return TemplateResponse(request, "admin/evals/form.html", context)
+
+    def by_slug_view(self, request, team, slug):
+        """The page of team ``team``'s dataset ``slug`` (the monitor's "Saved as case" links here); 404 outside
+        the user's teams."""
+        dataset = self.get_queryset(request).filter(team__slug=team, slug=slug).first()
+        if dataset is None:
+            raise Http404("no such dataset")
+        return HttpResponseRedirect(reverse("admin:evals_app_evaldataset_change", args=[dataset.pk]))
 
     def save_case_view(self, request, run_id):
         ids = team_ids(request, "edit")

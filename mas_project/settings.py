@@ -201,6 +201,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# One way to write a date on every page (mas_project/formats/en/formats.py): 2026-11-26 14:05.
+FORMAT_MODULE_PATH = ["mas_project.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("MAS_STATIC_ROOT", VAR_DIR / "static"))

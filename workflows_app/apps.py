@@ -19,5 +19,7 @@ class WorkflowsAppConfig(AppConfig):
         # through agents_app's run hooks, and a channel message through the foundation's listeners.
         run_hooks_set(run_finish=services.workflow_finish, run_cancelled=services.workflow_cancelled,
                       activation_settled=services.workflow_activation_settled, run_steps=services.workflow_steps,
-                      run_graph=services.workflow_graph, run_fork=workflow_fork)
+                      run_graph=services.workflow_graph, run_fork=workflow_fork,
+                      workflow_choices=services.workflow_start_choices,
+                      workflow_start=services.workflow_start_by_hand)
         channel_published_connect(channel_message_published)

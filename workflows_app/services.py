@@ -26,6 +26,7 @@ from agents_app.execution.errors import RunError
 from agents_app.execution.escalation import Escalation
 from agents_app.execution.runs import activation_create, DEFAULT_LIMITS, script_check
 from agents_app.scheduler import dispatch
+from agents_app.starts import MAX_CHOICES, StartChoice
 from mas_core.eventlog import event_append as event_emit
 from agents_app.models import Activation, ActivationContext, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus, RunStatus
@@ -129,6 +130,21 @@ def workflow_run_start(
     _advance(run, flow, engine)
     dispatch(run)
     return run
+
+
+def workflow_start_choices(*, team: Team) -> list[StartChoice]:
+    """The team's workflows for the monitor's start form, each with the inputs it declares (run hook
+    ``workflow_choices``)."""
+    rows = Workflow.objects.filter(team=team).order_by("slug").values_list("slug", "name", "description", "spec")
+    return [StartChoice("workflow", slug, name or slug, description or "",
+                        tuple(str(name) for name in (spec or {}).get("inputs") or []))
+            for slug, name, description, spec in rows[:MAX_CHOICES]]
+
+
+def workflow_start_by_hand(*, team: Team, workflow: str, inputs: dict[str, Any], user=None) -> Run:
+    """A person's start of the team's workflow ``workflow`` (its slug), from the monitor's start form (run hook
+    ``workflow_start``): a ``manual`` trigger, as ``POST /api/workflows/{slug}/runs``."""
+    return workflow_run_start(team=team, workflow=workflow, inputs=inputs, user=user, trigger="manual")
 
 
 def _agent_versions(team: Team, slugs: set[str]) -> dict[str, int]:

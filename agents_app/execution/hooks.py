@@ -13,9 +13,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agents_app.execution.errors import RunError
+
 
 def _not_a_workflow(*args: Any, **kwargs: Any) -> None:
     return None
+
+
+def _no_workflows(*args: Any, **kwargs: Any) -> list[Any]:
+    return []
+
+
+def _no_workflow_start(*args: Any, **kwargs: Any) -> Any:
+    raise RunError("workflows cannot be started here: the workflows app is not installed")
 
 
 @dataclass
@@ -37,6 +47,12 @@ class RunHooks:
     # as agents_app.execution.forks.sessions_restore takes them. Returns the scripted provider's positions for
     # the fork; None for a run that is no workflow's (or no workflow app).
     run_fork: Callable[..., dict[str, int] | None] = _not_a_workflow
+    # The team's workflows a person may start, for the monitor's start form (keyword argument team): a list of
+    # agents_app.starts.StartChoice, each with the inputs the workflow declares.
+    workflow_choices: Callable[..., list[Any]] = _no_workflows
+    # Start a run of the team's workflow (keyword arguments team, workflow (its slug), inputs, user), as
+    # POST /api/workflows/{slug}/runs does; raises agents_app.execution.errors.RunError when it cannot.
+    workflow_start: Callable[..., Any] = _no_workflow_start
 
 
 RUN_HOOKS = RunHooks()

@@ -54,6 +54,11 @@ def history(team_a, team_b):
         # Another team's runs count nowhere on alpha's dashboard.
         "theirs": make_run(team_b, agent="lead", status="failed", costs={"lead": "9"}),
     }
+    # Neither the runs page nor the dashboard lists an eval's case or an archived run (their costs count).
+    runs["eval_case"] = make_run(team_a, agent="writer", status="failed", costs={"writer": "0.5"})
+    runs["archived"] = make_run(team_a, agent="lead", status="failed")
+    Run.objects.filter(pk=runs["eval_case"].pk).update(is_eval=True)
+    Run.objects.filter(pk=runs["archived"].pk).update(archived_at=now)
     return runs, into_month > since_midnight + timedelta(minutes=1)
 
 
@@ -67,31 +72,41 @@ def test_the_dashboard_counts_and_costs_a_teams_runs_exactly(history, team_a, ma
     client = client_for(make_member(team_a, "viewer"))
     response = client.get(reverse("admin:index"))
     assert response.status_code == 200
-    assert [item.panel.name for item in response.context["boards"][0].panels] == ["activity", "costs", "recent_runs"]
+    assert [item.panel.name for item in response.context["boards"][0].panels] == [
+        "needs_you", "activity", "costs", "recent_runs"]
 
     counts = panel(response, "activity")["counts"]
     assert (counts.running, counts.waiting, counts.queued, counts.failed_today) == (1, 1, 2, 1)
+    needs = panel(response, "needs_you")
+    assert (needs["counts"].approvals, needs["counts"].questions, needs["counts"].failed_today) == (0, 0, 1)
+    assert [item["run"].pk for item in needs["failed"]] == [runs["failed_now"].pk]
 
     costs = panel(response, "costs")
     assert [(row.agent, row.cost) for row in costs["today"].rows] == [
-        ("writer", Decimal("1.5")), ("lead", Decimal("1.0")), ("helper", Decimal("0.000001"))]
-    assert costs["today"].total == Decimal("2.500001")
-    month = [("writer", Decimal("3.5") if yesterday_in_month else Decimal("1.5")), ("lead", Decimal("1.0")),
+        ("writer", Decimal("2.0")), ("lead", Decimal("1.0")), ("helper", Decimal("0.000001"))]
+    assert costs["today"].total == Decimal("3.000001")
+    month = [("writer", Decimal("4.0") if yesterday_in_month else Decimal("2.0")), ("lead", Decimal("1.0")),
              ("helper", Decimal("0.000001"))]
     assert [(row.agent, row.cost) for row in costs["month"].rows] == month
 
     recent = [item["run"].pk for item in panel(response, "recent_runs")["runs"]]
-    ours = sorted((r for key, r in runs.items() if key != "theirs"), key=lambda r: r.created_at, reverse=True)
+    hidden = {"theirs", "eval_case", "archived"}
+    ours = sorted((r for key, r in runs.items() if key not in hidden), key=lambda r: r.created_at, reverse=True)
     assert recent == [r.pk for r in ours]
-    assert runs["theirs"].pk not in recent
+    # The same runs, in the same order, as the runs page lists them.
+    page = client.get(reverse("monitor-runs")).content.decode()
+    import re
+
+    assert re.findall(r'<tr data-run="([0-9a-f-]+)"', page) == [str(r.pk) for r in ours]
 
     html = response.content.decode()
     # Figures as people read them, in the one money format, and each run one click from its monitor.
-    assert '<td class="mas-num">$2.500001</td>' in html
+    assert '<td class="mas-num">$3.000001</td>' in html
     assert '<td>helper</td><td class="mas-num">$0.000001</td>' in html
     for run in ours:
         assert f'href="{reverse("monitor-run", args=[run.pk])}"' in html
-    assert f'href="{reverse("monitor-run", args=[runs["theirs"].pk])}"' not in html
+    for key in hidden:
+        assert f'href="{reverse("monitor-run", args=[runs[key].pk])}"' not in html
     assert f'href="{reverse("monitor-runs")}"' in html  # the header's link to the live monitor
 
 
@@ -117,10 +132,10 @@ def test_a_registered_panel_shows_only_when_it_has_something(team_a, make_member
                          if shown.get(team.slug) else None, order=5))
     client = client_for(make_member(team_a, "viewer"))
     names = [p.panel.name for p in client.get(reverse("admin:index")).context["boards"][0].panels]
-    assert names == ["pending", "activity", "costs", "recent_runs"]
+    assert names == ["needs_you", "pending", "activity", "costs", "recent_runs"]
     shown["alpha"] = False
     names = [p.panel.name for p in client.get(reverse("admin:index")).context["boards"][0].panels]
-    assert names == ["activity", "costs", "recent_runs"]
+    assert names == ["needs_you", "activity", "costs", "recent_runs"]
     with pytest.raises(ValueError, match="already registered"):
         panel_register(Panel("costs", "Other", "x.html", lambda **_: None))
 
@@ -139,32 +154,55 @@ def test_a_runs_admin_page_links_to_its_monitor(team_a, make_member):
     assert "$0.000001" in listing
 
 
-def test_pending_requests_for_a_person_top_the_dashboard_of_their_team_only(team_a, team_b, make_member):
+def test_what_needs_a_person_tops_the_dashboard_of_their_team_only(team_a, team_b, make_member):
     from agents_app.models import ApprovalRequest
 
-    def request(team, status="pending", **fields):
-        run = make_run(team, agent="lead", status="waiting")
+    def request(team, status="pending", run_status="waiting", hours=1, **fields):
+        run = make_run(team, agent="lead", status=run_status)
         activation = Activation.objects.create(run=run, agent="lead")
         session = Session.objects.create(run=run, activation=activation, agent="lead")
         return ApprovalRequest.objects.create(
             team=team, run=run, session=session, agent="lead", call_id="call_1", status=status,
-            deadline=timezone.now() + timedelta(hours=1), **fields)
+            deadline=timezone.now() + timedelta(hours=hours), **fields)
 
-    client = client_for(make_member(team_a, "viewer"))
-    response = client.get(reverse("admin:index"))
-    assert [item.panel.name for item in response.context["boards"][0].panels] == ["activity", "costs", "recent_runs"]
+    viewer = client_for(make_member(team_a, "viewer"))
+    response = viewer.get(reverse("admin:index"))
+    assert [item.panel.name for item in response.context["boards"][0].panels] == [
+        "needs_you", "activity", "costs", "recent_runs"]
+    assert "Nothing waits for a person: no approval, no question, no run failed today." in response.content.decode()
 
-    tool = request(team_a, kind="approval", tool="code_exec")
-    question = request(team_a, kind="question", tool="ask_human", question="Which city?")
+    tool = request(team_a, kind="approval", tool="code_exec", arguments={"code": "print(1)"}, hours=2)
+    question = request(team_a, kind="question", tool="ask_human", question="Which city?", choices=["Oslo", "Rome"])
+    gate = request(team_a, kind="gate", tool="step review", hours=3)
     request(team_a, status="approved", kind="approval", tool="web_fetch")
+    request(team_a, run_status="failed", kind="approval", tool="vfs_delete")  # its run ended: nothing waits
     theirs = request(team_b, kind="approval", tool="code_exec")
-    response = client.get(reverse("admin:index"))
-    board, = response.context["boards"]
-    assert [item.panel.name for item in board.panels] == ["pending_approvals", "activity", "costs", "recent_runs"]
-    assert [r.pk for r in panel(response, "pending_approvals")["requests"]] == [question.pk, tool.pk]
+    failed = make_run(team_a, agent="writer", status="failed")
+    Run.objects.filter(pk=failed.pk).update(error="the model refused: " + "x" * 300)
+
+    response = viewer.get(reverse("admin:index"))
+    needs = panel(response, "needs_you")
+    assert (needs["counts"].approvals, needs["counts"].questions, needs["counts"].failed_today) == (2, 1, 2)
+    # What expires first comes first.
+    assert [item["request"].pk for item in needs["requests"]] == [question.pk, tool.pk, gate.pk]
+    assert needs["requests"][1]["arguments"] == '{"code": "print(1)"}'
+    failed_runs = [item["run"].pk for item in needs["failed"]]
+    assert failed_runs[0] == failed.pk and len(failed_runs) == 2  # and the run of the vfs_delete request
+    assert needs["failed"][0]["error"] == ("the model refused: " + "x" * 300)[:199] + "…"
     html = response.content.decode()
-    assert f'href="{reverse("admin:agents_app_approvalrequest_change", args=[question.pk])}">Question from lead</a>' \
-        in html
-    assert f'href="{reverse("admin:agents_app_approvalrequest_change", args=[tool.pk])}">code_exec by lead</a>' in html
+    assert '<a data-count="approvals" href="/admin/agents_app/approvalrequest/?status=pending&amp;team=' \
+        f'{team_a.pk}"><span class="mas-number">2</span> approvals</a>' in html
+    assert f'<p class="mas-need-question">Which city?</p>' in html
     assert f'href="{reverse("monitor-run", args=[tool.run_id])}"' in html
-    assert str(theirs.pk) not in html
+    assert f'<a class="button mas-need-open-run" href="{reverse("monitor-run", args=[failed.pk])}">' in html
+    assert str(theirs.pk) not in html and str(theirs.run_id) not in html
+    # A viewer sees what waits, and no button; an operator gets the buttons and the token they send.
+    assert "data-can-decide" not in html and "mas-need-approve" not in html and "data-csrf" not in html
+    assert "Operators and admins of alpha decide these; your role lets you see them." in html
+    operator = client_for(make_member(team_a, "operator"))
+    html = operator.get(reverse("admin:index")).content.decode()
+    assert 'data-can-decide="1" data-csrf="' in html
+    assert html.count('<button type="button" class="button default mas-need-approve" data-decision="approve">') == 2
+    assert '<button type="button" class="button mas-need-choice" data-decision="answer" data-answer="Rome">' in html
+    assert html.count('class="button mas-need-reject" data-decision="reject"') == 3
+    assert "mas_admin/needs_you.js" in html

@@ -39,8 +39,10 @@ def test_a_viewer_sees_only_their_teams_runs_and_no_start_form(team_a, team_b, m
     assert client.get(f"/runs/{ours.id}/").status_code == 200
     assert client.get(f"/runs/{theirs.id}/").status_code == 404
     assert client.get("/runs/not-a-run/").status_code == 404
-    # Viewers cannot start or cancel, whatever they post.
-    assert client.post("/runs/", {"agent": "lead", "input": "x"}).status_code == 404
+    # Viewers cannot start or cancel, whatever they post; the list takes no post at all.
+    assert client.get("/runs/start/").status_code == 404
+    assert client.post("/runs/start/", {"target": "agent:lead", "input": "x"}).status_code == 404
+    assert client.post("/runs/", {"agent": "lead", "input": "x"}).status_code == 405
     assert client.post(f"/runs/{ours.id}/cancel").status_code == 404
     assert Run.objects.count() == 2 and Run.objects.get(pk=ours.pk).status == "queued"
 
@@ -49,25 +51,50 @@ def test_an_operator_starts_a_run_from_the_page_and_cancels_it(team_a, make_memb
     agent(team_a, "Lead")
     client = browser(make_member(team_a, role="operator"))
     page = client.get("/runs/").content.decode()
-    assert 'id="start-run"' in page and '<option value="lead">Lead (lead)</option>' in page
-    response = client.post("/runs/", {"agent": "lead", "input": "Find three facts"})
+    assert 'id="start-run"' in page and '<option value="agent:lead" selected>Lead (lead)</option>' in page
+    assert f'action="/runs/start/?team={team_a.slug}"' in page
+    response = client.post(f"/runs/start/?team={team_a.slug}", {"target": "agent:lead", "input": "Find three facts"})
     run = Run.objects.get()
     assert response.headers["Location"] == f"/runs/{run.id}/"
-    assert (run.agent, run.input, run.team_id) == ("lead", "Find three facts", team_a.id)
+    assert (run.agent, run.workflow, run.input, run.team_id) == ("lead", "", "Find three facts", team_a.id)
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert 'id="cancel-form"' in page and "Find three facts" in page
+    assert f"Started run {run.id} of lead." in page
     assert client.post(f"/runs/{run.id}/cancel").headers["Location"] == f"/runs/{run.id}/"
     run.refresh_from_db()
     assert run.status == "cancelled"
     assert 'id="cancel-form"' not in client.get(f"/runs/{run.id}/").content.decode()
 
 
-def test_starting_an_unknown_agent_says_so_and_starts_nothing(team_a, make_member):
+def test_starting_what_the_team_has_not_says_so_and_starts_nothing(team_a, team_b, make_member):
+    agent(team_b, "Theirs")
     client = browser(make_member(team_a, role="operator"))
-    page = client.post("/runs/", {"agent": "ghost", "input": "boo"}, follow=True).content.decode()
-    assert "agent &#x27;ghost&#x27; does not exist in this team or run" in page
-    assert client.post("/runs/", {"agent": "", "input": ""}, follow=True).status_code == 200
+    refusals = [
+        ({"target": "agent:ghost", "input": "boo"}, "agent &#x27;ghost&#x27; does not exist in this team or run"),
+        ({"target": "agent:theirs", "input": "boo"}, "agent &#x27;theirs&#x27; does not exist in this team or run"),
+        ({"target": "workflow:ghost"}, "workflow &#x27;ghost&#x27; does not exist in this team"),
+        ({"target": "", "input": ""}, "Choose an agent or a workflow to run."),
+        ({"target": "agent:ghost", "input": "  "}, "Write the agent&#x27;s task."),
+    ]
+    for posted, message in refusals:
+        response = client.post("/runs/start/", posted)
+        page = response.content.decode()
+        assert (response.status_code, f'<p class="error start-error" id="start-error" role="alert">{message}</p>'
+                in page) == (400, True), page
     assert Run.objects.count() == 0
+
+
+def test_a_start_past_the_teams_rate_limit_is_refused_with_its_reason(team_a, make_member, settings,
+                                                                       whole_rate_window):
+    agent(team_a, "Lead")
+    settings.MAS_RUNS_PER_MIN = 1
+    client = browser(make_member(team_a, role="operator"))
+    assert client.post("/runs/start/", {"target": "agent:lead", "input": "one"}).status_code == 302
+    response = client.post("/runs/start/", {"target": "agent:lead", "input": "two"})
+    assert response.status_code == 429
+    assert f"team {team_a.slug} may start 1 runs a minute; retry in" in response.content.decode()
+    assert 'two</textarea>' in response.content.decode()  # what was typed is kept
+    assert list(Run.objects.values_list("input", flat=True)) == ["one"]
 
 
 def test_a_user_in_two_teams_picks_one_with_team(team_a, team_b, make_member):

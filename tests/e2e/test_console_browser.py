@@ -275,10 +275,10 @@ def test_no_page_is_wider_than_the_screen(team_a, make_member, asgi_server, chro
         page.wait_for_selector("#runs tr")
         assert scroll_width(page)[0] <= width, ("runs", scroll_width(page))
         page.screenshot(path=str(ARTIFACTS / f"width-{width}-runs.png"), full_page=True)
-        page.goto(f"{asgi_server.url}/admin/workflows_app/workflow/{workflow.pk}/run/")
-        page.wait_for_selector("textarea[name=topic]")
+        page.goto(f"{asgi_server.url}/admin/workflows_app/workflow/{workflow.pk}/run/")  # to the start form
+        page.wait_for_selector("textarea[name='wf:research-chain:topic']")
         assert scroll_width(page)[0] <= width, ("run form", scroll_width(page))
-        box = page.eval_on_selector("textarea[name=topic]", "t => t.getBoundingClientRect().right")
+        box = page.eval_on_selector("textarea[name='wf:research-chain:topic']", "t => t.getBoundingClientRect().right")
         assert box <= width
         page.screenshot(path=str(ARTIFACTS / f"width-{width}-run-form.png"), full_page=True)
         page.goto(f"{asgi_server.url}/")

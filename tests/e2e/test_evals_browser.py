@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 from django.urls import reverse
 
+from agents_app.models import Run
 from evals_app.kinds import EVAL
 from evals_app.models import EvalDataset, EvalRun
 from tests.e2e.test_admin_browser import admin_sign_in, asgi_server, width  # noqa: F401 (a fixture)
@@ -108,6 +109,12 @@ def test_the_comparison_page_lists_the_regression_first_with_each_case_check_and
                 return [getComputedStyle(box).overflowX, cells[cells.length - 1].getBoundingClientRect().right]; }""",
                                   table)
             assert right[0] == "auto" and right[1] <= screen, (table, right)
+            # Each cell on one line: the table scrolls in its box, no column squeezed to a word a line.
+            wrapped = page.evaluate("""(id) => [...document.querySelectorAll(`#${id} th, #${id} td`)].filter((cell) => {
+                const range = document.createRange(); range.selectNodeContents(cell);
+                return new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size > 1;
+            }).map((cell) => cell.innerText)""", table)
+            assert wrapped == [], (table, screen, wrapped)
         scroll_width, inner_width = width(page)
         assert (scroll_width <= screen, inner_width) == (True, screen), scroll_width  # no wider than the screen
         context.close()
@@ -123,8 +130,9 @@ def start_run(server: str, token: str, *, agent: str, task: str, script: dict) -
         return json.load(response)["id"]
 
 
+@pytest.mark.parametrize("screen", [1400, 390])
 def test_the_monitor_saves_a_finished_run_as_an_eval_case(team_a, make_member, make_token, celery_worker_process,
-                                                          asgi_server, chromium):  # noqa: F811
+                                                          asgi_server, chromium, screen):  # noqa: F811
     agent(team_a, "Writer")
     agent(team_a, "Reviewer")
     define(team_a, EVAL, DATASET)  # the writer's dataset, offered in the form
@@ -133,13 +141,14 @@ def test_the_monitor_saves_a_finished_run_as_an_eval_case(team_a, make_member, m
     operator = make_token(team_a, make_member(team_a, "operator"))
     server = asgi_server.url
     run_id = start_run(server, operator, agent="writer", task="Explain tides in one line.",
-                       script={"writer": [{"latency_ms": 2500, "text": "Tides come from the moon."}]})
+                       script={"writer": [{"latency_ms": 6000, "text": "Tides come from the moon."}]})
 
-    context = chromium.new_context(viewport={"width": 390, "height": 900})
+    context = chromium.new_context(viewport={"width": screen, "height": 900})
     page = context.new_page()
     sign_in(page, server, editor.username, f"/runs/{run_id}/")
     box = page.locator("#eval-case")
-    assert box.is_hidden()  # the run is still working: nothing to save yet
+    # While the run works there is nothing to save yet (shown, it must have ended: a slow sign-in on a busy machine).
+    assert box.is_hidden() or Run.objects.get(pk=run_id).status == "succeeded"
     page.wait_for_selector("#status.succeeded", timeout=30_000)
     box.wait_for(state="visible", timeout=5_000)
     page.wait_for_function("document.querySelectorAll('#eval-datasets option').length > 0", timeout=5_000)
@@ -151,8 +160,10 @@ def test_the_monitor_saves_a_finished_run_as_an_eval_case(team_a, make_member, m
     page.click("#eval-case button[type=submit]")
     outcome = page.locator("#eval-case-outcome")
     outcome.wait_for(state="visible", timeout=10_000)
-    assert outcome.inner_text() == "Saved as case tides of writer-cases (version 1, 1 case)."
+    assert outcome.inner_text() == "Saved as case tides of writer-cases (version 1, 1 case). Open the dataset writer-cases"
     dataset = EvalDataset.objects.get(team=team_a, slug="writer-cases")
+    link = page.locator("#eval-case-outcome a#eval-case-dataset")
+    assert link.get_attribute("href") == f"/admin/evals_app/evaldataset/by-slug/{team_a.slug}/writer-cases/"
     [case] = dataset.spec["cases"]
     assert (dataset.spec["agent"], case["id"], case["task"], case["reference"], case["checks"]) == (
         "writer", "tides", "Explain tides in one line.", "Tides come from the moon.",
@@ -163,9 +174,19 @@ def test_the_monitor_saves_a_finished_run_as_an_eval_case(team_a, make_member, m
     page.wait_for_function("document.getElementById('eval-case-outcome').className === 'error'", timeout=10_000)
     assert outcome.inner_text() == "Not saved: dataset 'writer-cases' already has a case 'tides'"
     assert EvalDataset.objects.get(team=team_a, slug="writer-cases").version == 1
-    page.screenshot(path=str(ARTIFACTS / "monitor-save-as-eval-case-390.png"), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / f"monitor-save-as-eval-case-{screen}.png"), full_page=True)
     scroll_width, inner_width = width(page)
-    assert (scroll_width <= 390, inner_width) == (True, 390), scroll_width
+    assert (scroll_width <= screen, inner_width) == (True, screen), scroll_width
+    # The dataset is one click away: its page in the admin, with the new case in its markdown.
+    page.goto(f"{server}/runs/{run_id}/")
+    page.wait_for_selector("#status.succeeded", timeout=10_000)
+    page.fill("#eval-case input[name=dataset]", "writer-more-cases")
+    page.click("#eval-case button[type=submit]")
+    page.wait_for_selector("#eval-case-dataset", timeout=10_000)
+    page.click("#eval-case-dataset")
+    more = EvalDataset.objects.get(team=team_a, slug="writer-more-cases")
+    page.wait_for_url(f"{server}{reverse('admin:evals_app_evaldataset_change', args=[more.pk])}", timeout=30_000)
+    assert page.locator("#content h2").first.inner_text() == "writer-more-cases"
     context.close()
 
     # A viewer (and an operator) may not edit datasets: no form.
@@ -175,4 +196,4 @@ def test_the_monitor_saves_a_finished_run_as_an_eval_case(team_a, make_member, m
     assert page.locator("#status.succeeded").count() == 1
     assert page.locator("#eval-case").count() == 0
     context.close()
-    assert EvalDataset.objects.filter(team=team_a).count() == 3
+    assert EvalDataset.objects.filter(team=team_a).count() == 4

@@ -59,7 +59,7 @@ class Server:
             stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )
         # Importing the project can take daphne 30 s and more on a busy shared machine.
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 180
         while True:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()

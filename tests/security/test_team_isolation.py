@@ -305,7 +305,8 @@ ADMIN_VIEWS = {"changelist": "list", "add": "add", "change": "item", "history": 
                "run": "item",  # WorkflowAdmin, EvalDatasetAdmin: start a run of the workflow, an eval run
                "case": "run-item",  # EvalDatasetAdmin: save a run (its id in the path) as an eval case
                "diff": "item", "restore": "item",  # a definition's versions: compare two, restore one
-               "settings": "team"}  # ApprovalRequestAdmin: a team's approval settings, named by ?team=<slug>
+               "settings": "team",  # ApprovalRequestAdmin: a team's approval settings, named by ?team=<slug>
+               "slug": "team-slug"}  # EvalDatasetAdmin: a dataset named by its team's and its own slug
 
 
 def test_every_admin_url_is_classified():
@@ -372,6 +373,10 @@ def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(wor
             for response in (client.get(url), client.post(url, {"dataset": "sneaky"})):
                 assert response.status_code in {403, 404}, (label, name, response.status_code)
                 assert MARK not in response.content.decode(), (label, name)
+        elif view == "team-slug":
+            url = reverse(f"admin:{name}", args=[team_b.slug, theirs.slug])
+            response = client.get(url)
+            assert response.status_code == 404 and MARK not in response.content.decode(), (label, name)
         elif view == "team":
             url = _admin_url(model_admin, name.rsplit("_", 1)[-1])
             response = client.get(url)
@@ -430,7 +435,9 @@ PAGE_ROUTES = {"home": "public", "login": "public", "logout": "public", "monitor
                # A new account's one-time set-password link: the token is the key, whoever calls it.
                "password_reset_confirm": "token", "password_reset_complete": "public",
                # A team admin's invitation: the token is the key; a forged one for B's team joins nothing.
-               "invitation": "invitation"}
+               "invitation": "invitation",
+               # The start form: it finds only the caller's team's agents and workflows.
+               "monitor-start": "start"}
 
 
 def page_patterns() -> list[URLPattern]:
@@ -456,8 +463,16 @@ def test_every_page_is_classified_and_keeps_to_the_callers_team(world, team_a, t
             assert str(b.run.id) not in response.content.decode()
             for params in ({"team": team_b.slug},):
                 assert client.get(reverse(pattern.name), params).status_code == 404
-            started = client.post(reverse(pattern.name), {"agent": b.slugs["agents"], "input": "go"})
-            assert started.status_code == 200 and MARK not in started.content.decode()
+            assert client.post(reverse(pattern.name), {"agent": b.slugs["agents"], "input": "go"}).status_code == 405
+        elif role == "start":
+            page = client.get(reverse(pattern.name), {"agent": b.slugs["agents"]})
+            assert page.status_code == 200 and MARK not in page.content.decode()
+            assert client.get(reverse(pattern.name), {"team": team_b.slug}).status_code == 404
+            for target in (f"agent:{b.slugs['agents']}", f"workflow:{b.slugs['workflows']}"):
+                started = client.post(reverse(pattern.name), {"target": target, "input": "go"})
+                assert started.status_code == 400 and MARK not in started.content.decode(), target
+                assert client.post(f"{reverse(pattern.name)}?team={team_b.slug}",
+                                   {"target": target, "input": "go"}).status_code == 404
         elif role == "item":
             response = client.get(reverse(pattern.name, args=[b.run.id]))
             assert response.status_code == 404 and MARK not in response.content.decode()

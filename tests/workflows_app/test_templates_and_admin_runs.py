@@ -105,28 +105,52 @@ def test_the_admin_add_page_offers_the_templates_and_fills_one_in(team_a, make_m
     assert "Start from a template" not in client.get(admin_url(AGENT, "add")).content.decode()
 
 
-FLOW = "---\nname: Solo\ninputs: [topic]\nsteps:\n- id: only\n  agent: lead\n  prompt: 'Do {topic}'\n---\n"
+FLOW = "---\nname: Solo\ninputs: [topic, audience]\nsteps:\n- id: only\n  agent: lead\n  prompt: 'Do {topic}'\n---\n"
 
 
 @pytest.mark.django_db(transaction=True)
 def test_an_operator_runs_a_workflow_from_its_admin_page(team_a, team_b, make_member, unserved):
+    """The workflow's Run… (its page, its list, the old address of the admin's run page) leads to the monitor's
+    start form with it chosen; the form asks for its inputs and starts it as the API does."""
     agent(team_a, "Lead")
     define(team_a, WORKFLOW, FLOW)
     workflow = Workflow.objects.get(team=team_a)
-    url = f"/admin/workflows_app/workflow/{workflow.pk}/run/"
+    start = f"/runs/start/?team={team_a.slug}&workflow=solo"
     member = make_member(team_a, "operator")
     operator = client_for(member)
-    page = operator.get(url)
-    assert page.status_code == 200 and 'name="topic"' in page.content.decode()
-    assert operator.post(url, {}).status_code == 200  # the input is required: the form again, no run
+    assert f'<a href="{start.replace("&", "&amp;")}" class="mas-run-button" id="mas-run-button">Run…</a>' in \
+        operator.get(admin_url(WORKFLOW, "change", workflow.pk)).content.decode()
+    assert f'<a class="mas-run-link" href="{start.replace("&", "&amp;")}">Run…</a>' in \
+        operator.get(admin_url(WORKFLOW, "changelist")).content.decode()
+    old = operator.get(f"/admin/workflows_app/workflow/{workflow.pk}/run/")
+    assert (old.status_code, old.headers["Location"]) == (302, start)
+    page = operator.get(start).content.decode()
+    assert '<option value="workflow:solo" selected>Solo (solo)</option>' in page
+    assert 'name="wf:solo:topic"' in page and 'name="wf:solo:audience"' in page
+    # Every declared input is needed: the form again, saying which, and no run.
+    response = operator.post("/runs/start/", {"target": "workflow:solo", "wf:solo:topic": "tides",
+                                              "wf:solo:audience": " "})
+    assert response.status_code == 400 and "missing input(s): audience" in response.content.decode()
     assert Run.objects.count() == 0
-    response = operator.post(url, {"topic": "tides"})
+    response = operator.post("/runs/start/", {"target": "workflow:solo", "wf:solo:topic": "tides",
+                                              "wf:solo:audience": "children", "input": "ignored"})
     run = Run.objects.get()
     assert response.status_code == 302 and response.headers["Location"] == f"/runs/{run.id}/"
-    assert (run.workflow, run.input, run.created_by) == ("solo", "topic: tides", member)
+    assert (run.workflow, run.agent, run.input, run.created_by) == ("solo", "", "topic: tides\naudience: children",
+                                                                     member)
     assert WorkflowRun.objects.get(run=run).trigger == "manual"
     assert list(run.activations.values_list("status", "queue")) == [("ready", unserved)]  # for a worker
-    # A viewer may not run it; another team's member does not see it.
-    assert client_for(make_member(team_a, "viewer")).post(url, {"topic": "x"}).status_code == 403
-    assert client_for(make_member(team_b, "operator")).get(url).status_code in (302, 404)
+    # A viewer has no button and may not run it; another team's member does not see it.
+    viewer = client_for(make_member(team_a, "viewer"))
+    assert "mas-run-button" not in viewer.get(admin_url(WORKFLOW, "change", workflow.pk)).content.decode()
+    assert "mas-run-link" not in viewer.get(admin_url(WORKFLOW, "changelist")).content.decode()
+    assert viewer.get(f"/admin/workflows_app/workflow/{workflow.pk}/run/").status_code == 403
+    assert viewer.post("/runs/start/", {"target": "workflow:solo", "wf:solo:topic": "x",
+                                        "wf:solo:audience": "y"}).status_code == 404
+    stranger = client_for(make_member(team_b, "operator"))
+    assert stranger.get(f"/admin/workflows_app/workflow/{workflow.pk}/run/").status_code in (302, 404)
+    response = stranger.post("/runs/start/", {"target": "workflow:solo", "wf:solo:topic": "x",
+                                              "wf:solo:audience": "y"})
+    assert response.status_code == 400 and "workflow &#x27;solo&#x27; does not exist in this team" in \
+        response.content.decode()
     assert Run.objects.count() == 1

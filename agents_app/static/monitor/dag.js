@@ -29,6 +29,25 @@ const workflowGraph = (function () {
     parent.appendChild(node); return node;
   }
 
+  // A label kept inside its box: cut to ``width`` with "…" (measured once drawn; in an SVG not on screen, which
+  // measures nothing, by an estimate of its characters). The whole text stays in data-full. True if cut.
+  function fit(text, width) {
+    const full = text.textContent;
+    text.dataset.full = full;
+    const size = parseFloat(getComputedStyle(text).fontSize) || 12;
+    const drawn = text.getComputedTextLength() > 0;
+    const length = (n) => (n === 0 ? 0 : drawn ? text.getSubStringLength(0, n) : n * size * 0.62);
+    if (length(full.length) <= width) return false;
+    const room = width - size * 0.8;  // what the "…" leaves
+    let low = 0, high = full.length;  // the longest start of the text that fits
+    while (low < high) {
+      const mid = Math.ceil((low + high) / 2);
+      if (length(mid) <= room) low = mid; else high = mid - 1;
+    }
+    text.textContent = `${full.slice(0, low)}…`;
+    return true;
+  }
+
   // workflow: {steps: [{id, agent, depends_on}], loops: [{steps, until, max_rounds}]}; a step id twice is drawn once.
   // options.status(id) and options.round(id), when given, label each step with its state in a run.
   function draw(svg, workflow, options = {}) {
@@ -70,12 +89,16 @@ const workflowGraph = (function () {
       const g = el("g", { class: state ? `node ${state}` : "node", "data-step": s.id, "data-level": level.get(s.id),
                           ...(status ? { "data-status": status } : {}), ...(round ? { "data-round": round } : {}) }, svg);
       el("rect", { x: p.x, y: p.y, width: W, height: H }, g);
-      el("text", { x: p.x + 8, y: p.y + 18 }, g, round ? `${s.id} · round ${round}` : s.id);
-      el("text", { class: "sub", x: p.x + 8, y: p.y + 34 }, g, status ? `${s.agent} · ${status}` : s.agent);
+      const name = el("text", { class: "name", x: p.x + 8, y: p.y + 18 }, g, round ? `${s.id} · round ${round}` : s.id);
+      const sub = el("text", { class: "sub", x: p.x + 8, y: p.y + 34 }, g, status ? `${s.agent} · ${status}` : s.agent);
+      // A long step id or agent name is cut to the box; the whole of both shows as the step's tooltip.
+      const cut = [fit(name, W - 16), fit(sub, W - 16)].some(Boolean);
+      g.insertBefore(el("title", {}, g, `${name.dataset.full}\n${sub.dataset.full}`), g.firstChild);
+      if (cut) g.dataset.cut = "1";
     }
     svg.setAttribute("viewBox", `-4 -4 ${maxX + 8} ${maxY + 8}`); svg.style.height = `${maxY + 8}px`;
     return { levels: rows, blocked };
   }
 
-  return { draw, levels, el };
+  return { draw, levels, el, fit };
 })();

@@ -7,7 +7,7 @@
   const box = document.getElementById("eval-case");
   if (!box) return;
   const form = document.getElementById("eval-case-form"), outcome = document.getElementById("eval-case-outcome");
-  const { run, team, csrf, agent, workflow } = box.dataset;
+  const { run, team, csrf, agent, workflow, datasetUrl } = box.dataset;
   const FINAL = new Set(["succeeded", "failed", "cancelled"]);
   const field = (name) => form.elements.namedItem(name);
   let offered = false;
@@ -29,6 +29,17 @@
 
   function show(text, failed) {
     outcome.textContent = text; outcome.className = failed ? "error" : "saved"; outcome.hidden = false;
+  }
+
+  // Saved: the message, and a link to the dataset's page in the admin (its cases, its versions, Run eval…).
+  function saved(data) {
+    const cases = data.cases || [];
+    show(`Saved as case ${cases[cases.length - 1].id} of ${data.slug} (version ${data.version}, ` +
+         `${cases.length} ${cases.length === 1 ? "case" : "cases"}). `, false);
+    const link = document.createElement("a");
+    link.id = "eval-case-dataset"; link.href = datasetUrl.replace("__slug__", encodeURIComponent(data.slug));
+    link.textContent = `Open the dataset ${data.slug}`;
+    outcome.appendChild(link);
   }
 
   function problem(data, status) {
@@ -56,9 +67,7 @@
       });
       const data = await response.json().catch(() => null);
       if (response.status === 201) {
-        const cases = data.cases || [];
-        show(`Saved as case ${cases[cases.length - 1].id} of ${data.slug} (version ${data.version}, ` +
-             `${cases.length} ${cases.length === 1 ? "case" : "cases"}).`, false);
+        saved(data);
       } else {
         show(`Not saved: ${problem(data, response.status)}`, true);
       }

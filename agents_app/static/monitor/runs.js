@@ -8,13 +8,17 @@
   const body = document.getElementById("runs");
   const withActions = document.querySelector("table.runs thead th:last-child").textContent === "";
   const fmt = (n) => Number(n).toLocaleString("en-US");
+  // As the server writes a moment (mas_project/formats): 2026-11-26 14:05, in the server's time zone.
+  const zone = JSON.parse(document.getElementById("time-zone").textContent);
+  const moment = new Intl.DateTimeFormat("sv-SE", { timeZone: zone, year: "numeric", month: "2-digit", day: "2-digit",
+                                                    hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
   function cell(label, text, cls) {
     const td = document.createElement("td"); td.dataset.label = label;
     if (cls) td.className = cls; td.textContent = text; return td;
   }
   function cells(run) {
     const first = cell("Started", ""), a = document.createElement("a");
-    a.href = `/runs/${run.id}/`; a.textContent = new Date(run.created_at).toISOString().replace("T", " ").slice(0, 19);
+    a.href = `/runs/${run.id}/`; a.textContent = moment.format(new Date(run.created_at));
     first.appendChild(a);
     const st = cell("Status", ""), badge = document.createElement("span");
     badge.className = `status ${run.status}`; badge.textContent = run.status; st.appendChild(badge);
