@@ -54,13 +54,14 @@ class AgentAdmin(FieldsEditorAdmin, DefinitionAdmin):
     fields_fieldsets = [
         ("Agent", {"fields": [
             "agent_name", "agent_description", ("agent_model", "agent_tier"), "escalation",
-            ("temperature", "max_tokens"), "tools", "mcp_servers", "skills",
+            ("temperature", "max_tokens"), "tools", "mcp_servers", "skills", "approval",
             ("max_steps", "max_tool_calls", "timeout_s"), ("memory_enabled", "memory_k"), "prompt"]}),
     ]
 
     class Media:
         # markdown.js is the monitor's renderer, which builds DOM nodes and never parses HTML.
-        js = ("mas_admin/definition_form.js", "monitor/markdown.js", "mas_admin/markdown_preview.js")
+        js = ("mas_admin/definition_form.js", "mas_admin/rows.js", "monitor/markdown.js",
+              "mas_admin/markdown_preview.js")
 
 
 @admin.register(Skill)
