@@ -302,8 +302,8 @@ class FieldsEditorAdmin:
     fields_fieldsets: list[tuple[str | None, dict]] = []
 
     def _switch_url_name(self, *, add: bool) -> str:
-        info = (self.opts.app_label, self.opts.model_name)
-        return "%s_%s_switch_editor%s" % (*info, "_add" if add else "")
+        # <app>_<model>_switch (an object's page) and _addswitch (the add page), like Django's own names.
+        return "%s_%s_%s" % (self.opts.app_label, self.opts.model_name, "addswitch" if add else "switch")
 
     def switch_url(self, obj) -> str:
         """Where the page posts itself to switch views (``editor_switch_view``)."""
@@ -322,12 +322,12 @@ class FieldsEditorAdmin:
     def editor_switch_view(self, request, object_id=None):
         """The page's form, posted with ``to=markdown`` or ``to=fields``: the other view's content as JSON
         (``markdown``, or ``values`` and ``choices``), or ``errors`` (400). Nothing is saved."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
         obj = self.get_object(request, unquote(object_id)) if object_id is not None else None
         allowed = self.has_change_permission(request, obj) if obj is not None else self.has_add_permission(request)
         if not allowed:
             raise PermissionDenied
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
         form = self.get_form(request, obj, change=obj is not None)(request.POST, instance=obj)
         to = request.POST.get("to")
         if to == "markdown":

@@ -249,8 +249,8 @@ def test_an_approval_rule_is_checked_by_the_markdowns_code_and_nothing_is_saved(
 
 def switch_url(agent=None) -> str:
     if agent is None:
-        return reverse("admin:agents_app_agent_switch_editor_add")
-    return reverse("admin:agents_app_agent_switch_editor", args=[agent.pk])
+        return reverse("admin:agents_app_agent_addswitch")
+    return reverse("admin:agents_app_agent_switch", args=[agent.pk])
 
 
 def test_switching_to_the_markdown_composes_the_unsaved_fields_and_saves_nothing(team_with_things, make_member):

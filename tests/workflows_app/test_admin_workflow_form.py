@@ -331,7 +331,7 @@ def test_switching_views_carries_the_unsaved_steps_both_ways_and_saves_nothing(a
     row = save_definition(WORKFLOW, agents, RICH)
     client = client_for(make_member(agents, "editor"))
     page = client.get(change_url(row))
-    switch = reverse("admin:workflows_app_workflow_switch_editor", args=[row.pk])
+    switch = reverse("admin:workflows_app_workflow_switch", args=[row.pk])
     data = posted(page.context, **{"steps-2-prompt": "Write it up, briefly"})
     markdown = client.post(switch, {**data, "to": "markdown"})
     assert markdown.status_code == 200, markdown.content
