@@ -80,8 +80,8 @@ api = MasNinjaAPI(
     description=(
         "Define a team's agents, tools, MCP servers, workflows, skills and model providers; start and watch runs. "
         "Authenticate with a bearer token of a team (Authorize). A browser signed in to MAS is authenticated by "
-        "its session as well: this page sends its CSRF token, and a member of several teams names the team in "
-        "the X-MAS-Team header (chosen at the top of this page)."),
+        "its session as well: /api/docs sends its CSRF token, and a member of several teams names the team in "
+        "the X-MAS-Team header (chosen at the top of /api/docs)."),
     auth=api_auth("view"),
     docs=MasSwagger(),
     parser=JsonParser(),
