@@ -64,6 +64,7 @@ def test_try_it_out_works_with_the_session_of_a_member_of_one_team(team_a, make_
     context, page = open_docs(chromium, asgi_server.url, user.username, screen)
     assert page.get_attribute("meta[name=viewport]", "content") == "width=device-width, initial-scale=1"
     assert page.evaluate("window.innerWidth") == screen  # 980 at 390 before: no viewport meta
+    assert page.get_attribute("link[rel=icon]", "href") == "/static/mas/favicon.svg"  # MAS's, as every page
     assert page.inner_text("#mas-docs-bar") == (
         "Signed in as docs-reader: “Try it out” uses this session.\nTeam: alpha")
     fits(page, screen)
