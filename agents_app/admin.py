@@ -10,6 +10,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.db.models import Count, Q
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from agents_app.admin_agent_form import AgentForm
@@ -38,6 +39,7 @@ from mas_core.teams import (
     membership_add,
     membership_delete,
     membership_set,
+    password_link_pending,
     password_link_reissue,
 )
 
@@ -56,13 +58,14 @@ class AgentAdmin(RunButtonAdmin, FieldsEditorAdmin, DefinitionAdmin):
     fields_fieldsets = [
         ("Agent", {"fields": [
             "agent_name", "agent_description", ("agent_model", "agent_tier"), "escalation",
-            ("temperature", "max_tokens"), "tools", "mcp_servers", "skills",
+            ("temperature", "max_tokens"), "tools", "mcp_servers", "skills", "approval",
             ("max_steps", "max_tool_calls", "timeout_s"), ("memory_enabled", "memory_k"), "prompt"]}),
     ]
 
     class Media:
         # markdown.js is the monitor's renderer, which builds DOM nodes and never parses HTML.
-        js = ("mas_admin/definition_form.js", "monitor/markdown.js", "mas_admin/markdown_preview.js")
+        js = ("mas_admin/definition_form.js", "mas_admin/rows.js", "monitor/markdown.js",
+              "mas_admin/markdown_preview.js")
 
 
 @admin.register(Skill)
@@ -285,10 +288,33 @@ class MembershipAdmin(TeamMemberAdmin):
         return request.user.is_superuser
 
     def get_fields(self, request, obj=None):
-        return ("team", "username", "new_account", "role") if obj is None else ("team", "user", "role")
+        if obj is None:
+            return ("team", "username", "new_account", "role")
+        return ("team", "user", "role", *(("password_link",) if self._pending_link(request, obj) else ()))
 
     def get_readonly_fields(self, request, obj=None):
-        return ("team", "user") if obj is not None else ()
+        return ("team", "user", "password_link") if obj is not None else ()
+
+    def _pending_link(self, request, obj):
+        """The member's set-password link that still works, for an admin of the team only (kept on ``obj``
+        for ``password_link``, a display without the request)."""
+        if not hasattr(obj, "_mas_password_link"):
+            manages = team_ids(request, "manage")
+            pending = (password_link_pending(team=obj.team, user=obj.user)
+                       if manages is None or obj.team_id in manages else None)
+            obj._mas_password_link = (request.build_absolute_uri(pending.path), pending.expires_at) if pending else None
+        return obj._mas_password_link
+
+    @admin.display(description="Set-password link")
+    def password_link(self, obj):
+        link = getattr(obj, "_mas_password_link", None)
+        if not link:
+            return "—"
+        url, expires_at = link
+        return format_html(
+            "<code class='mas-password-link'>{}</code><div class='help'>{} has not set a password yet: give them "
+            "this link. It works once, until {} UTC; a new one (the list's action) replaces it.</div>",
+            url, obj.user, expires_at.strftime("%Y-%m-%d %H:%M"))
 
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         if db_field.name == "team":
@@ -306,9 +332,11 @@ class MembershipAdmin(TeamMemberAdmin):
                 # Shown once, to the admin who hands it over: this server sends no mail.
                 self.message_user(request, format_html(
                     "New account {} ({} in {}). Its one-time link to set a password: <code class='mas-password-link'>"
-                    "{}</code> — give it to its owner; it works until the password is set.",
+                    "{}</code> — give it to its owner; it works until the password is set. It stays on "
+                    "<a href='{}'>their membership page</a> until then.",
                     membership.user, membership.role, membership.team,
-                    request.build_absolute_uri(added.password_link)), messages.SUCCESS)
+                    request.build_absolute_uri(added.password_link),
+                    reverse("admin:agents_app_membership_change", args=[membership.pk])), messages.SUCCESS)
         obj.pk = membership.pk
         obj.refresh_from_db()
         obj._state.adding = False
@@ -333,8 +361,10 @@ class MembershipAdmin(TeamMemberAdmin):
                 self.message_user(request, f"No link for {membership.user}: {error}.", messages.WARNING)
                 continue
             self.message_user(request, format_html(
-                "One-time link for {} to set a password: <code class='mas-password-link'>{}</code>",
-                membership.user, request.build_absolute_uri(link)), messages.SUCCESS)
+                "One-time link for {} to set a password: <code class='mas-password-link'>{}</code> (also on "
+                "<a href='{}'>their membership page</a> until it is used or expires)",
+                membership.user, request.build_absolute_uri(link),
+                reverse("admin:agents_app_membership_change", args=[membership.pk])), messages.SUCCESS)
 
 
 class InvitationForm(forms.ModelForm):

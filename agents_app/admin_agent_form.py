@@ -1,20 +1,25 @@
-"""An agent edited as a form — name, model, tools, limits, prompt — with its markdown one click away.
+"""An agent edited as a form — name, model, tools, approvals, limits, prompt — with its markdown one click away.
 
 The form composes the markdown from its fields (keys it has no field for —
 custom tools, examples, output schema, unknown keys — are kept as they were)
 and saves it through the same path as the markdown editor (see
 :mod:`mas_core.admin_fields_editor`, shared with the workflow form). The
 prompt has a markdown preview beside it (``mas_admin/markdown_preview.js``).
+The approval rules are rows (``approval`` in the markdown: a tool name or
+pattern, or a mapping with its own deadline, default outcome and reason),
+checked by the same code as the markdown's (``approvals.policy``).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django import forms
 from django.utils.html import format_html
 
-from mas_core.admin_fields_editor import FieldsEditorForm, spec_get, spec_set
+from agents_app.approvals.policy import MAX_DEADLINE_S, MCP_UNMARKED, OUTCOMES
+from mas_core.admin_fields_editor import Column, FieldsEditorForm, Row, RowsField, rows_from_spec, spec_get, spec_set
 from mas_core.admin_base import teams_with
 from mas_core.definitions.markdown import DefinitionError
 from agents_app.models import ProviderModel, Skill, Team
@@ -45,6 +50,35 @@ SPEC_FIELDS: dict[str, str] = {
     "memory_k": "memory.k",
 }
 FIELD_OF_KEY = {key: field for field, key in SPEC_FIELDS.items()}
+FIELD_OF_KEY["approval"] = "approval"
+
+# An approval rule as a row: the keys of a mapping entry (agents_app.approvals.policy.entry_problem).
+APPROVAL_COLUMNS = (
+    Column("tool", "Tool", help=f"A tool name or a pattern (mcp__github__*); {MCP_UNMARKED}: every MCP tool "
+                                "not marked read-only."),
+    Column("deadline_s", "Deadline (s)", kind="int", attrs=(("min", "1"), ("max", str(MAX_DEADLINE_S))),
+           help="Blank: the team's."),
+    Column("default", "At the deadline", kind="choice",
+           choices=(("", "the team's default"), *((outcome, outcome) for outcome in OUTCOMES))),
+    Column("reason", "Reason", help="Shown to the person who decides."),
+)
+APPROVAL_KEYS = tuple(column.key for column in APPROVAL_COLUMNS)
+# "entry 2: deadline_s: 0 must be …" (approvals.policy.entries_check): the row and the cell it is about.
+APPROVAL_ERROR = re.compile(rf"^entry (?P<number>\d+): (?:(?P<key>{'|'.join(APPROVAL_KEYS)}): )?(?P<message>.+)$",
+                            re.DOTALL)
+
+
+def approval_values(entry: Any) -> dict[str, Any]:
+    """An entry of ``approval`` as its row's typed values."""
+    entry = {"tool": entry} if isinstance(entry, str) else entry if isinstance(entry, dict) else {}
+    return {"tool": entry.get("tool") or "", "deadline_s": entry.get("deadline_s"), "default": entry.get("default"),
+            "reason": entry.get("reason") or ""}
+
+
+def approval_entry(values: dict[str, Any]) -> str | dict[str, Any]:
+    """A row as an entry: the tool name alone when nothing else is set, as the markdown says it most often."""
+    entry = {key: values[key] for key in APPROVAL_KEYS if values.get(key) not in (None, "")}
+    return entry["tool"] if set(entry) == {"tool"} else entry
 
 
 class ToolCheckboxes(forms.CheckboxSelectMultiple):
@@ -57,6 +91,7 @@ class ToolCheckboxes(forms.CheckboxSelectMultiple):
 
     def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
         option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        option["attrs"].pop("class", None)  # the list's class, not each box's
         description = self.descriptions.get(str(value), "")
         if description:
             option["label"] = format_html("{} <span class='mas-tool-description'>{}</span>", label, description)
@@ -93,6 +128,9 @@ class AgentForm(FieldsEditorForm):
     max_tool_calls = forms.IntegerField(required=False, min_value=0, max_value=10000, help_text="Default 50.")
     timeout_s = forms.IntegerField(required=False, min_value=1, max_value=86400, label="Timeout (s)",
                                    help_text="Default 600.")
+    approval = RowsField(columns=APPROVAL_COLUMNS, noun="rule", label="Approvals", help_text=(
+        "Tool calls that wait for a person's approval (the team's rules apply as well). A deadline and a default "
+        "outcome here override the team's for what the rule matches."))
     memory_enabled = forms.BooleanField(required=False, label="Long-term memory")
     memory_k = forms.IntegerField(required=False, min_value=1, max_value=100, label="Memories recalled (k)",
                                   help_text="Default 5.")
@@ -101,10 +139,11 @@ class AgentForm(FieldsEditorForm):
         widget=forms.Textarea(attrs={"rows": 16, "cols": 100, "class": "mas-body", "spellcheck": "true"}),
         help_text="Markdown: the agent's instructions. Preview shows it rendered; Side by side, both.",
     )
-    composed_fields = (*SPEC_FIELDS, "prompt")
+    composed_fields = (*SPEC_FIELDS, "approval", "prompt")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.approval_rows: list[int] = []  # the rows posted, in the order of the entries they composed
         teams = self._teams()
         self._choices(teams)
         spec = self.current["spec"]
@@ -120,6 +159,10 @@ class AgentForm(FieldsEditorForm):
             elif field == "skills":
                 value = self._skill_slugs(teams, value or [])
             self.fields[field].initial = value
+        entries = spec.get("approval") if isinstance(spec.get("approval"), list) else []
+        self.fields["approval"].initial = rows_from_spec(
+            APPROVAL_COLUMNS, [{key: value for key, value in approval_values(entry).items() if value is not None}
+                               for entry in entries], was=lambda position, _: str(position))
         self.fields["prompt"].initial = self.current["body"]
 
     # -- what the form starts from ---------------------------------------------------------------
@@ -166,6 +209,14 @@ class AgentForm(FieldsEditorForm):
                                          for s in skills]
         self.fields["skills"].widget = ToolCheckboxes(choices=self.fields["skills"].choices)
         self.fields["mcp_servers"].widget = ToolCheckboxes(choices=server_choices)
+        # An empty list says why it is empty rather than showing a bare label.
+        if not server_choices:
+            self.fields["mcp_servers"].help_text = "The team has no MCP servers yet."
+        if not self.fields["skills"].choices:
+            self.fields["skills"].help_text = "The team has no skills yet."
+        # What an approval rule's tool may name: every tool, every tool of a server, and the MCP keyword.
+        self.fields["approval"].widget.datalists = {"tool": [
+            *(name for name, _ in tool_choices), MCP_UNMARKED, *(f"mcp__{slug}__*" for slug, _ in server_choices)]}
 
     def _skill_slugs(self, teams: list[Team], names: list[str]) -> list[str]:
         rows = Skill.objects.filter(team__in=teams).values_list("slug", "name")
@@ -212,10 +263,28 @@ class AgentForm(FieldsEditorForm):
         for key in ("limits", "memory"):
             if spec.get(key) == {}:
                 spec.pop(key)
+        spec_set(spec, "approval", self._approval_from(cleaned.get("approval") or []) or None)
         return spec
+
+    def _approval_from(self, rows: list[Row]) -> list[str | dict[str, Any]]:
+        """The entries the rows say; a row unchanged keeps its entry as the markdown wrote it."""
+        before = self.current["spec"].get("approval")
+        before = before if isinstance(before, list) else []
+        entries = []
+        for row in rows:
+            was = int(row.was) if row.was.isdigit() and int(row.was) < len(before) else None
+            if was is not None and approval_values(before[was]) == approval_values(row.values):
+                entries.append(before[was])
+            else:
+                entries.append(approval_entry(row.values))
+        self.approval_rows = [row.index for row in rows]
+        return entries
 
     def report_on_field(self, error: DefinitionError) -> bool:
         key = error.field or ""
+        if key.split(".")[0].split("[")[0] == "approval":
+            self._approval_error(error.message)
+            return True
         field = FIELD_OF_KEY.get(key) or FIELD_OF_KEY.get(key.split("[", 1)[0]) or FIELD_OF_KEY.get(key.split(".")[0])
         if key and field is None and key.split(".")[0] in {"limits", "memory"}:
             field = FIELD_OF_KEY.get(".".join(key.split(".")[:2]))
@@ -223,3 +292,16 @@ class AgentForm(FieldsEditorForm):
             return False
         self.add_error(field, error.message)
         return True
+
+    def _approval_error(self, message: str) -> None:
+        """An error of ``approval``: under the cell it is about when it names one, and in the field's list."""
+        match = APPROVAL_ERROR.match(message)
+        number = int(match["number"]) if match else 0
+        if not match or not 1 <= number <= len(self.approval_rows):
+            self.add_error("approval", message)
+            return
+        key = match["key"] or "tool"
+        column = next(column for column in APPROVAL_COLUMNS if column.key == key)
+        self.fields["approval"].widget.cell_errors.setdefault((self.approval_rows[number - 1], key), []).append(
+            match["message"])
+        self.add_error("approval", f"Rule {number}, {column.label.lower()}: {match['message']}")

@@ -8,6 +8,14 @@ field it is about. Posting ``editor=markdown`` (or no ``editor``) saves the
 textarea instead. :class:`FieldsEditorAdmin` lays the page out: the editor
 choice, the form's fieldsets, then the markdown, shown one at a time by
 ``mas_admin/definition_form.js``.
+
+Switching from one view to the other carries what was typed and not saved:
+the page posts the form to the admin's ``switch-editor/`` view, which
+composes the markdown from the fields (as a save would, without validating
+the definition) or reads the markdown into the fields' values (validated as
+a save would: an error keeps the markdown view). Nothing is saved there. A
+form posted from the fields starts from the page's markdown, so keys without
+a field that were edited in the markdown are kept too.
 """
 
 from __future__ import annotations
@@ -18,11 +26,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from django import forms
+from django.conf import settings
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseNotAllowed, JsonResponse
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from mas_core.admin_base import DefinitionForm, describe_error
+from mas_core.definitions.kinds import Kind
 from mas_core.definitions.markdown import DefinitionError, load_frontmatter, render_definition, split_frontmatter
+from mas_core.definitions.services import definition_parse, definition_validate
+from mas_core.models import Team
 
 # -- spec keys ------------------------------------------------------------------------------------------
 
@@ -49,6 +65,45 @@ def spec_set(data: dict[str, Any], key: str, value: Any) -> None:
         data[last] = value
 
 
+# -- reading a definition's markdown into a form ---------------------------------------------------------
+
+PLACEHOLDER_NAME = "unnamed"  # stands in, while validating, for the name a new definition has not got yet
+
+
+def definition_read(*, kind: Kind, team: Team, text: str) -> dict[str, Any]:
+    """The spec, unknown keys and body of ``text``, validated for ``team`` as a save validates them.
+
+    One thing is let through: a blank name (a new definition's, not typed yet), read as ``""`` — the save
+    asks for it. Raises :class:`DefinitionError` otherwise.
+    """
+    try:
+        parsed = definition_parse(kind=kind, team=team, text=text)
+    except DefinitionError as error:
+        if error.field != "name":
+            raise
+        yaml_text, body = split_frontmatter(text, path="")
+        data, _, _ = load_frontmatter(yaml_text, path="")
+        name = data.get("name")
+        if not (name is None or (isinstance(name, str) and not name.strip())):
+            raise
+        parsed = definition_validate(kind=kind, team=team, data={**data, "name": PLACEHOLDER_NAME}, body=body)
+        spec = parsed.spec_data()
+        spec["name"] = ""
+        return {"spec": spec, "extra": dict(parsed.extra), "body": parsed.body}
+    return {"spec": parsed.spec_data(), "extra": dict(parsed.extra), "body": parsed.body}
+
+
+def _jsonable(value: Any) -> Any:
+    """A field's value as the page's script sets it (rows as ``{was, values}``)."""
+    if isinstance(value, Row):
+        return {"was": value.was, "values": value.values}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return str(value)
+
+
 # -- the form -------------------------------------------------------------------------------------------
 
 
@@ -67,7 +122,9 @@ class FieldsEditorForm(DefinitionForm):
     )
     composed_fields: tuple[str, ...] = ()
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, current: dict[str, Any] | None = None, **kwargs):
+        """``current``: the definition the fields show and compose over (spec, extra, body); by default the
+        saved one, or the markdown posted with the fields."""
         super().__init__(*args, **kwargs)
         self.fields["markdown"].required = False
         self.fields["editor"].initial = "fields"
@@ -75,24 +132,62 @@ class FieldsEditorForm(DefinitionForm):
             start = self.new_markdown()
             if start is not None:
                 self.fields["markdown"].initial = start
-        self.current = self._current_data()
+        self.fields["editor"].widget.attrs["data-switch-url"] = self.model_admin.switch_url(self.instance)
+        self.current = current if current is not None else self._current_data()
 
     def new_markdown(self) -> str | None:
         """Hook: the markdown a new definition starts from (None: the admin's template)."""
         return None
 
     def _current_data(self) -> dict[str, Any]:
+        posted = self._posted_markdown_data()
+        if posted is not None:
+            return posted
         if self.instance.pk:
             return {"spec": dict(self.instance.spec or {}), "extra": dict(self.instance.extra or {}),
                     "body": self.instance.body}
         # The template of a new definition is not valid yet (no name): read it without validating it.
+        return self._template_data(self.fields["markdown"].initial or "")
+
+    def _posted_markdown_data(self) -> dict[str, Any] | None:
+        """The markdown posted beside the fields, read: what the page showed last in its markdown view (keys
+        without a field may have been edited there). None when there is none, or it does not read."""
+        if not (self.is_bound and self.editing_fields):
+            return None
+        text = self.data.get(self.add_prefix("markdown"))
+        team = self.posted_team()
+        if not isinstance(text, str) or not text.strip() or team is None:
+            return None
+        if len(text.encode("utf-8")) > settings.MAS_MAX_DEFINITION_BYTES:
+            return None
         try:
-            yaml_text, body = split_frontmatter(self.fields["markdown"].initial or "", path="")
+            return definition_read(kind=self.model_admin.kind, team=team, text=text)
+        except DefinitionError:
+            # The page never leaves the markdown view with a markdown that does not read; the template of a
+            # new definition (blank fields) does not validate and is read as the template is.
+            return None if self.instance.pk else self._template_data(text)
+
+    @staticmethod
+    def _template_data(text: str) -> dict[str, Any]:
+        try:
+            yaml_text, body = split_frontmatter(text, path="")
             data, _, _ = load_frontmatter(yaml_text, path="")
         except DefinitionError:
             return {"spec": {}, "extra": {}, "body": ""}
         return {"spec": {key: value for key, value in data.items() if value not in (None, "")}, "extra": {},
                 "body": body.strip()}
+
+    def posted_team(self) -> Team | None:
+        """The definition's team: its own, or the one chosen on the add page (among those offered)."""
+        if self.instance.pk:
+            return self.instance.team
+        field = self.fields.get("team")
+        if field is None or not self.is_bound:
+            return None
+        try:
+            return field.clean(field.widget.value_from_datadict(self.data, self.files, self.add_prefix("team")))
+        except forms.ValidationError:
+            return None
 
     def clean(self):
         if not self.editing_fields:
@@ -114,10 +209,68 @@ class FieldsEditorForm(DefinitionForm):
             return text
         if any(field in self.errors for field in self.composed_fields):
             return None
-        text = render_definition(spec=self.compose_spec(cleaned), extra=self.current["extra"],
-                                 body=self.compose_body(cleaned))
+        text = self.compose_markdown(cleaned)
         cleaned["markdown"] = text
         return text
+
+    def compose_markdown(self, cleaned: dict) -> str:
+        """The file the fields' ``cleaned`` values make, over the current definition."""
+        return render_definition(spec=self.compose_spec(cleaned), extra=self.current["extra"],
+                                 body=self.compose_body(cleaned))
+
+    # -- switching views without saving ------------------------------------------------------------
+
+    def markdown_of_fields(self) -> tuple[str | None, list[str]]:
+        """The markdown the posted fields compose, or the errors that keep them from composing one.
+
+        Only the fields are checked, not the definition: an error of the definition (an unknown agent, a
+        cycle) may be easier to fix in the markdown, and the save reports it. A valid definition is shown as
+        a save writes it.
+        """
+        cleaned, errors = {}, []
+        for name in self.composed_fields:
+            field = self.fields[name]
+            try:
+                cleaned[name] = field.clean(self[name].data)
+            except forms.ValidationError as error:
+                errors += [f"{self[name].label}: {message}" for message in error.messages]
+        if errors:
+            return None, errors
+        text = self.compose_markdown(cleaned)
+        team = self.posted_team()
+        try:
+            # As a save would write it (keys in their order, defaults left out) when it is valid already.
+            read = definition_read(kind=self.model_admin.kind, team=team, text=text) if team is not None else None
+        except DefinitionError:
+            read = None
+        if read is not None:
+            text = render_definition(spec=read["spec"], extra=read["extra"], body=read["body"])
+        return text, []
+
+    def fields_of_markdown(self) -> tuple[dict[str, Any] | None, list[str]]:
+        """What each field shows for the posted markdown (``values``, and the ``choices`` of the fields
+        that have some, which may name what only this markdown names), or the errors that keep it from
+        being read."""
+        text = self.data.get(self.add_prefix("markdown")) or ""
+        try:
+            self.fields["markdown"].clean(text)
+        except forms.ValidationError as error:
+            return None, [f"Markdown: {message}" for message in error.messages]
+        team = self.posted_team()
+        if team is None:
+            return None, ["Choose the team first: the markdown is read against its definitions."]
+        try:
+            current = definition_read(kind=self.model_admin.kind, team=team, text=text)
+        except DefinitionError as error:
+            return None, [f"{describe_error(error)} — fix it in the markdown first."]
+        shown = type(self)(instance=self.instance, current=current, initial={"team": team.pk})
+        values, choices = {}, {}
+        for name in self.composed_fields:
+            values[name] = _jsonable(shown[name].value())
+            if getattr(shown.fields[name], "choices", None) is not None and not isinstance(
+                    shown.fields[name], RowsField):
+                choices[name] = [[str(value), str(label)] for value, label in shown.fields[name].choices]
+        return {"values": values, "choices": choices}, []
 
     def compose_spec(self, cleaned: dict) -> dict[str, Any]:
         """The spec the fields say (the agent's and the workflow's forms each compose their own)."""
@@ -147,6 +300,46 @@ class FieldsEditorAdmin:
     """
 
     fields_fieldsets: list[tuple[str | None, dict]] = []
+
+    def _switch_url_name(self, *, add: bool) -> str:
+        # <app>_<model>_switch (an object's page) and _addswitch (the add page), like Django's own names.
+        return "%s_%s_%s" % (self.opts.app_label, self.opts.model_name, "addswitch" if add else "switch")
+
+    def switch_url(self, obj) -> str:
+        """Where the page posts itself to switch views (``editor_switch_view``)."""
+        if obj is not None and obj.pk:
+            return reverse(f"{self.admin_site.name}:{self._switch_url_name(add=False)}", args=[obj.pk])
+        return reverse(f"{self.admin_site.name}:{self._switch_url_name(add=True)}")
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.editor_switch_view)
+        return [
+            path("add/switch-editor/", view, name=self._switch_url_name(add=True)),
+            path("<path:object_id>/switch-editor/", view, name=self._switch_url_name(add=False)),
+            *super().get_urls(),
+        ]
+
+    def editor_switch_view(self, request, object_id=None):
+        """The page's form, posted with ``to=markdown`` or ``to=fields``: the other view's content as JSON
+        (``markdown``, or ``values`` and ``choices``), or ``errors`` (400). Nothing is saved."""
+        obj = self.get_object(request, unquote(object_id)) if object_id is not None else None
+        allowed = self.has_change_permission(request, obj) if obj is not None else self.has_add_permission(request)
+        if not allowed:
+            raise PermissionDenied
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        form = self.get_form(request, obj, change=obj is not None)(request.POST, instance=obj)
+        to = request.POST.get("to")
+        if to == "markdown":
+            text, errors = form.markdown_of_fields()
+            answer = {"markdown": text}
+        elif to == "fields":
+            answer, errors = form.fields_of_markdown()
+        else:
+            answer, errors = None, ["to: markdown or fields"]
+        if errors:
+            return JsonResponse({"errors": errors}, status=400)
+        return JsonResponse(answer)
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = super().get_fieldsets(request, obj)

@@ -6,7 +6,7 @@ import functools
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.conf import settings
@@ -153,8 +153,20 @@ class SetPasswordLinks(PasswordResetTokenGenerator):
         nonce = PasswordLinkNonce.objects.filter(user_id=user.pk).values_list("nonce", flat=True).first()
         return super()._make_hash_value(user, timestamp) + (nonce or "")
 
+    def token_issued_at(self, user, issued_at: datetime) -> str:
+        """The token of a link issued at ``issued_at``: the same each time it is made, so the link can be shown
+        again (it expires ``PASSWORD_RESET_TIMEOUT`` after ``issued_at``, as Django counts: local time)."""
+        local = datetime.fromtimestamp(issued_at.timestamp())
+        return self._make_token_with_timestamp(user, self._num_seconds(local), self.secret)
+
 
 set_password_links = SetPasswordLinks()
+
+
+def _password_link_path(user, issued_at: datetime) -> str:
+    uidb64 = urlsafe_base64_encode(force_bytes(user.pk))
+    token = set_password_links.token_issued_at(user, issued_at)
+    return reverse("password_reset_confirm", kwargs={"uidb64": uidb64, "token": token})
 
 
 def password_link_create(*, user) -> str:
@@ -163,10 +175,37 @@ def password_link_create(*, user) -> str:
     Only the newest link works: each draws a new nonce its token is signed over. It also stops working once
     the password is set (the token is bound to the password hash), and after ``PASSWORD_RESET_TIMEOUT``.
     """
-    PasswordLinkNonce.objects.update_or_create(user=user, defaults={"nonce": secrets.token_urlsafe(32)})
-    uidb64 = urlsafe_base64_encode(force_bytes(user.pk))
-    token = set_password_links.make_token(user)
-    return reverse("password_reset_confirm", kwargs={"uidb64": uidb64, "token": token})
+    # issued_at is auto_now: the time the token is signed with is the one stored, to show the link again.
+    row, _ = PasswordLinkNonce.objects.update_or_create(user=user, defaults={"nonce": secrets.token_urlsafe(32)})
+    return _password_link_path(user, row.issued_at)
+
+
+@dataclass(frozen=True)
+class PendingPasswordLink:
+    path: str  # of the set-password page
+    expires_at: datetime
+
+
+def password_link_pending(*, team: Team, user) -> PendingPasswordLink | None:
+    """The set-password link of a member of ``team`` that still works, to show its admins again; else None.
+
+    None once the password is set, a newer link replaced it (that one is shown), it expired, or the account
+    is also another team's: as for ``password_link_reissue``, an admin of one team never gets a link to an
+    account that other teams rely on.
+    """
+    if user.has_usable_password():
+        return None
+    if set(Membership.objects.filter(user=user).values_list("team_id", flat=True)) != {team.pk}:
+        return None
+    issued_at = PasswordLinkNonce.objects.filter(user=user).values_list("issued_at", flat=True).first()
+    if issued_at is None:
+        return None
+    path = _password_link_path(user, issued_at)
+    token = path.rstrip("/").rsplit("/", 1)[1]
+    if not set_password_links.check_token(user, token):
+        return None
+    return PendingPasswordLink(path=path,
+                               expires_at=issued_at + timedelta(seconds=settings.PASSWORD_RESET_TIMEOUT))
 
 
 def password_link_reissue(*, team: Team, user) -> str:
@@ -292,6 +331,7 @@ __all__ = [
     "user_create",
     "password_link_create",
     "password_link_reissue",
+    "password_link_pending",
     "membership_add",
     "invitation_create",
     "invitation_pending",

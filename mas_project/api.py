@@ -16,6 +16,7 @@ from agents_app.api_forks import router as forks_router
 from evals_app.api import router as evals_router
 from mas_core.api_auth import TEAM_HEADER, api_auth
 from mas_core.api_errors import UnsupportedMediaType, load_json, register_error_handlers
+from mas_project.api_docs import MasSwagger
 from mas_project.health import router as health_router
 from memory_app.api import router as memory_router
 from tools_app.api import router as tools_router
@@ -38,6 +39,10 @@ class MasNinjaAPI(NinjaAPI):
 
     A session user in several teams picks the team with ``X-MAS-Team`` (see ``api_auth``); as a header
     parameter it is a field of "Try it out" in the docs, so the interactive docs work for them too.
+
+    The session is not a documented security scheme: it is the browser's sign-in, which the docs page
+    carries by itself (cookie and CSRF token, see ``api_docs``); as a scheme it only put a ``sessionid``
+    field in "Authorize", asking people to paste a cookie. Bearer tokens are the documented way in.
     """
 
     def get_openapi_schema(self, *args, **kwargs):
@@ -47,9 +52,12 @@ class MasNinjaAPI(NinjaAPI):
                 if not isinstance(operation, dict) or not any(
                         SESSION_SCHEME in requirement for requirement in operation.get("security", [])):
                     continue
+                operation["security"] = [requirement for requirement in operation["security"]
+                                         if SESSION_SCHEME not in requirement]
                 parameters = operation.setdefault("parameters", [])
                 if not any(p.get("in") == "header" and p.get("name") == TEAM_HEADER for p in parameters):
                     parameters.append(dict(TEAM_HEADER_PARAMETER))
+        schema.get("components", {}).get("securitySchemes", {}).pop(SESSION_SCHEME, None)
         return schema
 
 
@@ -69,8 +77,13 @@ TEAM_HEADER_PARAMETER = {
 api = MasNinjaAPI(
     title="MAS API",
     version="1.0.0",
-    description="Define a team's agents, tools, MCP servers, workflows, skills and model providers.",
+    description=(
+        "Define a team's agents, tools, MCP servers, workflows, skills and model providers; start and watch runs. "
+        "Authenticate with a bearer token of a team (Authorize). A browser signed in to MAS is authenticated by "
+        "its session as well: /api/docs sends its CSRF token, and a member of several teams names the team in "
+        "the X-MAS-Team header (chosen at the top of /api/docs)."),
     auth=api_auth("view"),
+    docs=MasSwagger(),
     parser=JsonParser(),
 )
 register_error_handlers(api)

@@ -9,8 +9,8 @@ from agents_app.views_forks import run_fork_view
 from agents_app.views_start import start_page
 from mas_project.api import api
 from mas_project.metrics import metrics_view
-from mas_core.teams import set_password_links
 from mas_project.invitations import invitation_view
+from mas_project.passwords import SetPasswordView
 from mas_project.sign_in import AdminSignInForm, SignInForm
 
 admin.site.login_form = AdminSignInForm  # throttled per account and address, as the site's login
@@ -31,9 +31,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page="/accounts/login/"), name="logout"),
     # The one-time set-password link a new account gets (services.password_link_create); no "forgot my
     # password" form: this server sends no mail, a team admin hands the link over.
-    path("accounts/reset/<uidb64>/<token>/",
-         auth_views.PasswordResetConfirmView.as_view(token_generator=set_password_links),
-         name="password_reset_confirm"),
+    path("accounts/reset/<uidb64>/<token>/", SetPasswordView.as_view(), name="password_reset_confirm"),
     # A team admin's single-use invitation (mas_core.teams.invitation_create): join, signed in or as a new account.
     path("accounts/invitations/<str:token>/", invitation_view, name="invitation"),
     path("accounts/reset/done/", auth_views.PasswordResetCompleteView.as_view(), name="password_reset_complete"),

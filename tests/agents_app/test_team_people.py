@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -12,11 +13,14 @@ from django.test import Client
 from django.urls import reverse
 
 from agents_app.models import ApiToken, Membership, Team
+from mas_core.models import PasswordLinkNonce
 from mas_core.teams import (
     api_token_authenticate,
     api_token_create,
     membership_add,
+    membership_set,
     password_link_create,
+    password_link_pending,
     user_create,
 )
 from tests.agents_app.test_admin_teams import group_names, url
@@ -114,11 +118,13 @@ def test_a_superuser_adds_a_new_account_and_sees_its_link_once(team_a, team_b):
     assert f"http://testserver/accounts/reset/{uidb64}/{token}/" in body
     assert Membership.objects.get(user=hana).team == team_a and Membership.objects.get(user=hana).role == "editor"
     assert not Membership.objects.filter(team=team_b).exists()
-    # Not shown again: neither on the list nor on the member's page.
+    # Not on the list; on the member's page (for the admins of the team) until it is used (issue 27, point 3).
     membership = Membership.objects.get(user=hana)
-    for page in (url("membership", "changelist"), url("membership", "change", membership.pk)):
-        assert token not in client.get(page).content.decode(), page
+    assert token not in client.get(url("membership", "changelist")).content.decode()
+    assert LINK_RE.findall(client.get(url("membership", "change", membership.pk)).content.decode()) == [
+        (uidb64, token)]
     member = set_password(f"/accounts/reset/{uidb64}/{token}/")
+    assert LINK_RE.findall(client.get(url("membership", "change", membership.pk)).content.decode()) == []
     assert member.post("/admin/login/", {"username": "hana", "password": NEW_PASSWORD}).status_code == 302
     assert member.get(reverse("admin:agents_app_agent_add")).status_code == 200  # an editor adds agents
 
@@ -406,3 +412,85 @@ def test_only_team_admins_invite_and_only_to_their_own_teams(team_a, team_b, mak
     from agents_app.models import Invitation
 
     assert not Invitation.objects.exists()
+
+
+# -- the set-password page says whose account; a dead link says whom to ask; the link stays on the member's page
+# (issue 27, point 3) -------------------------------------------------------------------------------------------
+
+
+def test_the_set_password_page_names_the_account_and_its_teams(team_a, team_b):
+    link = membership_add(team=team_a, username="uma", role="editor", new_account=True).password_link
+    membership_add(team=team_b, username="uma", role="viewer")
+    client = Client()
+    form_page = client.get(client.get(link)["Location"])
+    html = form_page.content.decode()
+    assert "<h1>Set a password for uma</h1>" in html
+    assert ("The account <strong>uma</strong> is a member of\n  <strong>Alpha</strong> (editor), "
+            "<strong>Beta</strong> (viewer).") in html
+    assert '<input type="submit" value="Set my password">' in html
+
+
+def test_a_link_that_no_longer_works_says_whom_to_ask_and_names_nobody(team_a):
+    link = membership_add(team=team_a, username="vera", role="viewer", new_account=True).password_link
+    set_password(link)
+    client = Client()
+    dead = client.get(link, follow=True)
+    assert dead.status_code == 200 and dead.context["validlink"] is False
+    html = dead.content.decode()
+    assert "<h1>This link does not work</h1>" in html
+    assert ("Ask an admin of your team for a new link: they make one in the team console\n"
+            "  (Memberships, “New set-password link”).") in html
+    assert "vera" not in html and "Alpha" not in html  # a dead link does not tell whose account it was
+    assert "password_reset" not in html and "request a new password reset" not in html
+    # Every link of the page leads somewhere (there is no "forgot my password" page to send people to).
+    hrefs = set(re.findall(r'href="(/[^"]*)"', html)) - {"/static/"}
+    assert "/accounts/login/" in hrefs
+    for href in hrefs:
+        if not href.startswith("/static/"):
+            assert client.get(href, follow=True).status_code == 200, href
+    assert client.get("/accounts/password_reset/").status_code == 404
+
+
+def test_the_pending_link_is_the_one_handed_out_until_it_is_used_replaced_or_expired(team_a, team_b, settings):
+    added = membership_add(team=team_a, username="wim", role="viewer", new_account=True)
+    wim = added.membership.user
+    pending = password_link_pending(team=team_a, user=wim)
+    assert pending.path == added.password_link
+    issued = PasswordLinkNonce.objects.get(user=wim).issued_at
+    assert pending.expires_at == issued + timedelta(seconds=settings.PASSWORD_RESET_TIMEOUT)
+    assert password_link_pending(team=team_b, user=wim) is None  # not a member there
+    newer = password_link_create(user=wim)
+    assert newer != added.password_link and password_link_pending(team=team_a, user=wim).path == newer
+    # Expired: issued longer ago than PASSWORD_RESET_TIMEOUT.
+    PasswordLinkNonce.objects.filter(user=wim).update(
+        issued_at=issued - timedelta(seconds=settings.PASSWORD_RESET_TIMEOUT + 5))
+    assert password_link_pending(team=team_a, user=wim) is None
+    # A fresh one, then the account joins another team: not shown to either team's admins.
+    fresh = password_link_create(user=wim)
+    assert password_link_pending(team=team_a, user=wim).path == fresh
+    membership_set(team=team_b, user=wim, role="viewer")
+    assert password_link_pending(team=team_a, user=wim) is None and password_link_pending(team=team_b, user=wim) is None
+    # Used: gone.
+    Membership.objects.filter(team=team_b, user=wim).delete()
+    set_password(password_link_pending(team=team_a, user=wim).path)
+    wim.refresh_from_db()
+    assert password_link_pending(team=team_a, user=wim) is None
+
+
+def test_the_link_shows_on_the_members_page_for_the_teams_admins_only(team_a, team_b, make_member):
+    added = membership_add(team=team_a, username="xena", role="viewer", new_account=True)
+    page = url("membership", "change", added.membership.pk)
+    admin_user = make_member(team_a, "admin")
+    shown = client_for(admin_user).get(page).content.decode()
+    assert f"<code class='mas-password-link'>http://testserver{added.password_link}</code>" in shown
+    assert "xena has not set a password yet: give them this link." in shown
+    # The team's other members see the member, not the link; another team's admin does not see the member.
+    for role in ("viewer", "editor", "operator"):
+        response = client_for(make_member(team_a, role)).get(page)
+        assert response.status_code == 200 and LINK_RE.findall(response.content.decode()) == [], role
+    assert client_for(make_member(team_b, "admin")).get(page).status_code == 404
+    # An admin of team_a who is a viewer in team_b: a member of team_b's page shows no link to them either.
+    other = membership_add(team=team_b, username="yann", role="viewer", new_account=True).membership
+    membership_add(team=team_b, username=admin_user.username, role="viewer")
+    response = client_for(admin_user).get(url("membership", "change", other.pk))
+    assert response.status_code == 200 and LINK_RE.findall(response.content.decode()) == []

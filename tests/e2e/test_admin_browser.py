@@ -139,8 +139,10 @@ def test_editing_an_agent_with_the_form_a_field_error_then_a_save(console, asgi_
     # The form is shown, the markdown one click away.
     assert page.is_visible("fieldset.mas-fields-editor") and not page.is_visible("fieldset.mas-markdown-editor")
     page.check("input[name=editor][value=markdown]")
+    page.wait_for_selector("fieldset.mas-markdown-editor", state="visible")  # the server composes it first
     assert page.is_visible("fieldset.mas-markdown-editor") and not page.is_visible("fieldset.mas-fields-editor")
     page.check("input[name=editor][value=fields]")
+    page.wait_for_selector("fieldset.mas-fields-editor", state="visible")
 
     page.fill("input[name=escalation]", "large, small")
     with page.expect_response(lambda response: response.request.method == "POST", timeout=90_000):

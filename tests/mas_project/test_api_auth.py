@@ -139,7 +139,10 @@ def test_openapi_and_docs_are_public():
     schema = Client().get("/api/openapi.json")
     assert schema.status_code == 200
     assert schema.json()["info"]["title"] == "MAS API"
-    assert set(schema.json()["components"]["securitySchemes"]) == {"TokenAuth", "SessionTeamAuth"}
+    # Tokens are the documented way in; the session is the browser's own (no "sessionid" field in Authorize).
+    assert set(schema.json()["components"]["securitySchemes"]) == {"TokenAuth"}
+    assert "SessionTeamAuth" not in schema.content.decode()
     docs = Client().get("/api/docs")
     assert docs.status_code == 200
     assert b"openapi.json" in docs.content
+    assert b'<meta name="viewport" content="width=device-width, initial-scale=1">' in docs.content

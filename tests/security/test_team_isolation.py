@@ -305,6 +305,8 @@ ADMIN_VIEWS = {"changelist": "list", "add": "add", "change": "item", "history": 
                "run": "item",  # WorkflowAdmin, EvalDatasetAdmin: start a run of the workflow, an eval run
                "case": "run-item",  # EvalDatasetAdmin: save a run (its id in the path) as an eval case
                "diff": "item", "restore": "item",  # a definition's versions: compare two, restore one
+               # A definition's form: the other view (fields or markdown) of what is typed, on its page or the add page.
+               "switch": "item", "addswitch": "add-switch",
                "settings": "team",  # ApprovalRequestAdmin: a team's approval settings, named by ?team=<slug>
                "slug": "team-slug"}  # EvalDatasetAdmin: a dataset named by its team's and its own slug
 
@@ -368,6 +370,18 @@ def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(wor
                                      {"team": team_b.pk, "markdown": f"---\nname: Sneaky\n---\n{MARK}\n",
                                       "username": user.username, "role": "viewer", "user": user.pk, "name": "x"})
                 assert posted.status_code in {200, 403}, (label, posted.status_code)
+        elif view == "add-switch":
+            # Read against another team's definitions: refused, as that team is not one the user may choose.
+            url = _admin_url(model_admin, "addswitch")
+            for to in ("fields", "markdown"):
+                response = client.post(url, {"team": team_b.pk, "to": to, "editor": "markdown" if to == "fields"
+                                             else "fields", "markdown": f"---\nname: Sneaky\n---\n{MARK}\n"})
+                # To the markdown: the blank form's own (the other team's markdown is not even read).
+                assert response.status_code in ({400, 403} if to == "fields" else {200, 403}), (label, to)
+                if response.status_code == 400:
+                    assert response.json() == {"errors": [
+                        "Choose the team first: the markdown is read against its definitions."]}, label
+                assert MARK not in response.content.decode(), (label, to)
         elif view == "run-item":
             url = reverse(f"admin:{name}", args=[b.run.pk])
             for response in (client.get(url), client.post(url, {"dataset": "sneaky"})):
@@ -393,7 +407,7 @@ def test_a_team_member_sees_and_changes_nothing_of_another_team_in_the_admin(wor
             response = client.get(url)
             assert response.status_code in {302, 403, 404}, (label, suffix, response.status_code)
             assert MARK not in response.content.decode(), (label, suffix)
-            if suffix in {"change", "delete", "run", "restore"}:
+            if suffix in {"change", "delete", "run", "restore", "switch"}:
                 posted = client.post(url, {"post": "yes", "markdown": "---\nname: hijacked\n---\n", "role": "viewer",
                                            "content": "hijacked", "shared": "on", "force": "1", "version": "1"})
                 assert posted.status_code in {302, 403, 404}, (label, suffix, posted.status_code)

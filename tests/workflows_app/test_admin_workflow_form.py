@@ -324,3 +324,29 @@ def test_a_viewer_reads_the_markdown_and_gets_no_form(agents, make_member):
     html = page.content.decode()
     assert 'name="steps-0-id"' not in html and 'name="editor"' not in html and 'id="mas-step-graph"' not in html
     assert "Research {topic} for {audience}." in html  # the markdown, as text
+
+
+def test_switching_views_carries_the_unsaved_steps_both_ways_and_saves_nothing(agents, make_member):
+    """The agent form's switch (issue 27, point 1) is the workflow form's too: mas_core.admin_fields_editor."""
+    row = save_definition(WORKFLOW, agents, RICH)
+    client = client_for(make_member(agents, "editor"))
+    page = client.get(change_url(row))
+    switch = reverse("admin:workflows_app_workflow_switch", args=[row.pk])
+    data = posted(page.context, **{"steps-2-prompt": "Write it up, briefly"})
+    markdown = client.post(switch, {**data, "to": "markdown"})
+    assert markdown.status_code == 200, markdown.content
+    assert markdown.json()["markdown"] == RICH.replace("prompt: Write it up\n", "prompt: Write it up, briefly\n")
+    edited = RICH.replace("max_rounds: 3", "max_rounds: 4").replace("  - verdict\n  on_failure: stop",
+                                                                    "  - verdict\n  - final\n  on_failure: stop")
+    assert edited.count("- final\n") == 1
+    answer = client.post(switch, {**data, "editor": "markdown", "markdown": edited, "to": "fields"})
+    assert answer.status_code == 200, answer.content
+    values = answer.json()["values"]
+    assert values["loops"] == [{"was": "0", "values": {"steps": "research, review", "until": 'review.verdict == "ok"',
+                                                       "max_rounds": "4"}}]
+    assert [step["was"] for step in values["steps"]] == ["research", "review", "write"]
+    assert values["steps"][1]["values"]["outputs"] == "verdict, final"
+    assert values["steps"][2]["values"]["prompt"] == "Write it up"
+    row.refresh_from_db()
+    assert (row.version, row.content) == (1, RICH)
+    assert DefinitionVersion.objects.filter(kind="workflow", slug=row.slug).count() == 1
