@@ -77,6 +77,12 @@ class WebServer:
                 return int(line.split()[1])
         raise RuntimeError("no VmRSS line")
 
+    def cpu_s(self) -> float:
+        """The CPU time the daphne process has used (user and system, all its threads), in seconds: unlike a
+        request's wall time it does not grow when other processes load the machine."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def request(self, method: str, path: str, body: bytes | str | None = None, *, token: str = "",
                 content_type: str = "", timeout: float = 30, headers: dict[str, str] | None = None) -> Answer:
         headers = dict(headers or {})

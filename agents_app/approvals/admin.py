@@ -163,7 +163,7 @@ class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
         if obj.decided_at is None:
             return "—"
         who = obj.decided_by.get_username() if obj.decided_by_id else "the system"
-        return f"{who}, {_when(obj.decided_at, seconds=True)}"
+        return f"{who}, {_when(obj.decided_at)}"
 
     def get_list_display(self, request):
         return (*super().get_list_display(request), self._decide_column(request))
@@ -285,8 +285,9 @@ class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
         return TemplateResponse(request, "admin/mas/approval_settings.html", context, status=status)
 
 
-def _when(moment, *, seconds: bool = False) -> str:
-    return f"{timezone.localtime(moment):%Y-%m-%d %H:%M{':%S' if seconds else ''}}"
+def _when(moment) -> str:
+    """A moment as every page writes one (``mas_project.formats``)."""
+    return f"{timezone.localtime(moment):%Y-%m-%d %H:%M}"
 
 
 def _decidable(obj: ApprovalRequest) -> bool:

@@ -9,7 +9,10 @@ Python calls. This loader counts while it composes, before anything is built:
 
 - nodes: every mapping, list, key and value, an alias counting all that it
   repeats, so an expansion is refused before it is walked;
-- depth: lists and mappings inside each other;
+- depth: lists and mappings inside each other (brackets counted as they are
+  scanned too: the scanner reads up to 1,024 characters ahead of the composer
+  to find where a key ends, and a line of ``[[[[…`` cost it a quarter of a
+  second of CPU before the composer saw the 33rd);
 - characters: of the whole text, of one key, of one value.
 
 A refusal is a :class:`YamlLimitError`, a ``MarkedYAMLError`` whose mark is
@@ -81,6 +84,11 @@ class _BoundedLoader(yaml.SafeLoader):
         self.nodes += nodes
         if self.nodes > self.limits.max_nodes:
             raise YamlLimitError(problem or self.limits.too_many(), mark)
+
+    def fetch_flow_collection_start(self, TokenClass) -> None:
+        if self.flow_level >= self.limits.max_depth:
+            raise YamlLimitError(self.limits.too_deep(), self.get_mark())
+        super().fetch_flow_collection_start(TokenClass)
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
         event = self.peek_event()

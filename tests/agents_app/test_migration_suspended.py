@@ -2,6 +2,7 @@
 "waiting"), rows written before renamed — and back again when it is reversed."""
 import pytest
 from django.db import connection
+from django.utils import timezone
 from django.db.migrations.executor import MigrationExecutor
 
 from agents_app.models import Activation, Run, Session
@@ -27,7 +28,10 @@ def test_waiting_activations_and_sessions_become_suspended_and_back(team_a):
     run = Run.objects.create(team=team_a, agent="lead", input="x", status="waiting")
     for status in ("suspended", "running"):
         activation = Activation.objects.create(run=run, agent="lead", input="x", status=status)
-        Session.objects.create(run=run, activation=activation, agent="lead", attempt=1, status=status)
+        # Beating now: a running session without a heartbeat is a stale one, which any worker's reaper alive
+        # in the database (another test's) would queue again while the migrations run.
+        Session.objects.create(run=run, activation=activation, agent="lead", attempt=1, status=status,
+                               heartbeat_at=timezone.now())
     try:
         migrate(BEFORE)  # reversed: named as before
         assert statuses(run) == ("waiting", ["running", "waiting"], ["running", "waiting"])

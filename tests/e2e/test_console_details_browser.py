@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 WIDTHS = [1400, 390]
 CREATED = datetime(2026, 3, 4, 5, 6, 7, tzinfo=dt_timezone.utc)
 VERSIONED = datetime(2026, 2, 1, 23, 59, 59, tzinfo=dt_timezone.utc)
+DECIDED = datetime(2026, 3, 5, 6, 7, 8, tzinfo=dt_timezone.utc)
 
 
 def moment(value: datetime) -> str:
@@ -48,6 +49,9 @@ def test_every_page_writes_a_moment_the_same_way(team_a, make_member, asgi_serve
     request = ApprovalRequest.objects.create(team=team_a, run=waiting, session=session, agent="lead", call_id="c1",
                                              kind="approval", tool="vfs_write",
                                              deadline=timezone.now() + timedelta(days=1, minutes=7))
+    ApprovalRequest.objects.create(team=team_a, run=waiting, session=session, agent="lead", call_id="c0",
+                                   kind="approval", tool="vfs_delete", status="approved", decided_by=user,
+                                   decided_at=DECIDED, deadline=DECIDED)
     invitation = invitation_create(team=team_a, role="viewer")
     server = asgi_server.url
     context = chromium.new_context(viewport={"width": screen, "height": 1000})
@@ -65,7 +69,9 @@ def test_every_page_writes_a_moment_the_same_way(team_a, make_member, asgi_serve
         page.goto(f"{server}{reverse('admin:agents_app_agent_history', args=[lead.pk])}")
         seen["versions"] = page.inner_text(".mas-versions tbody tr td:nth-child(4)")
         page.goto(f"{server}{reverse('admin:agents_app_approvalrequest_changelist')}")
-        seen["inbox: deadline"] = page.inner_text("#result_list .field-deadline")
+        seen["inbox: deadline"] = page.inner_text("#result_list .field-due")
+        page.goto(f"{server}{reverse('admin:agents_app_approvalrequest_changelist')}?status=approved")
+        seen["inbox: decided"] = page.inner_text("#result_list .field-decided")
         page.goto(f"{server}/")
         seen["home"] = page.inner_text(f"li:has(a[href='/runs/{run.pk}/']) .muted").split(" — ")[0]
         page.goto(f"{server}/runs/")
@@ -90,6 +96,7 @@ def test_every_page_writes_a_moment_the_same_way(team_a, make_member, asgi_serve
         "admin runs": moment(CREATED),
         "versions": moment(VERSIONED),
         "inbox: deadline": moment(request.deadline),
+        "inbox: decided": f"dora, {moment(DECIDED)}",
         "home": moment(CREATED),
         "runs": moment(CREATED),
         "runs: live row": moment(VERSIONED),

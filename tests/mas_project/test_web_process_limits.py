@@ -1,8 +1,9 @@
 """What one hostile request does to the web process: a real daphne, measured from outside.
 
 Each request is sent over a socket with an editor's token; the test asserts the
-exact 4xx, that it came in under a second, and that the daphne process grew by
-under 20 MB (VmRSS from /proc). Before these limits, a YAML alias bomb of 520 bytes
+exact 4xx, that it cost daphne under a quarter second of CPU (from /proc: its wall time
+grows with whatever else loads the machine, its CPU time does not), and that the
+daphne process grew by under 20 MB (VmRSS from /proc). Before these limits, a YAML alias bomb of 520 bytes
 grew daphne by gigabytes, deep nesting answered 500 with a RecursionError, and
 a 100,000-character query string got its connection closed with no answer.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import NamedTuple
 
 import pytest
 import websockets
@@ -22,7 +24,7 @@ from tests.web import Answer, WebServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SECOND = 1.0
+CPU_LIMIT_S = 0.25  # of daphne's CPU for one hostile request (a line of 5,000 "[" cost 0.63 s before the scanner counted)
 MAX_GROWTH_KB = 20 * 1024
 VALID = "---\nname: X\ndescription: fine\n---\n\nYou work.\n"
 
@@ -48,13 +50,21 @@ def editor(team_a, make_member, make_token):
     return make_token(team_a, make_member(team_a, role="editor"))
 
 
-def measured(web: WebServer, method: str, path: str, body: str | bytes | None = None, **options) -> tuple[Answer, int]:
-    """The answer and how much daphne grew (kB), after a harmless request of the same kind has warmed it up."""
+class Cost(NamedTuple):
+    answer: Answer
+    growth_kb: int  # how much daphne's resident memory grew
+    cpu_s: float  # the CPU time daphne spent meanwhile
+
+
+def measured(web: WebServer, method: str, path: str, body: str | bytes | None = None, **options) -> Cost:
+    """The answer and what it cost daphne, after a harmless request of the same kind has warmed it up."""
     web.request("PUT", "/api/agents/x/markdown", VALID, token=options.get("token", ""), content_type="text/markdown")
     web.request("GET", "/api/memories?q=warm", token=options.get("token", ""))
-    before = web.rss_kb()
+    before, cpu_before = web.rss_kb(), web.cpu_s()
     answer = web.request(method, path, body, **options)
-    return answer, web.rss_kb() - before
+    cost = Cost(answer, web.rss_kb() - before, web.cpu_s() - cpu_before)
+    print(f"{method} {path[:40]}: {cost.cpu_s:.2f} s CPU, {answer.seconds:.2f} s wall, {cost.growth_kb} kB")
+    return cost
 
 
 def assert_nothing_saved(team) -> None:
@@ -78,24 +88,24 @@ def assert_nothing_saved(team) -> None:
     ids=["alias-bomb", "3000-flow-maps", "5000-brackets", "200k-key"],
 )
 def test_hostile_markdown_is_a_quick_422_and_the_process_stays_small(web, editor, team_a, markdown, line, message):
-    answer, growth = measured(web, "PUT", "/api/agents/x/markdown", markdown, token=editor,
+    answer, growth, cpu = measured(web, "PUT", "/api/agents/x/markdown", markdown, token=editor,
                               content_type="text/markdown", timeout=10)
 
     assert answer.status == 422, answer.body[:300]
     assert json.loads(answer.body) == {"detail": [
         {"loc": ["body"], "msg": message, "type": "invalid_definition", "line": line}]}
-    assert answer.seconds < SECOND
+    assert cpu < CPU_LIMIT_S
     assert growth < MAX_GROWTH_KB, f"daphne grew by {growth} kB"
     assert_nothing_saved(team_a)
 
 
 def test_deep_json_is_a_quick_400(web, editor, team_a):
     body = '{"markdown": ' + "[" * 5000 + "]" * 5000 + "}"
-    answer, growth = measured(web, "PUT", "/api/agents/x/markdown", body, token=editor,
+    answer, growth, cpu = measured(web, "PUT", "/api/agents/x/markdown", body, token=editor,
                               content_type="application/json", timeout=10)
     assert (answer.status, json.loads(answer.body)) == (
         400, {"detail": "the JSON body is nested more than 64 levels deep (limit MAS_MAX_JSON_DEPTH)"})
-    assert answer.seconds < SECOND
+    assert cpu < CPU_LIMIT_S
     assert growth < MAX_GROWTH_KB, f"daphne grew by {growth} kB"
     assert_nothing_saved(team_a)
 
@@ -104,7 +114,7 @@ def test_deep_json_is_a_quick_400(web, editor, team_a):
 def test_an_overlong_query_string_is_answered_414(web, editor, length):
     # 100,000 characters is past daphne's own line buffer (16 KB), 10,000 only past MAS_MAX_URL_CHARS.
     path = "/api/memories?q=" + "a" * (length - len("/api/memories?q="))
-    answer, growth = measured(web, "GET", path, token=editor, timeout=10)
+    answer, growth, cpu = measured(web, "GET", path, token=editor, timeout=10)
 
     assert answer.status == 414
     assert answer.headers["content-type"] == "application/json"
@@ -114,24 +124,24 @@ def test_an_overlong_query_string_is_answered_414(web, editor, length):
     else:
         assert json.loads(answer.body) == {"detail": "the URL is 10000 characters long; the limit is 8192 "
                                                      "(MAS_MAX_URL_CHARS)"}
-    assert answer.seconds < SECOND
+    assert cpu < CPU_LIMIT_S
     assert growth < MAX_GROWTH_KB, f"daphne grew by {growth} kB"
     # The server goes on answering.
     assert web.request("GET", "/api/memories?q=ok", token=editor).status == 200
 
 
 def test_an_overlong_header_line_is_answered_431(web, editor):
-    answer, growth = measured(web, "GET", "/api/agents", token=editor, timeout=10, headers={"X-Pad": "p" * 20_000})
+    answer, growth, cpu = measured(web, "GET", "/api/agents", token=editor, timeout=10, headers={"X-Pad": "p" * 20_000})
     assert (answer.status, json.loads(answer.body)) == (431, {"detail": "a header line is longer than 16384 bytes"})
-    assert answer.seconds < SECOND
+    assert cpu < CPU_LIMIT_S
     assert growth < MAX_GROWTH_KB, f"daphne grew by {growth} kB"
 
 
 def test_a_url_within_the_limit_is_served(web, editor):
     path = "/api/agents/x/markdown?pad=" + "a" * (8192 - len("/api/agents/x/markdown?pad="))
-    answer, growth = measured(web, "GET", path, token=editor, timeout=10)
+    answer, growth, cpu = measured(web, "GET", path, token=editor, timeout=10)
     assert (answer.status, answer.body.decode()) == (200, VALID)
-    assert answer.seconds < SECOND
+    assert cpu < CPU_LIMIT_S
     assert growth < MAX_GROWTH_KB, f"daphne grew by {growth} kB"
 
 

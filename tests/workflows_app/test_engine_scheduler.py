@@ -236,7 +236,8 @@ def test_the_four_templates_are_shipped_with_the_demo_workflow():
         "builtin_templates/chain", "builtin_templates/debate", "builtin_templates/fan-out",
         "builtin_templates/review-loop", "workflows/chain", "workflows/debate", "workflows/fan-out",
         "workflows/research-and-review", "workflows/review-loop"]
-    assert SHIPPED_AGENTS == {"orchestrator", "researcher", "reviewer", "writer"}
+    assert SHIPPED_AGENTS == {"launch-lead", "market-analyst", "orchestrator", "researcher", "reviewer", "risk-analyst",
+                              "writer"}
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: f"{p.parent.name}/{p.stem}")
