@@ -77,6 +77,21 @@ SIGNALLER: list[dict[str, Any]] = _turns(_call("signal_parent", message="I start
 assert set(EXAMPLES) == set(BUILTIN_TOOLS), set(BUILTIN_TOOLS) ^ set(EXAMPLES)
 
 
+def tools_called(tool: str) -> set[str]:
+    """The tools the agent needs for the example of ``tool``: those it calls (some write a file or spawn an agent
+    first), and ``tool`` itself (the signal_parent example's spawned agent holds no tool its creator lacks)."""
+    return {tool} | {call["name"] for turn in EXAMPLES[tool] for call in turn.get("tool_calls", [])}
+
+
+def examples_for(*, tools: list[str], skills: list[str], others: list[str]) -> list[str]:
+    """The tools whose example an agent can run, in the catalog's order: every tool the example calls is among
+    ``tools`` (its own), a delegate example needs another agent of the team (``others``), a skill_load example
+    one of the agent's ``skills``."""
+    own = set(tools)
+    return [tool for tool in BUILTIN_TOOLS if tools_called(tool) <= own
+            and (tool != "delegate" or others) and (tool != "skill_load" or skills)]
+
+
 def script_example(*, tool: str, agent: str, other: str = "", skill: str = "") -> dict[str, list[dict[str, Any]]]:
     """The script that shows ``tool`` as ``agent``'s. ``other``: the agent a delegate example hands its task
     (another of the team); ``skill``: the skill a skill_load example loads (one of the agent's)."""

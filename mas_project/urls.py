@@ -6,7 +6,7 @@ from django.urls import path
 
 from agents_app import views as monitor
 from agents_app.views_forks import run_fork_view
-from agents_app.views_start import start_page
+from agents_app.views_start import start_example, start_page
 from mas_project.api import api
 from mas_project.metrics import metrics_view
 from mas_project.invitations import invitation_view
@@ -37,6 +37,7 @@ urlpatterns = [
     path("accounts/reset/done/", auth_views.PasswordResetCompleteView.as_view(), name="password_reset_complete"),
     path("runs/", monitor.runs_page, name="monitor-runs"),
     path("runs/start/", start_page, name="monitor-start"),
+    path("runs/start/example/", start_example, name="monitor-start-example"),
     path("runs/<str:run_id>/", monitor.run_page, name="monitor-run"),
     path("runs/<str:run_id>/cancel", monitor.run_cancel_view, name="monitor-run-cancel"),
     path("runs/<str:run_id>/archive", monitor.run_archive_view, name="monitor-run-archive"),

@@ -51,7 +51,11 @@ def test_an_operator_starts_a_run_from_the_page_and_cancels_it(team_a, make_memb
     agent(team_a, "Lead")
     client = browser(make_member(team_a, role="operator"))
     page = client.get("/runs/").content.decode()
-    assert 'id="start-run"' in page and '<option value="agent:lead" selected>Lead (lead)</option>' in page
+    examples = ("vfs_read vfs_write vfs_edit vfs_list vfs_delete vfs_search spawn_agent signal_parent knowledge_query "
+                "knowledge_contribute memory_store memory_recall publish subscribe blackboard_write blackboard_read "
+                "set_output")  # the safe default tools' (no other agent to delegate to)
+    assert 'id="start-run"' in page
+    assert f'<option value="agent:lead" selected data-examples="{examples}">Lead (lead)</option>' in page
     assert f'action="/runs/start/?team={team_a.slug}"' in page
     response = client.post(f"/runs/start/?team={team_a.slug}", {"target": "agent:lead", "input": "Find three facts"})
     run = Run.objects.get()

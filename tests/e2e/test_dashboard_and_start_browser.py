@@ -232,7 +232,8 @@ def test_run_buttons_start_an_agent_and_a_workflow_through_the_start_form(
         assert page.input_value("#start-target") == "workflow:trip-plan"
         fields = page.eval_on_selector_all("#start-run textarea", "ts => ts.map(t => [t.name, t.matches(':disabled'), "
                                                                   "t.offsetParent !== null])")
-        assert fields == [["input", True, False], ["wf:trip-plan:city", False, True], ["wf:trip-plan:days", False, True]]
+        assert fields == [["input", True, False], ["script", True, False], ["wf:trip-plan:city", False, True],
+                          ["wf:trip-plan:days", False, True]]
         assert width(page) == [screen, screen], overflowing(page, screen)
         page.screenshot(path=str(ARTIFACTS / f"monitor-start-workflow-{screen}.png"), full_page=True)
         page.fill("textarea[name='wf:trip-plan:city']", "Lisbon")
@@ -276,3 +277,61 @@ def test_run_buttons_start_an_agent_and_a_workflow_through_the_start_form(
         context.close()
     assert sorted(Run.objects.filter(team=team_a).values_list("agent", "workflow", "status")) == [
         ("", "trip-plan", "succeeded"), ("lead", "", "succeeded")]
+
+
+@pytest.mark.worker
+@pytest.mark.parametrize("screen", WIDTHS)
+def test_try_without_a_model_fills_an_example_and_the_run_calls_its_tool(
+        team_a, make_member, celery_worker_process, asgi_server, chromium, screen):  # noqa: F811
+    from agents_app.script_examples import script_example
+
+    save(team_a, AGENT, "---\nname: Greeter\ntools: [vfs_write, vfs_read]\n---\n\nYou greet.\n")
+    save(team_a, AGENT, "---\nname: Mute\ntools: []\n---\n\nYou say nothing.\n")
+    olga = make_member(team_a, "operator", username=f"tina-{screen}")
+    server = asgi_server.url
+    context = chromium.new_context(viewport={"width": screen, "height": 1000})
+    started = []
+    try:
+        page = context.new_page()
+        admin_sign_in(page, server, olga.username)
+        page.goto(f"{server}/runs/start/?team=alpha&agent=mute")
+        page.click("#start-try summary")
+        # An agent without tools has no example to show, and says what to write instead.
+        assert page.is_disabled("#start-example") and page.is_visible("#start-example-none")
+        page.select_option("#start-target", "agent:greeter")
+        assert page.eval_on_selector_all("#start-example option", "os => os.map(o => o.value)") == [
+            "", "vfs_read", "vfs_write"]
+        assert not page.is_visible("#start-example-none")
+        page.select_option("#start-example", "vfs_read")
+        page.wait_for_function("document.getElementById('start-script').value !== ''")
+        assert json.loads(page.input_value("#start-script")) == script_example(tool="vfs_read", agent="greeter")
+        assert page.input_value("#start-task") == "Show how vfs_read works."  # it was empty
+        assert width(page) == [screen, screen], overflowing(page, screen)
+        page.screenshot(path=str(ARTIFACTS / f"monitor-start-try-{screen}.png"), full_page=True)
+        page.click("#start-submit")
+        page.wait_for_url(f"{server}/runs/*/", timeout=30_000)
+        run = Run.objects.get(team=team_a, agent="greeter")
+        started.append(str(run.pk))
+        page.wait_for_selector("#status.succeeded", timeout=60_000)
+        run.refresh_from_db()
+        assert (run.input, run.result) == ("Show how vfs_read works.", "notes/hello.md says hello.")
+        assert [(e.data["name"], e.data["ok"]) for e in events(run, "tool_result")] == [
+            ("vfs_write", True), ("vfs_read", True)]
+        assert WorkspaceFile.objects.filter(run=run, path="notes/hello.md").count() == 1
+
+        # Closed again, the box sends no script: the agent's own model answers (here the demo recording).
+        page.goto(f"{server}/runs/start/?team=alpha&agent=greeter")
+        page.click("#start-try summary")
+        page.fill("#start-script", '{"greeter": [{"text": "never sent"}]}')
+        page.click("#start-try summary")
+        page.fill("#start-task", "Greet me")
+        page.click("#start-submit")
+        page.wait_for_url(f"{server}/runs/*/", timeout=30_000)
+        run = Run.objects.get(team=team_a, agent="greeter", input="Greet me")
+        started.append(str(run.pk))
+        assert run.script is None
+        page.wait_for_selector("#status.succeeded", timeout=60_000)
+    finally:
+        context.close()
+        for run_id in started:
+            settle(run_id)

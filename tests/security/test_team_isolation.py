@@ -451,7 +451,9 @@ PAGE_ROUTES = {"home": "public", "login": "public", "logout": "public", "monitor
                # A team admin's invitation: the token is the key; a forged one for B's team joins nothing.
                "invitation": "invitation",
                # The start form: it finds only the caller's team's agents and workflows.
-               "monitor-start": "start"}
+               "monitor-start": "start",
+               # "Try without a model": the example of one of the caller's team's agents' tools.
+               "monitor-start-example": "start-example"}
 
 
 def page_patterns() -> list[URLPattern]:
@@ -487,6 +489,11 @@ def test_every_page_is_classified_and_keeps_to_the_callers_team(world, team_a, t
                 assert started.status_code == 400 and MARK not in started.content.decode(), target
                 assert client.post(f"{reverse(pattern.name)}?team={team_b.slug}",
                                    {"target": target, "input": "go"}).status_code == 404
+        elif role == "start-example":
+            for params in ({"agent": b.slugs["agents"], "tool": "vfs_read"},
+                           {"team": team_b.slug, "agent": b.slugs["agents"], "tool": "vfs_read"}):
+                response = client.get(reverse(pattern.name), params)
+                assert response.status_code == 404 and MARK not in response.content.decode(), params
         elif role == "item":
             response = client.get(reverse(pattern.name, args=[b.run.id]))
             assert response.status_code == 404 and MARK not in response.content.decode()
