@@ -120,7 +120,7 @@ def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor, agent:
     if choice.source == "script":
         provider = ScriptedProvider(run.script, cursor)
     elif choice.source == "demo":
-        provider = ScriptedProvider(json.loads(DEMO_RECORDING.read_text()), cursor)
+        provider = ScriptedProvider(json.loads(DEMO_RECORDING.read_text()), cursor, replay=True)
     else:  # the team's slug: its provider key must be one the operator declared for it (MAS_TEAM_SECRETS)
         team = Team.objects.filter(pk=run.team_id).values_list("slug", flat=True).first() or ""
         provider = build_provider(choice.config, team=team, cursor=cursor)

@@ -233,13 +233,19 @@ def split_chunks(text: str, pieces: int = 4) -> list[str]:
 
 
 class ScriptedProvider:
-    """Plays the turns of a script, one per :meth:`complete`."""
+    """Plays the turns of a script, one per :meth:`complete`.
+
+    ``replay``: an agent whose turns are all played starts them again (the demo recording, which stands in for
+    a model however many sessions an agent has in a run — a workflow may call it in two steps); a run's own
+    script is played once, and a turn past its end is an error.
+    """
 
     name = "scripted"
 
-    def __init__(self, script: Mapping[str, Any], cursor: ScriptCursor | None = None) -> None:
+    def __init__(self, script: Mapping[str, Any], cursor: ScriptCursor | None = None, *, replay: bool = False) -> None:
         self.script = validate_script(script)
         self.cursor: ScriptCursor = cursor if cursor is not None else MemoryCursor()
+        self.replay = replay
 
     def _turns(self, agent: str) -> list[dict[str, Any]]:
         if agent in self.script:
@@ -252,6 +258,9 @@ class ScriptedProvider:
         agent = request.agent
         turns = self._turns(agent)
         position = self.cursor.get(agent)
+        if position >= len(turns) and self.replay and turns:
+            position = 0
+            self.cursor.set(agent, 0)
         if position >= len(turns):
             raise ProviderError(
                 "bad_request", f"script for agent {agent} has no turn {position} (it has {len(turns)})"

@@ -8,6 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from workflows_app.kinds import WORKFLOW
+from agents_app.execution.modelchoice import DEMO_RECORDING
 from agents_app.models import Event, Run, WorkspaceFile
 from tests.runs import agent, define
 
@@ -169,3 +170,19 @@ def test_the_demo_workflow_runs_end_to_end_on_the_bundled_recording(tmp_path, ce
     responses = Event.objects.filter(run=run, type="llm_response")
     assert responses.count() == 6
     assert {(e.data["usage"]["prompt_tokens"], e.data["usage"]["completion_tokens"]) for e in responses} == {(0, 0)}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_a_new_agent_in_two_steps_runs_on_the_recording_with_no_provider(team_a, tmp_path, celery_worker_process):
+    """A newcomer's first workflow: a new agent (not in the recording: its "*" turn) in two steps, outputs named."""
+    agent(team_a, "Lead")
+    define(team_a, WORKFLOW, FLOW.replace("name: Two", "name: Twice").replace("agent: writer", "agent: lead")
+           .replace("agent: reviewer", "agent: lead"))
+    out, error = run_command(tmp_path, "twice", "--team", team_a.slug, "--input", "topic=prime numbers")
+    assert error is None, out
+    assert "Status:   succeeded — 2/2 steps succeeded" in out  # the review failed: "script for agent lead has no turn 1"
+    run = Run.objects.get()
+    anyone = json.loads(DEMO_RECORDING.read_text())["*"][0]["text"]
+    assert [e.data["text"] for e in Event.objects.filter(run=run, type="llm_response").order_by("seq")] == [
+        anyone, anyone]

@@ -96,6 +96,14 @@ def test_past_the_end_is_a_clear_error():
     assert provider.cursor.get("solo") == 1  # not advanced by the failed call
 
 
+def test_a_replayed_script_starts_an_agents_turns_again_past_their_end():
+    """The demo recording's way: an agent with more sessions (or turns) than it has recorded plays them again."""
+    provider = ScriptedProvider({"duo": [{"text": "one"}, {"text": "two"}], "*": [{"text": "any"}]}, replay=True)
+    assert [run(provider, req("duo"))[0].text for _ in range(5)] == ["one", "two", "one", "two", "one"]
+    assert [run(provider, req("new"))[0].text for _ in range(2)] == ["any", "any"]
+    assert (provider.cursor.get("duo"), provider.cursor.get("new")) == (1, 1)
+
+
 def test_unknown_agent_is_a_clear_error():
     error = run_error(ScriptedProvider({"solo": [{"text": "one"}]}), req("other"))
     assert error.message == "script has no turns for agent other"
