@@ -205,8 +205,15 @@ class AgentForm(FieldsEditorForm):
         self.fields["mcp_servers"].choices = server_choices
 
         skills = Skill.objects.filter(team__in=teams).select_related("team").order_by("slug")[:MAX_CHOICES]
-        self.fields["skills"].choices = [(s.slug, label(s.team, f"{s.name}: {_first_line(s.description, 80)}"))
-                                         for s in skills]
+        skill_choices = [(s.slug, label(s.team, f"{s.name}: {_first_line(s.description, 80)}")) for s in skills]
+        # A skill the markdown names that the team has not (yet) stays chosen, as a missing MCP server does:
+        # leaving it out of the choices dropped it from the agent at the form's next save.
+        known = {s.slug for s in skills} | {s.name for s in skills}
+        for name in self.current["spec"].get("skills") or []:
+            if isinstance(name, str) and name not in known:
+                skill_choices.append((name, f"{name} (missing)"))
+                known.add(name)
+        self.fields["skills"].choices = skill_choices
         self.fields["skills"].widget = ToolCheckboxes(choices=self.fields["skills"].choices)
         self.fields["mcp_servers"].widget = ToolCheckboxes(choices=server_choices)
         # An empty list says why it is empty rather than showing a bare label.

@@ -361,3 +361,17 @@ def test_switching_needs_the_right_to_edit_in_the_team(team_with_things, team_b,
     assert client_for(make_member(team_b, "editor")).post(switch_url(agent), data).status_code == 404
     editor = client_for(make_member(team_with_things, "editor"))
     assert editor.get(switch_url(agent)).status_code == 405
+
+
+def test_a_skill_the_team_has_not_stays_on_the_agent_when_the_form_saves(team_with_things, make_member):
+    agent = save_definition(AGENT, team_with_things, RICH.replace("skills:\n- Cite\n", "skills:\n- Cite\n- house-style\n"))
+    url = reverse("admin:agents_app_agent_change", args=[agent.pk])
+    client = client_for(make_member(team_with_things, "editor"))
+    page = client.get(url)
+    form = page.context["adminform"].form
+    assert form["skills"].value() == ["cite", "house-style"]
+    assert form.fields["skills"].choices == [("cite", "Cite: Cite sources."), ("house-style", "house-style (missing)")]
+    response = client.post(url, form_data(page.context, temperature="0.5"))
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    agent.refresh_from_db()
+    assert (agent.version, agent.spec["skills"], agent.spec["temperature"]) == (2, ["cite", "house-style"], 0.5)
