@@ -287,7 +287,7 @@ def test_the_approvals_inbox_shows_every_column_and_decides_from_the_list(
         page.goto(f"{asgi_server.url}{INBOX}?status=all")
         assert page.eval_on_selector(".results", "el => el.scrollWidth <= el.clientWidth")
         assert page.text_content(f"{row(approved_id)} .field-decided") == (
-            f"olga, {decided[approved_id].decided_at:%Y-%m-%d %H:%M:%S}")
+            f"olga, {decided[approved_id].decided_at:%Y-%m-%d %H:%M}")
         assert page.eval_on_selector(f"{row(approved_id)} .field-decided", BOX)[2] <= right
         assert page.text_content(f"{row(approved_id)} .field-decide") == "—"
 
