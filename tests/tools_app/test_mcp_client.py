@@ -25,8 +25,10 @@ TOOLS = ["add", "env_value", "hang", "crash", "fail", "flood"]
 
 
 def stdio(**overrides) -> ServerConfig:
+    # 10 s to connect: the server is a Python process importing the MCP SDK in the sandbox, which took over 2 s
+    # with `make test`'s processes on both cores.
     spec = {"name": "demo", "transport": "stdio", "command": sys.executable, "args": [SERVER, "stdio"],
-            "timeout_s": 2, **overrides}
+            "timeout_s": 10, **overrides}
     return ServerConfig(slug="demo", spec=MCPServerSpec.model_validate(spec), stdio_allowed=True)
 
 

@@ -28,7 +28,7 @@ def http_mcp():
 
 def servers(team, http_url):
     define(team, MCP, f"---\nname: demo-stdio\ntransport: stdio\ncommand: {sys.executable}\nargs:\n- {SERVER}\n"
-                      "- stdio\ntimeout_s: 3\n---\n")
+                      "- stdio\ntimeout_s: 10\n---\n")  # a Python server's start, on busy cores
     define(team, MCP, f"---\nname: demo-http\ntransport: streamable-http\nurl: {http_url}\ntimeout_s: 3\n"
                       "tools:\n- add\n- hang\n---\n")
     define(team, MCP, f"---\nname: gone\ntransport: streamable-http\nurl: http://127.0.0.1:{free_port()}/mcp\n"
