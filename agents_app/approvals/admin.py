@@ -25,6 +25,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 
@@ -287,7 +288,7 @@ class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
 
 def _when(moment) -> str:
     """A moment as every page writes one (``mas_project.formats``)."""
-    return f"{timezone.localtime(moment):%Y-%m-%d %H:%M}"
+    return date_format(timezone.localtime(moment), "DATETIME_FORMAT")
 
 
 def _decidable(obj: ApprovalRequest) -> bool:

@@ -8,6 +8,7 @@ team's first scripted model of that tier); with no usable provider the demo reco
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -114,13 +115,19 @@ def _row(sql: str, params: list) -> tuple | None:
         return cursor.fetchone()
 
 
+@functools.cache
+def _demo_recording() -> dict:
+    """The bundled recording, read once per process (it was read and parsed at every session that used it)."""
+    return json.loads(DEMO_RECORDING.read_text())
+
+
 def model_resolve(*, run: Run, ref: str, tier: str, cursor: MemoryCursor, agent: str = "") -> tuple[Resolved, str]:
     """The provider a session of ``agent`` calls, and a notice when the demo recording stands in."""
     choice = model_choice(run=run, ref=ref, tier=tier, agent=agent)
     if choice.source == "script":
         provider = ScriptedProvider(run.script, cursor)
     elif choice.source == "demo":
-        provider = ScriptedProvider(json.loads(DEMO_RECORDING.read_text()), cursor, replay=True)
+        provider = ScriptedProvider(_demo_recording(), cursor, replay=True)
     else:  # the team's slug: its provider key must be one the operator declared for it (MAS_TEAM_SECRETS)
         team = Team.objects.filter(pk=run.team_id).values_list("slug", flat=True).first() or ""
         provider = build_provider(choice.config, team=team, cursor=cursor)
