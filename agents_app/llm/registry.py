@@ -9,6 +9,7 @@ dict as in ``ProviderSpec``) so the kernel can pass either and tests need no DB.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,9 +19,6 @@ from mas_core.specs import TIERS
 from mas_core.netpolicy import private_url_refusal
 from mas_core.secrets import env_refusal
 
-from .anthropic_provider import AnthropicProvider
-from .gemini_provider import GeminiProvider
-from .openai_provider import OpenAIProvider
 from .pricing import Prices
 from .scripted import ScriptCursor, ScriptedProvider
 from mas_core.llm_types import Provider, ProviderError
@@ -71,9 +69,21 @@ def register_provider_type(type_name: str, factory: HttpFactory) -> None:
     PROVIDER_TYPES[type_name] = factory
 
 
-register_provider_type("openai", lambda config, key: OpenAIProvider(api_key=key, base_url=config.base_url))
-register_provider_type("anthropic", lambda config, key: AnthropicProvider(api_key=key, base_url=config.base_url))
-register_provider_type("gemini", lambda config, key: GeminiProvider(api_key=key, base_url=config.base_url))
+def _sdk_provider(module: str, class_name: str) -> HttpFactory:
+    """A factory that imports its provider's module (and its SDK) at the first provider it builds: the three SDKs
+    cost a process ~5 s to import, which every web and worker process would pay at start for providers most
+    teams never use."""
+
+    def factory(config: ProviderConfig, key: str) -> Provider:
+        provider_class = getattr(importlib.import_module(f"{__package__}.{module}"), class_name)
+        return provider_class(api_key=key, base_url=config.base_url)
+
+    return factory
+
+
+register_provider_type("openai", _sdk_provider("openai_provider", "OpenAIProvider"))
+register_provider_type("anthropic", _sdk_provider("anthropic_provider", "AnthropicProvider"))
+register_provider_type("gemini", _sdk_provider("gemini_provider", "GeminiProvider"))
 
 
 def provider_config(source: Any) -> ProviderConfig:

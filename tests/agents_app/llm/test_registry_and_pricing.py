@@ -142,3 +142,24 @@ def test_usage_cost_rounds_half_up_to_a_hundred_millionth():
     assert usage_cost(Usage(1, 0), Prices.of("0.004", 0)) == Decimal("0.00000000")
     assert usage_cost(Usage(0, 0), Prices.of(100, 100)) == Decimal("0E-8")
     assert usage_cost(Usage(1_000_000, 2_000_000), Prices.of(3, 15)) == Decimal("33.00000000")
+
+
+def test_a_process_imports_a_providers_sdk_only_when_it_builds_one():
+    """Web and worker processes start without the three SDKs (~5 s of imports); building a provider of a type
+    imports that type's SDK and no other."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, django; django.setup()\n"
+        "sdks = lambda: sorted(m for m in ('openai', 'anthropic', 'google.genai') if m in sys.modules)\n"
+        "print(sdks())\n"
+        "from agents_app.llm.registry import provider_for\n"
+        "provider = provider_for('ollama:llama3.2', providers=[{'slug': 'ollama', 'type': 'openai',\n"
+        "    'base_url': 'http://127.0.0.1:11434/v1', 'models': []}], environ={}).provider\n"
+        "print(type(provider).__name__, sdks())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "DJANGO_SETTINGS_MODULE": "mas_project.settings_test"})
+    assert (result.returncode, result.stdout) == (0, "[]\nOpenAIProvider ['openai']\n"), result.stderr
