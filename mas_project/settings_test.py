@@ -2,6 +2,15 @@
 
 import os
 
+# pytest-xdist (`make test` runs the suite in several processes) starts its processes gw0, gw1, … from the
+# controlling pytest process, which read these settings first and set the variables below: each process takes names
+# of its own (the workers and servers it starts inherit them, with this marker).
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _XDIST_WORKER and os.environ.get("MAS_TEST_XDIST_WORKER") != _XDIST_WORKER:
+    os.environ["MAS_TEST_XDIST_WORKER"] = _XDIST_WORKER
+    for _name in ("MAS_CELERY_QUEUE", "MAS_TEST_CHANNELS_PREFIX", "MAS_TEST_REDIS_URL", "MAS_TEST_DB_NAME"):
+        os.environ.pop(_name, None)
+
 os.environ.setdefault("MAS_CELERY_QUEUE", f"mas-test-{os.getpid()}")
 # Backoffs short enough for tests; worker processes inherit them.
 os.environ.setdefault("MAS_PROVIDER_BACKOFF_S", "0.05")
@@ -27,8 +36,13 @@ os.environ["MAS_MCP_STDIO_READ_ONLY"] = ",".join(
 from mas_project.settings import *  # noqa: E402,F401,F403
 from mas_project.settings import CHANNEL_LAYERS, REDIS_URL  # noqa: E402
 
-# A separate Redis database so a running `make demo` never sees test traffic.
-TEST_REDIS_URL = os.environ.get("MAS_TEST_REDIS_URL", REDIS_URL.rsplit("/", 1)[0] + "/9")
+# A separate Redis database so a running `make demo` never sees test traffic; and one per pytest-xdist process
+# (gw0 → 10, gw1 → 11, …): the rate limits, sign-in lockouts and fair-share counters are keyed by team ids and
+# addresses that repeat across the processes' test databases. Redis has 16 databases (0-15): six processes at most.
+_TEST_REDIS_DB = 9 if not _XDIST_WORKER else 10 + int(_XDIST_WORKER.removeprefix("gw"))
+if _TEST_REDIS_DB > 15:
+    raise RuntimeError(f"{_XDIST_WORKER}: the suite runs in six processes at most (Redis databases 10-15)")
+TEST_REDIS_URL = os.environ.setdefault("MAS_TEST_REDIS_URL", REDIS_URL.rsplit("/", 1)[0] + f"/{_TEST_REDIS_DB}")
 CELERY_BROKER_URL = TEST_REDIS_URL
 CELERY_RESULT_BACKEND = TEST_REDIS_URL
 CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [{**CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,3 +40,38 @@ def test_listed_refuses_an_empty_folder(tmp_path):
     (tmp_path / "a.md").write_text("a")
     (tmp_path / "c.txt").write_text("c")
     assert markdown_files(tmp_path) == [tmp_path / "a.md", tmp_path / "b.md"]
+
+
+def _test_settings(**env) -> dict:
+    script = ("import json; from django.conf import settings as s; print(json.dumps([s.CELERY_TASK_DEFAULT_QUEUE, "
+              "s.CHANNEL_LAYERS['default']['CONFIG']['prefix'], s.CELERY_BROKER_URL, s.DATABASES['default']['TEST']]))")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MAS_TEST_", "MAS_CELERY_QUEUE", "PYTEST_XDIST"))}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                            env={**clean, "DJANGO_SETTINGS_MODULE": "mas_project.settings_test", **env})
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_each_pytest_xdist_process_has_its_own_queue_channels_redis_database_and_test_database():
+    """`make test`'s processes are started by a pytest process that read the test settings first: what it set
+    is not shared; a worker a process starts (same marker) keeps its process's names."""
+    controller = {"MAS_CELERY_QUEUE": "mas-test-1", "MAS_TEST_CHANNELS_PREFIX": "mas-test-1",
+                  "MAS_TEST_REDIS_URL": "redis://127.0.0.1:6379/9", "MAS_TEST_DB_NAME": "test_mas_1"}
+    queue, prefix, broker, test_db = _test_settings(**controller, PYTEST_XDIST_WORKER="gw2")
+    assert queue == prefix and queue.startswith("mas-test-") and queue != "mas-test-1"
+    assert (broker, test_db) == ("redis://127.0.0.1:6379/12", {"NAME": f"test_mas_{queue.removeprefix('mas-test-')}"})
+    started_by_gw2 = {**controller, "PYTEST_XDIST_WORKER": "gw2", "MAS_TEST_XDIST_WORKER": "gw2"}
+    assert _test_settings(**started_by_gw2) == ["mas-test-1", "mas-test-1", "redis://127.0.0.1:6379/9",
+                                                {"NAME": "test_mas_1"}]
+    assert _test_settings(**controller) == ["mas-test-1", "mas-test-1", "redis://127.0.0.1:6379/9",
+                                            {"NAME": "test_mas_1"}]
+    assert _test_settings()[2] == "redis://127.0.0.1:6379/9"  # plain pytest: database 9
+
+
+def test_seven_pytest_xdist_processes_are_refused_for_want_of_redis_databases():
+    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], capture_output=True, text=True,
+                            timeout=60, cwd=ROOT, env={**os.environ, "DJANGO_SETTINGS_MODULE": "mas_project.settings_test",
+                                                       "PYTEST_XDIST_WORKER": "gw6", "MAS_TEST_XDIST_WORKER": ""})
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith(
+        "RuntimeError: gw6: the suite runs in six processes at most (Redis databases 10-15)")

@@ -182,7 +182,7 @@ def test_big_results_of_builtin_custom_and_mcp_tools_go_to_workspace_files(team_
     team_a.refresh_from_db()
     define(team_a, TOOL, CUSTOM)
     define(team_a, MCP, f"---\nname: demo-stdio\ntransport: stdio\ncommand: {sys.executable}\nargs:\n- {SERVER}\n"
-                        "- stdio\ntimeout_s: 5\n---\n")
+                        "- stdio\ntimeout_s: 10\n---\n")
     row = MCPServer.objects.get(team=team_a, slug="demo-stdio")
     assert mcp_server_test(row=row)["ok"] is True
     mcp_server_approve(row=row)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agents_app.execution.runs import run_start
+from agents_app.execution.store import monitor
 from agents_app.models import Activation, Run, WorkspaceFile
 from mas_core import phases
 from mas_core.runner import runner
@@ -59,6 +60,9 @@ def session_cost(team, steps: int, monkeypatch) -> dict[str, int]:
     [root] = Activation.objects.filter(run=run)
     monkeypatch.setattr(phases, "ON", True)
     monkeypatch.setattr(phases, "totals", {})
+    # The session monitor's once-a-second tick (heartbeats, cancellations) is no step's cost: a session that
+    # lasts more than a second on a busy machine would count one.
+    monkeypatch.setattr(monitor, "watch", lambda *args: None)
     runner.run(execute_activation(str(root.id)))  # what a worker's scheduler loop runs, here
     counted = {name: int(values[0]) for name, values in phases.totals.items()}
     monkeypatch.setattr(phases, "ON", False)

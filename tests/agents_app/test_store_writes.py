@@ -89,7 +89,10 @@ def response(cost: str) -> dict:
             "usage": {"prompt_tokens": 100, "completion_tokens": 20}, "cost_usd": cost}
 
 
-def test_a_write_retried_after_its_commit_applies_nothing_twice(team_a, monkeypatch):
+def test_a_write_retried_after_its_commit_applies_nothing_twice(team_a, monkeypatch, settings):
+    # The writes below are the test's own: no live write (20 ms after an llm_request) may take a lost answer first,
+    # as one would on a busy machine.
+    settings.MAS_LIVE_EVENT_DELAY_MS = 60_000
     run, session = rows(team_a)
     lose: list[bool] = []
     real_connection = store_module.ConnectionPool.connection

@@ -24,13 +24,14 @@ def test_fork_from_here_opens_the_fork_which_links_back_and_the_parent_lists_it(
         team_a, make_member, make_token, celery_worker_process, asgi_server, chromium):  # noqa: F811
     agent(team_a, "Lead")
     olga = make_member(team_a, role="operator", username="olga")
-    run_id = start(asgi_server.url, make_token(team_a, olga), "lead", {"lead": [
-        {**call("vfs_read", path="answer.txt"), "latency_ms": 4000},
-        {"text": "The answer is 42.", "expect": ["42"]}]})
-
     page = chromium.new_page(viewport={"width": 1300, "height": 1000})
+    run_id = None
     try:
-        sign_in(page, asgi_server.url, "olga", f"/runs/{run_id}/")
+        sign_in(page, asgi_server.url, "olga", "/runs/")  # first: the run's first turn lasts 4 s from its start
+        run_id = start(asgi_server.url, make_token(team_a, olga), "lead", {"lead": [
+            {**call("vfs_read", path="answer.txt"), "latency_ms": 4000},
+            {"text": "The answer is 42.", "expect": ["42"]}]})
+        page.goto(f"{asgi_server.url}/runs/{run_id}/")
         # While the run works, its events offer a fork already (from its committed history), and so do the
         # events the page hears later.
         page.wait_for_selector("#events tr[data-type=llm_request] button.fork-here", timeout=10_000)
@@ -70,4 +71,5 @@ def test_fork_from_here_opens_the_fork_which_links_back_and_the_parent_lists_it(
             f"run {str(fork.id)[:8]} from event #{point.seq} succeeded")
     finally:
         page.close()
-        settle(run_id)
+        if run_id:
+            settle(run_id)

@@ -20,7 +20,8 @@ from tests.agents_app.llm.fake_servers import (
 )
 from tests.runs import events, finish
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+# alone: the worker gives a model call 1 s, which a busy machine's fake provider can miss.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker, pytest.mark.alone]
 
 
 @pytest.fixture

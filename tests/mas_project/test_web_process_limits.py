@@ -22,7 +22,8 @@ from mas_core.definitions.services import definition_parse, definition_save
 from agents_app.models import Agent, DefinitionVersion
 from tests.web import Answer, WebServer
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# alone: measures daphne's CPU time and memory, and the time its answers take.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.alone]
 
 CPU_LIMIT_S = 0.25  # of daphne's CPU for one hostile request (a line of 5,000 "[" cost 0.63 s before the scanner counted)
 MAX_GROWTH_KB = 20 * 1024

@@ -83,7 +83,7 @@ def test_stdio_lists_and_calls_with_only_the_rows_environment(monkeypatch):
 
 def test_streamable_http_lists_and_calls(http_server):
     config = ServerConfig(slug="web", spec=MCPServerSpec(name="web", transport="streamable-http", url=http_server,
-                                                         timeout_s=2))
+                                                         timeout_s=8))
     tools, results = session(config, [("add", {"a": 20, "b": 22}), ("fail", {"reason": "x"})])
     assert tools == TOOLS
     assert results[0] == ("ok", "42")

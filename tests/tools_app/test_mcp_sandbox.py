@@ -298,6 +298,7 @@ def sleepers() -> list[int]:
     return found
 
 
+@pytest.mark.alone  # times the answers: 2 s of timeout and under 1.5 s for the rest
 @pytest.mark.django_db(transaction=True)
 def test_testing_a_hanging_server_answers_within_its_timeout_and_holds_no_web_thread(team_a, make_member, make_token):
     """The probe's `sleep 30` held a web request for 12 s. Two Tests at once, and a request meanwhile, over a
