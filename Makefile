@@ -16,6 +16,11 @@ MAS_DOCS_PORT ?= 8001
 # providers the manual describes and the GitHub MCP server's token, for team demo only. Set
 # MAS_TEAM_SECRETS yourself to declare others; `make test` uses its own (mas_project/settings_test.py).
 export MAS_TEAM_SECRETS ?= OPENAI_API_KEY=demo,ANTHROPIC_API_KEY=demo,GEMINI_API_KEY=demo,GITHUB_TOKEN=demo
+# Compiled modules are kept under var/pycache (never beside the sources), even where the environment asks Python to
+# write none (PYTHONDONTWRITEBYTECODE): each server, worker and test process would compile every module again, and
+# pytest rewrite every test module (~13 s of CPU per test process here).
+export PYTHONDONTWRITEBYTECODE :=
+export PYTHONPYCACHEPREFIX := $(CURDIR)/var/pycache
 
 .PHONY: demo test docs docs-build stop status setup install services migrate clean-var browser sandbox
 

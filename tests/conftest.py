@@ -39,6 +39,24 @@ def _flush_retries_a_deadlock():
     del DatabaseOperations.execute_sql_flush
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _flush_keeps_content_types():
+    """A transactional test's teardown empties every table but the content types and permissions, which the
+    migrations made and no test changes: emptied, they would come back at once with new ids, and a server kept
+    across tests (daphne in tests/e2e) would go on with the old ones in its cache."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    kept = {"django_content_type", "auth_permission"}
+    sql_flush = DatabaseOperations.sql_flush
+
+    def flush_but_kept(self, style, tables, **kwargs):
+        return sql_flush(self, style, [table for table in tables if table not in kept], **kwargs)
+
+    DatabaseOperations.sql_flush = flush_but_kept
+    yield
+    DatabaseOperations.sql_flush = sql_flush
+
+
 @pytest.fixture(autouse=True)
 def _defs_root(settings, tmp_path):
     """Every test writes markdown under its own temporary folder."""

@@ -28,10 +28,10 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 WIDTHS = (1400, 390)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def asgi_server(django_db_setup, django_db_blocker):
-    """daphne for one test: the admin writes log entries, whose content type ids the flush between tests
-    renumbers (a server kept across tests would still hold the old ones in its cache)."""
+    """daphne for the module's tests (the flush between tests keeps the content types whose ids the admin's log
+    entries name: tests/conftest.py); stopped even while a monitor page's websocket keeps it busy."""
     server = Server()
     server.start()
     yield server

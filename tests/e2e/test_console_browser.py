@@ -52,10 +52,11 @@ def test_the_clock_ticks_files_appear_and_the_result_renders_without_running_htm
     define_agents(team_a, "Lead")
     olga = make_member(team_a, role="operator", username="olga")
     server = asgi_server.url
-    run_id = start_run(server, make_token(team_a, olga), script=LIVE)
     page = chromium.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        sign_in(page, server, "olga", f"/runs/{run_id}/")
+        sign_in(page, server, "olga", "/runs/")  # first: the run lasts 5 s from its start
+        run_id = start_run(server, make_token(team_a, olga), script=LIVE)
+        page.goto(f"{server}/runs/{run_id}/")
         page.wait_for_selector("#live:not(.off)", timeout=10_000)
         page.wait_for_selector("#events tr[data-type=session_start]", timeout=10_000)
         first = float(page.text_content("#t-duration").split()[0])
