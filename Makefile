@@ -16,11 +16,11 @@ MAS_DOCS_PORT ?= 8001
 # providers the manual describes and the GitHub MCP server's token, for team demo only. Set
 # MAS_TEAM_SECRETS yourself to declare others; `make test` uses its own (mas_project/settings_test.py).
 export MAS_TEAM_SECRETS ?= OPENAI_API_KEY=demo,ANTHROPIC_API_KEY=demo,GEMINI_API_KEY=demo,GITHUB_TOKEN=demo
-# Compiled modules are kept under var/pycache (never beside the sources), even where the environment asks Python to
-# write none (PYTHONDONTWRITEBYTECODE): each server, worker and test process would compile every module again, and
-# pytest rewrite every test module (~13 s of CPU per test process here).
+# Compiled modules are kept (in __pycache__, which git ignores), even where the environment asks Python to write
+# none (PYTHONDONTWRITEBYTECODE): each server, worker and test process would compile every module again, pytest
+# rewrite every test module (~13 s of CPU per test process here), and pip install .venv's packages uncompiled, which
+# every stdio MCP server in its read-only sandbox would then compile at each start.
 export PYTHONDONTWRITEBYTECODE :=
-export PYTHONPYCACHEPREFIX := $(CURDIR)/var/pycache
 
 .PHONY: demo test docs docs-build stop status setup install services migrate clean-var browser sandbox
 
@@ -51,7 +51,7 @@ demo: setup sandbox
 # process has its own test database, Redis database, worker queue and channel prefix: mas_project/settings_test.py),
 # then the tests marked `alone` (a process's time, CPU or memory measured), one at a time. Exit status 5 is "no test
 # selected": PYTEST_ARGS may name tests of one phase only.
-TEST_PROCESSES ?= 4
+TEST_PROCESSES ?= 3
 test: setup browser sandbox
 	$(BIN)/lint-imports
 	$(MAKE) docs-build
