@@ -72,7 +72,7 @@ def answer(path, sent, scheme=None) -> str | int:
         communicator.scope.update(server=["127.0.0.1", 8000], client=["10.9.8.7", 50000])
         if scheme:
             communicator.scope["scheme"] = scheme
-        await communicator.connect()
+        await communicator.connect(timeout=10)
         output = await communicator.receive_output(timeout=5)
         await communicator.disconnect()
         return output["code"] if output["type"] == "websocket.close" else json.loads(output["text"])["message"]

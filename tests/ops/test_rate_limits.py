@@ -63,7 +63,7 @@ def socket_first_output(path: str, token: str, where: str) -> dict:
         headers = [(b"authorization", f"Bearer {token}".encode())]
         communicator = WebsocketCommunicator(application, path, headers=headers)
         communicator.scope["client"] = [where, 40000]
-        await communicator.connect()
+        await communicator.connect(timeout=10)
         output = await communicator.receive_output(timeout=5)
         await communicator.disconnect()
         return output

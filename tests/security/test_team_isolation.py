@@ -568,7 +568,7 @@ def test_no_websocket_lets_team_a_follow_team_b(team_a, team_b, make_member, mak
 
     async def closed_with(path, headers):
         communicator = WebsocketCommunicator(application, path, headers=headers)
-        await communicator.connect()
+        await communicator.connect(timeout=10)
         output = await communicator.receive_output(timeout=5)
         await communicator.disconnect()
         return output
@@ -596,7 +596,7 @@ def test_no_websocket_lets_team_a_follow_team_b(team_a, team_b, make_member, mak
                 assert await closed_with(f"/ws/runs/?team={team_b.slug}", headers) == {
                     "type": "websocket.close", "code": 4404}
                 communicator = WebsocketCommunicator(application, "/ws/runs/?since=0", headers=headers)
-                assert (await communicator.connect())[0]
+                assert (await communicator.connect(timeout=10))[0]
                 first = await until_ours(communicator)
                 assert first[0] == {"message": "subscribed", "team": team_a.id}
                 assert [m["run"]["id"] for m in first[1:]] == [str(ours.id)]
