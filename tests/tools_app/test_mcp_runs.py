@@ -32,7 +32,7 @@ def servers(team, http_url):
     define(team, MCP, f"---\nname: demo-http\ntransport: streamable-http\nurl: {http_url}\ntimeout_s: 3\n"
                       "tools:\n- add\n- hang\n---\n")
     define(team, MCP, f"---\nname: gone\ntransport: streamable-http\nurl: http://127.0.0.1:{free_port()}/mcp\n"
-                      "timeout_s: 2\n---\n")
+                      "timeout_s: 10\n---\n")  # refused at once; 10 s for a busy worker's first MCP client
 
 
 @pytest.mark.worker
