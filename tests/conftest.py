@@ -15,46 +15,39 @@ _counter = itertools.count(1)
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _flush_retries_a_deadlock():
-    """A transactional test's teardown TRUNCATEs every table at once; a worker's periodic sweep (lost work,
-    deadlines) reading two of them at that moment can deadlock with it, and Postgres cancels one side. The
-    sweep tries again at its next interval; the teardown's flush is tried again here (three times at most)."""
+def _test_flush():
+    """A transactional test's teardown empties the tables, with two differences from Django's flush.
+
+    It keeps the content types and permissions, which the migrations made and no test changes: emptied, they would
+    come back at once with new ids, and a server kept across tests (daphne in tests/e2e) would go on with the old
+    ones in its cache. And a deadlock is tried again (three times at most): the TRUNCATE of every table at once can
+    deadlock with a worker's periodic sweep (lost work, deadlines) reading two of them, and Postgres cancels one
+    side; the sweep tries again at its next interval."""
     from django.db import OperationalError
     from django.db.backends.base.operations import BaseDatabaseOperations
     from django.db.backends.postgresql.operations import DatabaseOperations
 
-    flush = BaseDatabaseOperations.execute_sql_flush  # PostgreSQL's operations inherit it
+    kept = {"django_content_type", "auth_permission"}
+    sql_flush = DatabaseOperations.sql_flush
+    execute_flush = BaseDatabaseOperations.execute_sql_flush  # PostgreSQL's operations inherit it
+
+    def flush_but_kept(self, style, tables, **kwargs):
+        return sql_flush(self, style, [table for table in tables if table not in kept], **kwargs)
 
     def execute_sql_flush(self, sql_list):
         for attempt in range(3):
             try:
-                return flush(self, sql_list)
+                return execute_flush(self, sql_list)
             except OperationalError as error:
                 if "deadlock detected" not in str(error) or attempt == 2:
                     raise
                 time.sleep(0.2)
 
+    DatabaseOperations.sql_flush = flush_but_kept
     DatabaseOperations.execute_sql_flush = execute_sql_flush
     yield
-    del DatabaseOperations.execute_sql_flush
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _flush_keeps_content_types():
-    """A transactional test's teardown empties every table but the content types and permissions, which the
-    migrations made and no test changes: emptied, they would come back at once with new ids, and a server kept
-    across tests (daphne in tests/e2e) would go on with the old ones in its cache."""
-    from django.db.backends.postgresql.operations import DatabaseOperations
-
-    kept = {"django_content_type", "auth_permission"}
-    sql_flush = DatabaseOperations.sql_flush
-
-    def flush_but_kept(self, style, tables, **kwargs):
-        return sql_flush(self, style, [table for table in tables if table not in kept], **kwargs)
-
-    DatabaseOperations.sql_flush = flush_but_kept
-    yield
     DatabaseOperations.sql_flush = sql_flush
+    del DatabaseOperations.execute_sql_flush
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,6 @@ dict as in ``ProviderSpec``) so the kernel can pass either and tests need no DB.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -69,21 +68,29 @@ def register_provider_type(type_name: str, factory: HttpFactory) -> None:
     PROVIDER_TYPES[type_name] = factory
 
 
-def _sdk_provider(module: str, class_name: str) -> HttpFactory:
-    """A factory that imports its provider's module (and its SDK) at the first provider it builds: the three SDKs
-    cost a process ~5 s to import, which every web and worker process would pay at start for providers most
-    teams never use."""
+# Each factory imports its provider's module, and so its SDK, at the first provider it builds: the three SDKs cost a
+# process ~5 s to import, which every web and worker process would pay at start for providers most teams never use.
+def _openai(config: ProviderConfig, key: str) -> Provider:
+    from .openai_provider import OpenAIProvider
 
-    def factory(config: ProviderConfig, key: str) -> Provider:
-        provider_class = getattr(importlib.import_module(f"{__package__}.{module}"), class_name)
-        return provider_class(api_key=key, base_url=config.base_url)
-
-    return factory
+    return OpenAIProvider(api_key=key, base_url=config.base_url)
 
 
-register_provider_type("openai", _sdk_provider("openai_provider", "OpenAIProvider"))
-register_provider_type("anthropic", _sdk_provider("anthropic_provider", "AnthropicProvider"))
-register_provider_type("gemini", _sdk_provider("gemini_provider", "GeminiProvider"))
+def _anthropic(config: ProviderConfig, key: str) -> Provider:
+    from .anthropic_provider import AnthropicProvider
+
+    return AnthropicProvider(api_key=key, base_url=config.base_url)
+
+
+def _gemini(config: ProviderConfig, key: str) -> Provider:
+    from .gemini_provider import GeminiProvider
+
+    return GeminiProvider(api_key=key, base_url=config.base_url)
+
+
+register_provider_type("openai", _openai)
+register_provider_type("anthropic", _anthropic)
+register_provider_type("gemini", _gemini)
 
 
 def provider_config(source: Any) -> ProviderConfig:

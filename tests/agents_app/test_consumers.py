@@ -9,7 +9,6 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.db import transaction
 from django.test import Client
 from django.utils import timezone
@@ -18,6 +17,7 @@ from agents_app import consumers, ws_reads, ws_rooms
 from mas_core.eventlog import event_append
 from agents_app.models import Event, Run
 from mas_project.asgi import application
+from tests.sockets import Communicator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,7 +85,7 @@ def member(team_a, make_member, make_token):
 
 
 def run_ws(path, headers):
-    return WebsocketCommunicator(application, path, headers=headers)
+    return Communicator(application, path, headers=headers)
 
 
 # -- authentication and isolation --------------------------------------------------------------
@@ -96,7 +96,7 @@ def test_a_socket_without_credentials_is_closed_4401(team_a):
 
     async def go():
         communicator = run_ws(f"/ws/runs/{run.id}/", [])
-        connected, _ = await communicator.connect(timeout=10)
+        connected, _ = await communicator.connect()
         assert connected
         assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
 
@@ -110,7 +110,7 @@ def test_a_revoked_or_wrong_token_is_4401_and_another_teams_run_is_4404(team_a, 
 
     async def close_code(path, headers):
         communicator = run_ws(path, headers)
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         output = await communicator.receive_output(timeout=5)
         await communicator.disconnect()
         return output
@@ -132,13 +132,13 @@ def test_a_session_cookie_counts_only_from_our_own_origin(team_a, member):
 
     async def go():
         own = run_ws(f"/ws/runs/{run.id}/", await sync_to_async(cookie_headers)(user))
-        await own.connect(timeout=10)
+        await own.connect()
         messages = await messages_until(own, lambda m: m["message"] == "replayed")
         assert seqs_of(messages) == [1] and messages[-1] == {"message": "replayed", "last_seq": 1}
         await own.disconnect()
         for origin in ("http://evil.example", None):
             foreign = run_ws(f"/ws/runs/{run.id}/", await sync_to_async(cookie_headers)(user, origin))
-            await foreign.connect(timeout=10)
+            await foreign.connect()
             assert await foreign.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
 
     async_to_sync(go)()
@@ -166,7 +166,7 @@ def test_replay_then_live_loses_nothing_committed_during_the_replay(team_a, memb
 
     async def go():
         communicator = run_ws(f"/ws/runs/{run.id}/", bearer(token))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         messages = await messages_until(communicator, lambda m: m["message"] == "replayed")
         assert messages[-1] == {"message": "replayed", "last_seq": 1203}
         assert reads == [0, 500, 1000]  # the replay's three pages (later reads are the room's)
@@ -196,7 +196,7 @@ def test_a_live_message_after_a_lost_push_is_preceded_by_the_missing_events(team
     async def go():
         sockets = [run_ws(f"/ws/runs/{run.id}/", bearer(token)) for _ in range(3)]
         for communicator in sockets:
-            await communicator.connect(timeout=10)
+            await communicator.connect()
             await messages_until(communicator, lambda m: m["message"] == "replayed")
         reads.clear()
         await sync_to_async(quietly_append)(run, "tool_result", 2)  # seq 2, 3: never pushed
@@ -228,7 +228,7 @@ def test_a_lost_last_push_is_read_once_soon_after_the_run_goes_quiet(team_a, mem
     async def go():
         sockets = [run_ws(f"/ws/runs/{run.id}/", bearer(token)) for _ in range(3)]
         for communicator in sockets:
-            await communicator.connect(timeout=10)
+            await communicator.connect()
             await messages_until(communicator, lambda m: m["message"] == "replayed")
         reads.clear()
         await sync_to_async(append)(run, "session_end")  # seq 1, pushed
@@ -260,7 +260,7 @@ def test_pushes_that_arrive_out_of_order_are_put_back_in_order_without_reading_t
 
     async def go():
         communicator = run_ws(f"/ws/runs/{run.id}/", bearer(token))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         await messages_until(communicator, lambda m: m["message"] == "replayed")
         await sync_to_async(append)(run, "session_start")  # seq 1, pushed: the room now expects seq 2
         await messages_until(communicator, lambda m: m["message"] == "events")
@@ -288,11 +288,11 @@ def test_reconnecting_with_after_resumes_where_the_client_stopped(team_a, member
 
     async def go():
         communicator = run_ws(f"/ws/runs/{run.id}/?after=3", bearer(token))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         messages = await messages_until(communicator, lambda m: m["message"] == "replayed")
         await communicator.disconnect()
         bad = run_ws(f"/ws/runs/{run.id}/?after=three", bearer(token))
-        await bad.connect(timeout=10)
+        await bad.connect()
         closed = await bad.receive_output(timeout=5)
         return messages, closed
 
@@ -313,7 +313,7 @@ def test_the_ping_catches_up_events_whose_push_was_lost(team_a, member, settings
 
     async def go():
         communicator = run_ws(f"/ws/runs/{run.id}/", bearer(token))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         await messages_until(communicator, lambda m: m["message"] == "replayed")
         await sync_to_async(quietly_append)(run, "run_complete")
         messages = await messages_until(communicator, lambda m: m["message"] == "events")
@@ -335,7 +335,7 @@ def test_a_socket_that_falls_behind_drops_live_batches_and_reads_them_back(team_
 
     async def go():
         communicator = run_ws(f"/ws/runs/{run.id}/", bearer(token))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         await messages_until(communicator, lambda m: m["message"] == "replayed")
         room = ws_rooms._rooms[(id(asyncio.get_running_loop()), str(run.id))]
         (socket,) = room.sockets
@@ -371,7 +371,7 @@ def test_the_run_list_hears_of_its_own_teams_runs_only(team_a, team_b, member):
 
     async def go():
         communicator = run_ws("/ws/runs/", bearer(token))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         assert json.loads(await communicator.receive_from(timeout=5)) == {"message": "subscribed",
                                                                             "team": team_a.id}
         await sync_to_async(append)(theirs, "run_start")
@@ -397,21 +397,21 @@ def test_the_run_list_needs_a_team_the_user_is_in(team_a, team_b, make_member):
 
     async def code(path):
         communicator = run_ws(path, await sync_to_async(cookie_headers)(user))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         output = json.loads((await communicator.receive_output(timeout=5)).get("text", "null") or "null")
         return output
 
     async def go():
         # Two teams and none named: which list? Refused.
         ambiguous = run_ws("/ws/runs/", await sync_to_async(cookie_headers)(user))
-        await ambiguous.connect(timeout=10)
+        await ambiguous.connect()
         assert await ambiguous.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
         named = run_ws(f"/ws/runs/?team={team_b.slug}", await sync_to_async(cookie_headers)(user))
-        await named.connect(timeout=10)
+        await named.connect()
         assert json.loads(await named.receive_from(timeout=5)) == {"message": "subscribed", "team": team_b.id}
         await named.disconnect()
         stranger = run_ws("/ws/runs/?team=nobody", await sync_to_async(cookie_headers)(user))
-        await stranger.connect(timeout=10)
+        await stranger.connect()
         assert await stranger.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
 
     async_to_sync(go)()
@@ -432,12 +432,12 @@ def test_the_run_list_since_sends_first_what_changed_after_the_page_was_drawn(te
 
     async def go():
         communicator = run_ws(f"/ws/runs/?since={drawn.timestamp()}", bearer(token))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         messages = [json.loads(await communicator.receive_from(timeout=5)) for _ in range(3)]
         assert await communicator.receive_nothing(timeout=0.4)
         await communicator.disconnect()
         bad = run_ws("/ws/runs/?since=yesterday", bearer(token))
-        await bad.connect(timeout=10)
+        await bad.connect()
         return messages, await bad.receive_output(timeout=5)
 
     messages, bad = async_to_sync(go)()
@@ -467,7 +467,7 @@ def test_the_run_list_does_not_lose_a_change_heard_while_it_sends_a_batch(team_a
 
     async def go():
         communicator = run_ws("/ws/runs/", bearer(token))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         await communicator.receive_from(timeout=5)  # subscribed
         await sync_to_async(append)(one, "run_start")
         await sync_to_async(append)(two, "run_start")  # within FLUSH_S: one batch of two
@@ -503,7 +503,7 @@ def test_sockets_open_no_channel_of_the_layer_and_stay_open_when_idle(team_a, me
     async def go():
         sockets = [run_ws(f"/ws/runs/{run.id}/", bearer(token)) for _ in range(50)]
         for communicator in sockets:
-            await communicator.connect(timeout=10)
+            await communicator.connect()
             await messages_until(communicator, lambda m: m["message"] == "replayed")
         await asyncio.sleep(RedisChannelLayer.brpop_timeout + 1.5)
         await sync_to_async(append)(run, "run_complete")

@@ -94,7 +94,7 @@ def test_a_processs_sockets_are_checked_once_per_credential_and_still_closed_on_
     async def go():
         sockets = [run_ws(f"/ws/runs/{run.id}/", bearer(t)) for t in (token, token, token, other_token)]
         for communicator in sockets:
-            await communicator.connect(timeout=10)
+            await communicator.connect()
             await messages_until(communicator, lambda m: m["message"] == "replayed")
         await asyncio.sleep(1.0)
         before = list(rounds)

@@ -62,7 +62,7 @@ def test_a_revoked_tokens_run_socket_closes_4401_within_2s_and_sends_nothing_aft
 
     async def go():
         communicator = run_ws(f"/ws/runs/{run.id}/", bearer(token))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         await messages_until(communicator, lambda m: m["message"] == "replayed")
         await sync_to_async(append)(run, "llm_request")
         assert seqs_of(await messages_until(communicator, lambda m: m["message"] == "events")) == [2]
@@ -83,7 +83,7 @@ def test_a_removed_members_team_socket_never_sends_a_run_started_after_the_remov
 
     async def go():
         communicator = run_ws("/ws/runs/", await sync_to_async(cookie_headers)(user))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         assert json.loads(await communicator.receive_from(timeout=5)) == {"message": "subscribed", "team": team_a.id}
         before = await sync_to_async(make_run)(team_a)
         await sync_to_async(append)(before, "run_start")
@@ -108,7 +108,7 @@ def test_a_tokens_socket_closes_when_its_members_role_is_lowered_below_the_token
 
     async def go():
         communicator = run_ws(f"/ws/runs/{run.id}/", bearer(token))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         await messages_until(communicator, lambda m: m["message"] == "replayed")
         await sync_to_async(membership_set)(team=team_a, user=user, role="viewer")
         return await outputs_until_close(communicator)
@@ -123,7 +123,7 @@ def test_a_lowered_role_that_may_still_view_keeps_its_session_socket(team_a, mak
 
     async def go():
         communicator = run_ws(f"/ws/runs/{run.id}/", await sync_to_async(cookie_headers)(user))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         await messages_until(communicator, lambda m: m["message"] == "replayed")
         await sync_to_async(membership_set)(team=team_a, user=user, role="viewer")
         assert await communicator.receive_nothing(timeout=BOUND_S + 0.5)  # three checks passed: still open
@@ -142,7 +142,7 @@ def test_signing_out_closes_the_sessions_sockets(team_a, make_member):
     async def go():
         headers = await sync_to_async(cookie_headers)(user)
         communicator = run_ws(f"/ws/runs/{run.id}/", headers)
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         await messages_until(communicator, lambda m: m["message"] == "replayed")
         session_key = dict(headers)[b"cookie"].decode().partition("=")[2]
         await sync_to_async(SessionStore(session_key=session_key).delete)()  # what logout() does to it
@@ -161,7 +161,7 @@ def test_a_path_that_names_no_socket_closes_4404(team_a, make_member, make_token
 
     async def go():
         communicator = run_ws(path, bearer(token))
-        connected, _ = await communicator.connect(timeout=10)
+        connected, _ = await communicator.connect()
         assert connected
         return await communicator.receive_output(timeout=5)
 
@@ -175,7 +175,7 @@ def test_after_beyond_the_runs_last_event_is_refused_4400(team_a, make_member, m
 
     async def first(path):
         communicator = run_ws(path, bearer(token))
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         output = await communicator.receive_output(timeout=5)
         await communicator.disconnect()
         return output

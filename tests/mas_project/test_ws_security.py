@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
-from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.db import transaction
 from django.test import Client
@@ -30,6 +29,7 @@ from websockets.sync.client import connect
 from mas_core.eventlog import event_append
 from agents_app.models import Run
 from mas_project.asgi import application
+from tests.sockets import Communicator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -68,11 +68,11 @@ def answer(path, sent, scheme=None) -> str | int:
     """The socket's first word: the close code, or the ``message`` of its first message."""
 
     async def go():
-        communicator = WebsocketCommunicator(application, path, headers=sent)
+        communicator = Communicator(application, path, headers=sent)
         communicator.scope.update(server=["127.0.0.1", 8000], client=["10.9.8.7", 50000])
         if scheme:
             communicator.scope["scheme"] = scheme
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         output = await communicator.receive_output(timeout=5)
         await communicator.disconnect()
         return output["code"] if output["type"] == "websocket.close" else json.loads(output["text"])["message"]

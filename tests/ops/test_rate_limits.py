@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 from asgiref.sync import async_to_sync
-from channels.testing import WebsocketCommunicator
 
 from agents_app.models import Run
 from mas_project.asgi import application
+from tests.sockets import Communicator
 from tests.runs import agent
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("whole_rate_window")]
@@ -61,9 +61,9 @@ def socket_first_output(path: str, token: str, where: str) -> dict:
 
     async def go():
         headers = [(b"authorization", f"Bearer {token}".encode())]
-        communicator = WebsocketCommunicator(application, path, headers=headers)
+        communicator = Communicator(application, path, headers=headers)
         communicator.scope["client"] = [where, 40000]
-        await communicator.connect(timeout=10)
+        await communicator.connect()
         output = await communicator.receive_output(timeout=5)
         await communicator.disconnect()
         return output

@@ -544,7 +544,7 @@ def test_no_websocket_lets_team_a_follow_team_b(team_a, team_b, make_member, mak
     import asyncio
 
     from asgiref.sync import async_to_sync, sync_to_async
-    from channels.testing import WebsocketCommunicator
+    from tests.sockets import Communicator
     from django.db import transaction
 
     from mas_core.eventlog import event_append
@@ -567,8 +567,8 @@ def test_no_websocket_lets_team_a_follow_team_b(team_a, team_b, make_member, mak
                 event_append(run_id=run.id, type="session_start", agent="lead", data={"text": f"{run.input} {i}"})
 
     async def closed_with(path, headers):
-        communicator = WebsocketCommunicator(application, path, headers=headers)
-        await communicator.connect(timeout=10)
+        communicator = Communicator(application, path, headers=headers)
+        await communicator.connect()
         output = await communicator.receive_output(timeout=5)
         await communicator.disconnect()
         return output
@@ -595,8 +595,8 @@ def test_no_websocket_lets_team_a_follow_team_b(team_a, team_b, make_member, mak
                     continue
                 assert await closed_with(f"/ws/runs/?team={team_b.slug}", headers) == {
                     "type": "websocket.close", "code": 4404}
-                communicator = WebsocketCommunicator(application, "/ws/runs/?since=0", headers=headers)
-                assert (await communicator.connect(timeout=10))[0]
+                communicator = Communicator(application, "/ws/runs/?since=0", headers=headers)
+                assert (await communicator.connect())[0]
                 first = await until_ours(communicator)
                 assert first[0] == {"message": "subscribed", "team": team_a.id}
                 assert [m["run"]["id"] for m in first[1:]] == [str(ours.id)]
