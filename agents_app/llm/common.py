@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import encodings.idna  # noqa: F401 — as httpcore below
 import json
+import ssl
 import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
+
+# The transport's modules, which httpx would import at a provider's first request — inside the model call's timeout.
+# This module is imported with a provider's SDK, when the first provider of its type is built (registry.py).
+import httpcore  # noqa: F401
 
 from mas_core.netpolicy import blocked_cause, private_url_transport
 
@@ -136,7 +142,18 @@ def guarded_http_client(client_class: Callable[..., Any] | None = None) -> Any:
     environment are not used: a proxy would resolve the name itself."""
     import httpx
 
-    return (client_class or httpx.AsyncClient)(transport=private_url_transport(httpx), trust_env=False)
+    return (client_class or httpx.AsyncClient)(transport=private_url_transport(httpx, verify=TLS), trust_env=False)
+
+
+def _tls_context() -> ssl.SSLContext:
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())  # what httpx builds by default, per client
+
+
+# One for every SDK client of the process: building one reads the CA bundle (~70 ms here), which each provider's
+# first call on an event loop would pay inside its timeout. Contexts are safe to share between threads.
+TLS = _tls_context()
 
 
 def dumps_arguments(call: ToolCall) -> str:

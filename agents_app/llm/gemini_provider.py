@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import uuid
 
+import google.auth.aio.credentials  # noqa: F401 — else imported by the first call, inside its timeout
+import google.auth.aio.transport.sessions  # noqa: F401
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as gt
 
 from .common import (
+    TLS,
     PerLoop,
     StreamingProvider,
     error_from_status,
@@ -97,6 +100,7 @@ class GeminiProvider(StreamingProvider):
             base_url=self.base_url, timeout=int(timeout_s * 1000),
             retry_options=gt.HttpRetryOptions(attempts=1),  # the kernel owns retries
             httpx_async_client=guarded_http_client(),
+            client_args={"verify": TLS}, async_client_args={"verify": TLS, "ssl": TLS},  # else built per client
         )))
 
     def build_config(self, request: ModelRequest) -> tuple[list[gt.Content], gt.GenerateContentConfig]:

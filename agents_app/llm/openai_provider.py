@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
+import openai.resources.chat  # noqa: F401 — else imported by the first call (~0.5 s), inside its timeout
 
 from .common import (
     PerLoop,

@@ -163,3 +163,37 @@ def test_a_process_imports_a_providers_sdk_only_when_it_builds_one():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                             env={**os.environ, "DJANGO_SETTINGS_MODULE": "mas_project.settings_test"})
     assert (result.returncode, result.stdout) == (0, "[]\nOpenAIProvider ['openai']\n"), result.stderr
+
+
+def test_a_providers_first_call_imports_nothing_and_builds_no_tls_context():
+    """What the SDKs load lazily (openai's resources, the HTTP transport, google-auth's async parts) and the TLS
+    context (the CA bundle read, ~70 ms) are paid when a provider is built, not in its first call: that call runs
+    inside the model call's timeout (MAS_MODEL_TIMEOUT_S), and a cold worker's first call took more than 1 s."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import asyncio, ssl, sys, django; django.setup()\n"
+        "from agents_app.llm.registry import PROVIDER_TYPES, ProviderConfig\n"
+        "from mas_core.llm_types import Message, ModelRequest, ProviderError\n"
+        "contexts = []\n"
+        "built = ssl.SSLContext.load_verify_locations\n"
+        "ssl.SSLContext.load_verify_locations = lambda *a, **k: (contexts.append(1), built(*a, **k))[1]\n"
+        "for kind in ('openai', 'anthropic', 'gemini'):\n"
+        "    provider = PROVIDER_TYPES[kind](ProviderConfig(slug=kind, type=kind,\n"
+        "                                                   base_url='http://10.255.255.1:9/v1'), 'key')\n"
+        "    before, contexts[:] = set(sys.modules), []\n"
+        "    async def first():\n"
+        "        try:\n"
+        "            await provider.complete(ModelRequest(model='m', messages=[Message(role='user', content='hi')]))\n"
+        "        except ProviderError as error:\n"
+        "            return error.kind\n"
+        "    print(kind, asyncio.run(first()), sorted(set(sys.modules) - before), len(contexts))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "DJANGO_SETTINGS_MODULE": "mas_project.settings_test"})
+    # 10.255.255.1 is private and not in MAS_PRIVATE_URL_ALLOW: refused when the transport connects, so every
+    # part of the call before the network ran.
+    assert (result.returncode, result.stdout) == (0, "openai bad_request [] 0\nanthropic bad_request [] 0\n"
+                                                     "gemini bad_request [] 0\n"), result.stderr
