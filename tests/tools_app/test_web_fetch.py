@@ -8,6 +8,8 @@ import json
 import threading
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from tools_app.plugin import ToolContext
 from tools_app.registry import ToolOutcome, registry_for_agent
@@ -152,6 +154,57 @@ def test_html_is_converted_in_chunks_and_stops_once_it_has_enough():
     assert 1_000 < len(text) < HTML_CHUNK_CHARS
     assert text.startswith("tide and moon\n\ntide and moon")
     assert _html_to_text(PAGE.decode(), max_chars=1_000) == "# Hello\n\nWorld **bold**"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=25)
+_LAYOUTS = st.sampled_from([{}, {"indent": 3}, {"separators": (",", ":")}, {"ensure_ascii": False, "indent": "\t"}])
+
+
+@settings(max_examples=300)
+@given(value=_JSON, layout=_LAYOUTS, cut=st.integers(0, 400))
+def test_json_is_indented_as_json_dumps_would_and_cut_after_max_chars(value, layout, cut):
+    from tools_app.builtin.web_fetch import _indented_json
+
+    text = json.dumps(value, **layout)
+    whole = json.dumps(value, ensure_ascii=False, indent=1)
+    assert _indented_json(text, max_chars=len(whole)) == whole
+    part = _indented_json(text, max_chars=cut)
+    # A prefix of the whole, stopped at the first step past the limit: at most one value (a short one here) more.
+    assert whole.startswith(part) and (part == whole or cut < len(part) <= cut + len(whole))
+
+
+@settings(max_examples=300)
+@given(value=_JSON, where=st.integers(0, 10_000), junk=st.sampled_from(["", ",", "]", "}", ":", "x", '"', "0", "[{"]))
+def test_a_json_body_that_json_cannot_read_is_returned_as_is(value, where, junk):
+    """Not JSON ⇔ the text as is (a cut and spliced document: read whole, as max_chars covers it)."""
+    from tools_app.builtin.web_fetch import _readable
+
+    text = json.dumps(value)
+    where %= len(text) + 1
+    broken = text[:where] + junk + text[where + 1:]
+    twice = []  # keys given twice in one object: json.loads keeps the last, web_fetch shows both
+    try:
+        parsed = json.loads(broken, object_pairs_hook=lambda pairs: twice.extend(
+            key for n, (key, _) in enumerate(pairs) if key in dict(pairs[:n])) or dict(pairs))
+    except ValueError:
+        assert _readable(broken, "application/json", 10**6) == broken
+    else:
+        assume(not twice)
+        assert _readable(broken, "application/json", 10**6) == json.dumps(parsed, ensure_ascii=False, indent=1)
+
+
+def test_json_of_megabytes_is_indented_up_to_max_chars_only():
+    from tools_app.builtin.web_fetch import _indented_json
+
+    text = BIG_JSON.decode()
+    part = _indented_json(text, max_chars=1_000)
+    assert part == json.dumps(json.loads(text), indent=1)[:len(part)] and 1_000 < len(part) < 1_100
+    assert _indented_json(text[:-1], max_chars=10**7) is None  # the closing bracket missing: read to the end
+    assert _indented_json('[1, 2] [3]', max_chars=100) is None
+    assert _indented_json('{"a": 1, "a": 2}', max_chars=100) == '{\n "a": 1,\n "a": 2\n}'  # as written
 
 
 @pytest.mark.alone  # the loop-lag watchdog counts wall time: on a busy machine the loop waits for a core

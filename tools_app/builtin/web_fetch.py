@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from json.decoder import scanstring
 from urllib.parse import urljoin, urlsplit
 
 import html2text
@@ -45,15 +47,86 @@ def _html_to_text(html: str, *, max_chars: int) -> str:
     return converter.optwrap(converter.finish()).strip()
 
 
+_SPACE = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_WORDS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")
+
+
+def _indented_json(text: str, *, max_chars: int) -> str | None:
+    """``json.dumps(json.loads(text), ensure_ascii=False, indent=1)``, written as the text is read and stopped
+    once more than ``max_chars`` are written (so 5 MB cost what their first ``max_chars`` cost, in small steps:
+    ``json.loads`` of 5 MB would hold the GIL, and so every session's event loop, ~100 ms at once). A key given
+    twice is shown twice, as written. None when what was read is not JSON."""
+    out: list[str] = []
+    size = 0
+    closers: list[str] = []  # of the arrays and objects open
+    key_next = False
+    pos = _SPACE.match(text).end()
+    try:
+        while size <= max_chars:
+            piece = ""
+            if key_next:  # in an object: a key and its colon before the value
+                if not text.startswith('"', pos):
+                    return None
+                key, pos = scanstring(text, pos + 1)
+                colon = _SPACE.match(text, pos).end()
+                if not text.startswith(":", colon):
+                    return None
+                pos = _SPACE.match(text, colon + 1).end()
+                piece = json.dumps(key, ensure_ascii=False) + ": "
+            opener = text[pos:pos + 1]
+            number = _NUMBER.match(text, pos)
+            if opener in ("[", "{"):
+                closer = "]" if opener == "[" else "}"
+                inside = _SPACE.match(text, pos + 1).end()
+                if not text.startswith(closer, inside):
+                    closers.append(closer)
+                    key_next = closer == "}"
+                    pos = inside
+                    piece += opener + "\n" + " " * len(closers)
+                    out.append(piece)
+                    size += len(piece)
+                    continue
+                piece += opener + closer
+                pos = inside + 1
+            elif opener == '"':
+                value, pos = scanstring(text, pos + 1)
+                piece += json.dumps(value, ensure_ascii=False)
+            elif number:
+                piece += json.dumps(json.loads(number.group()))  # as json.loads reads it: 1E2 is 100.0
+                pos = number.end()
+            else:
+                word = next((word for word in _WORDS if text.startswith(word, pos)), None)
+                if word is None:
+                    return None
+                piece += word
+                pos += len(word)
+            # After a value: the closers of what it ends, then a comma or the end of the text.
+            pos = _SPACE.match(text, pos).end()
+            while closers and text.startswith(closers[-1], pos):
+                piece += "\n" + " " * (len(closers) - 1) + closers.pop()
+                pos = _SPACE.match(text, pos + 1).end()
+            if not closers:
+                return "".join(out) + piece if pos == len(text) else None
+            if not text.startswith(",", pos):
+                return None
+            pos = _SPACE.match(text, pos + 1).end()
+            key_next = closers[-1] == "}"
+            piece += ",\n" + " " * len(closers)
+            out.append(piece)
+            size += len(piece)
+    except ValueError:  # a string or number json cannot read
+        return None
+    return "".join(out)
+
+
 def _readable(text: str, ctype: str, max_chars: int) -> str:
     """The body as the model reads it: HTML converted, JSON indented, other text as is."""
     if ctype in ("text/html", "application/xhtml+xml"):
         return _html_to_text(text, max_chars=max_chars)
     if ctype == "application/json" or ctype.endswith("+json"):
-        try:
-            return json.dumps(json.loads(text), ensure_ascii=False, indent=1)
-        except (ValueError, RecursionError):
-            return text
+        indented = _indented_json(text, max_chars=max_chars)
+        return text if indented is None else indented
     return text
 
 
