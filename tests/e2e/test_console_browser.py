@@ -41,6 +41,34 @@ LIVE = {"lead": [
 ]}
 
 
+def test_a_run_drawn_queued_reads_running_once_it_starts(
+        team_a, make_member, make_token, celery_worker_process, asgi_server, chromium):
+    """The page of a run waiting for its team's one slot says "queued", then "running" when the run starts (its
+    run_start event), without a reload; the status stayed "queued" until the run's end before."""
+    from agents_app.models import Run
+    from tests.runs import wait_until
+
+    team_a.max_sessions = 1
+    team_a.save(update_fields=["max_sessions"])
+    define_agents(team_a, "Lead")
+    olga = make_member(team_a, role="operator", username="olga")
+    token = make_token(team_a, olga)
+    server = asgi_server.url
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        sign_in(page, server, "olga", "/runs/")
+        first = start_run(server, token, script={"lead": [{"latency_ms": 6000, "text": "First."}]})
+        wait_until(lambda: Run.objects.filter(pk=first, status="running").exists(), 15, "the first run to start")
+        second = start_run(server, token, script={"lead": [{"latency_ms": 1500, "text": "Second."}]})
+        page.goto(f"{server}/runs/{second}/")
+        page.wait_for_selector("#live:not(.off)", timeout=10_000)
+        assert (page.text_content("#status"), Run.objects.get(pk=second).status) == ("queued", "queued")
+        page.wait_for_function("document.getElementById('status').textContent === 'running'", timeout=20_000)
+        page.wait_for_function("document.getElementById('status').textContent === 'succeeded'", timeout=20_000)
+    finally:
+        page.close()
+
+
 def scroll_width(page) -> tuple[int, int]:
     return page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
 

@@ -140,6 +140,9 @@
         }
         break;
       case "session_start": {
+        // A run drawn queued (waiting for a worker or its team's free slot) runs from its first session's start,
+        // as the server marks it in the same commit (agents_app/execution/lifecycle.py).
+        if ($("status").textContent === "queued") { $("status").className = "status running"; $("status").textContent = "running"; }
         const node = state.nodes.get(d.activation) || { id: d.activation, agent: e.agent, kind: d.kind,
                                                          parent: d.parent, depth: d.depth, tokens: 0 };
         Object.assign(node, { status: "running", tier: d.tier });
