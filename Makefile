@@ -49,14 +49,13 @@ demo: setup sandbox
 # both checked before the tests run (tests/test_docs.py runs the manual's examples).
 # The suite runs in TEST_PROCESSES pytest processes at once (pytest-xdist, a file's tests in one process; each
 # process has its own test database, Redis database, worker queue and channel prefix: mas_project/settings_test.py),
-# files longest first (tests/durations.json, tests/conftest.py; not xdist's "most tests first"), then the tests
-# marked `alone` (a process's time, CPU or memory measured), one at a time. Exit status 5 is "no test
+# then the tests marked `alone` (a process's time, CPU or memory measured), one at a time. Exit status 5 is "no test
 # selected": PYTEST_ARGS may name tests of one phase only.
 TEST_PROCESSES ?= 3
 test: setup browser sandbox
 	$(BIN)/lint-imports
 	$(MAKE) docs-build
-	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder -m "not alone" $(PYTEST_ARGS) || test $$? = 5
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile -m "not alone" $(PYTEST_ARGS) || test $$? = 5
 	$(BIN)/python -m pytest -m alone $(PYTEST_ARGS) || test $$? = 5
 
 # The manual (mkdocs.yml, docs/): built into var/site, never into tracked files; offline (no plugin downloads).

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import time
-from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -234,16 +232,7 @@ def runs_settled(transactional_db):
         time.sleep(0.1)
 
 
-DURATIONS = Path(__file__).with_name("durations.json")
-
-
 def pytest_collection_modifyitems(items):
-    """Files longest first (by tests/durations.json; a file it does not name counts as 10 s), so that `make test`'s
-    processes, each taking the next file when it is done with one (`--no-loadscope-reorder`), end together instead
-    of one waiting out a worker-kill test begun last. Within a file the order is kept."""
-    seconds = json.loads(DURATIONS.read_text())
-    position = {item: n for n, item in enumerate(items)}
-    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], 10.0), position[item]))
     for item in items:
         if "celery_worker_process" in item.fixturenames and "runs_settled" not in item.fixturenames:
             item.fixturenames.append("runs_settled")
@@ -259,20 +248,3 @@ def demo_secrets(settings):
                             Path(settings.BASE_DIR, "Makefile").read_text(), re.M)
     settings.MAS_TEAM_SECRETS = declared
     return declared
-
-
-def pytest_sessionfinish(session):
-    """``MAS_TEST_DURATIONS=tests/durations.json make test`` writes each file's seconds there (setup, call and
-    teardown of its tests; in the xdist controller, which sees every report, or a plain pytest)."""
-    path = os.environ.get("MAS_TEST_DURATIONS")
-    if path and not hasattr(session.config, "workerinput"):
-        Path(path).write_text(json.dumps(dict(sorted(_durations.items())), indent=0) + "\n")
-
-
-_durations: dict[str, float] = {}
-
-
-def pytest_runtest_logreport(report):
-    if os.environ.get("MAS_TEST_DURATIONS"):
-        file = report.nodeid.split("::")[0]
-        _durations[file] = round(_durations.get(file, 0.0) + report.duration, 1)

@@ -82,8 +82,7 @@ def test_make_test_runs_three_processes_then_the_alone_tests_as_the_manual_says(
     assert "\nTEST_PROCESSES ?= 3\n" in makefile
     recipe = makefile.split("\ntest: setup browser sandbox\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert recipe[-2:] == [
-        '\t$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder -m "not alone" '
-        '$(PYTEST_ARGS) || test $$? = 5',
+        '\t$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile -m "not alone" $(PYTEST_ARGS) || test $$? = 5',
         "\t$(BIN)/python -m pytest -m alone $(PYTEST_ARGS) || test $$? = 5"]
     for page in ("README.md", "docs/quickstart.md"):
         assert "it runs the suite in three at once" in " ".join((ROOT / page).read_text().split()), page
@@ -97,14 +96,3 @@ def test_make_keeps_compiled_modules_even_where_the_environment_says_write_none(
                             capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     assert (result.returncode, result.stdout) == (0, "0 None\n"), result.stderr
     assert "__pycache__/" in (ROOT / ".gitignore").read_text().splitlines()
-
-
-def test_files_are_collected_longest_first_by_the_durations_file_which_names_only_files_that_exist():
-    durations = json.loads((ROOT / "tests/durations.json").read_text())
-    assert [name for name in durations if not (ROOT / name).is_file()] == []
-    files = ["tests/agents_app/kernel/test_context.py", "tests/test_docs.py", "tests/e2e/test_forks_browser.py"]
-    assert durations[files[0]] < durations[files[1]] < durations[files[2]]
-    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
-                            capture_output=True, text=True, timeout=120, cwd=ROOT)
-    order = list(dict.fromkeys(line.split("::")[0] for line in result.stdout.splitlines() if "::" in line))
-    assert (result.returncode, order) == (0, files[::-1]), result.stderr
