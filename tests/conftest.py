@@ -26,7 +26,7 @@ def _test_flush():
       time written back as they were made (~0.45 s saved).
     - The tables are emptied by ``DELETE``, not ``TRUNCATE``: a test leaves a few rows, and truncating ~40 tables
       makes new files for each and its indexes (~0.3 s). The foreign keys are deferred to the commit, so the order
-      does not matter.
+      does not matter; the tables are locked first, as TRUNCATE locks them.
     - A deadlock is tried again (three times at most): emptying every table at once can deadlock with a worker's
       periodic sweep (lost work, deadlines) reading two of them, and Postgres cancels one side; the sweep tries
       again at its next interval."""
@@ -52,8 +52,12 @@ def _test_flush():
         tables = [table for table in tables if table not in kept]
         if reset_sequences or allow_cascade or not tables:  # what DELETE cannot do: Django's TRUNCATE
             return sql_flush(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
-        return ["SET CONSTRAINTS ALL DEFERRED; " + " ".join(f"DELETE FROM {self.quote_name(table)};"
-                                                         for table in tables)]
+        quoted = [self.quote_name(table) for table in tables]
+        return ["SET CONSTRAINTS ALL DEFERRED; "
+                # As TRUNCATE would: wait for the transactions writing them (a worker's last commit) and keep
+                # writers out until the commit, so that no row committed meanwhile outlives the flush.
+                f"LOCK TABLE {', '.join(quoted)} IN EXCLUSIVE MODE; "
+                + " ".join(f"DELETE FROM {table};" for table in quoted)]
 
     def execute_sql_flush(self, sql_list):
         for attempt in range(3):

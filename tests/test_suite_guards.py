@@ -96,3 +96,33 @@ def test_make_keeps_compiled_modules_even_where_the_environment_says_write_none(
                             capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     assert (result.returncode, result.stdout) == (0, "0 None\n"), result.stderr
     assert "__pycache__/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_flush_first_a_test_leaves_rows_behind(team_a, make_member):
+    from agents_app.models import Team
+
+    make_member(team_a, "editor")
+    assert Team.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_flush_then_the_next_finds_the_tables_empty_and_the_role_groups_as_migrate_made_them():
+    """After the previous test (the same file runs in one process, in order): tests/conftest.py's fast flush."""
+    from django.contrib.auth.models import Group, Permission, User
+    from django.contrib.contenttypes.models import ContentType
+
+    from agents_app.models import Team
+    from mas_core.teams import role_groups_sync
+
+    assert (Team.objects.count(), User.objects.count()) == (0, 0)
+    team_type = ContentType.objects.get(app_label=Team._meta.app_label, model="team")
+    assert Permission.objects.filter(content_type=team_type).count() == 4  # add, change, delete, view: kept
+
+    def groups():
+        return {group.name: sorted(group.permissions.values_list("codename", flat=True))
+                for group in Group.objects.all()}
+
+    before = groups()
+    role_groups_sync()
+    assert len(before) == 4 and before == groups()
