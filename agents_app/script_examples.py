@@ -40,10 +40,13 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
     "vfs_search": _turns(_NOTE, _call("vfs_search", pattern="first note"), answer="The note is found."),
     "spawn_agent": _turns(_call("spawn_agent", filename="agents/helper.md", content=_HELPER,
                                 task="Say hello to me."), answer="The helper I spawned said hello."),
-    "signal_parent": _turns(_call("spawn_agent", filename="agents/signaller.md",
-                                  content=_HELPER.replace("Helper", "Signaller"),
-                                  task="Signal me that you started, then finish."),
-                            answer="The agent I spawned signalled me."),
+    # The signal wakes the agent in a session of its own, which answers; the spawned agent's end then resumes
+    # the waiting one, which answers again, unless both came together: the same answer twice keeps the run's
+    # result the same either way (the second is left unused then).
+    "signal_parent": [{"tool_calls": [_call("spawn_agent", filename="agents/signaller.md",
+                                            content=_HELPER.replace("Helper", "Signaller"),
+                                            task="Signal me that you started, then finish.")]},
+                      {"text": "The agent I spawned signalled me."}, {"text": "The agent I spawned signalled me."}],
     "delegate": _turns(_call("delegate", agent=OTHER, task="Say in one line what you can do."),
                        answer=f"{OTHER} answered."),
     "web_fetch": _turns(_call("web_fetch", url="https://example.com/"), answer="I fetched example.com."),

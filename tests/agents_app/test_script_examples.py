@@ -44,9 +44,6 @@ def test_the_delegate_example_names_the_other_agent_and_needs_one():
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
-# alone: signal_parent's example expects the spawned agent's signal and its end to wake the creator once; on a
-# busy machine they can come apart and the creator asks for a third turn (a known fault of that example).
-@pytest.mark.alone
 def test_each_example_runs_its_tool_on_a_worker(team_a, celery_worker_process, api_for, settings):
     settings.MAS_TEAM_SECRETS = ""
     define(team_a, SKILL, "---\nname: Citation style\ndescription: How to cite.\n---\n\nCite the source.\n")
