@@ -144,13 +144,19 @@ def test_usage_cost_rounds_half_up_to_a_hundred_millionth():
     assert usage_cost(Usage(1_000_000, 2_000_000), Prices.of(3, 15)) == Decimal("33.00000000")
 
 
-def test_a_process_imports_a_providers_sdk_only_when_it_builds_one():
-    """Web and worker processes start without the three SDKs (~5 s of imports); building a provider of a type
-    imports that type's SDK and no other."""
+def in_a_fresh_process(script: str):
+    """``script`` run by a new Python with the test settings: what it prints, its exit status and errors."""
     import os
     import subprocess
     import sys
 
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "DJANGO_SETTINGS_MODULE": "mas_project.settings_test"})
+
+
+def test_a_process_imports_a_providers_sdk_only_when_it_builds_one():
+    """Web and worker processes start without the three SDKs (~5 s of imports); building a provider of a type
+    imports that type's SDK and no other."""
     script = (
         "import sys, django; django.setup()\n"
         "sdks = lambda: sorted(m for m in ('openai', 'anthropic', 'google.genai') if m in sys.modules)\n"
@@ -160,8 +166,7 @@ def test_a_process_imports_a_providers_sdk_only_when_it_builds_one():
         "    'base_url': 'http://127.0.0.1:11434/v1', 'models': []}], environ={}).provider\n"
         "print(type(provider).__name__, sdks())\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "DJANGO_SETTINGS_MODULE": "mas_project.settings_test"})
+    result = in_a_fresh_process(script)
     assert (result.returncode, result.stdout) == (0, "[]\nOpenAIProvider ['openai']\n"), result.stderr
 
 
@@ -169,10 +174,6 @@ def test_a_providers_first_call_imports_nothing_and_builds_no_tls_context():
     """What the SDKs load lazily (openai's resources, the HTTP transport, google-auth's async parts) and the TLS
     context (the CA bundle read, ~70 ms) are paid when a provider is built, not in its first call: that call runs
     inside the model call's timeout (MAS_MODEL_TIMEOUT_S), and a cold worker's first call took more than 1 s."""
-    import os
-    import subprocess
-    import sys
-
     script = (
         "import asyncio, ssl, sys, django; django.setup()\n"
         "from agents_app.llm.registry import PROVIDER_TYPES, ProviderConfig\n"
@@ -191,8 +192,7 @@ def test_a_providers_first_call_imports_nothing_and_builds_no_tls_context():
         "            return error.kind\n"
         "    print(kind, asyncio.run(first()), sorted(set(sys.modules) - before), len(contexts))\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "DJANGO_SETTINGS_MODULE": "mas_project.settings_test"})
+    result = in_a_fresh_process(script)
     # 10.255.255.1 is private and not in MAS_PRIVATE_URL_ALLOW: refused when the transport connects, so every
     # part of the call before the network ran.
     assert (result.returncode, result.stdout) == (0, "openai bad_request [] 0\nanthropic bad_request [] 0\n"
