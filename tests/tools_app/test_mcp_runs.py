@@ -36,6 +36,9 @@ def servers(team, http_url):
 
 
 @pytest.mark.worker
+# alone: twice under the parallel suite's load the first request offered 23 tools, not 24 (every connect event
+# as expected; the cause is not found yet, see the closing note of 2026-11-27)
+@pytest.mark.alone
 def test_an_agent_calls_mcp_tools_through_a_real_run_and_the_session_survives_bad_servers(
         team_a, http_mcp, celery_worker_process):
     servers(team_a, http_mcp)
