@@ -51,13 +51,6 @@ def claimed_teams(queue: str, free: int, *, worker: str = "w:1", running: int = 
 
 
 @pytest.fixture
-def unserved(unserved, sweeps_held):
-    """The tests that claim by hand hold the sweep's lock too: the suite's worker, sweeping, would take back what
-    they claimed as work of a worker that is not there (seen under load: the weighted shares came out wrong)."""
-    return unserved
-
-
-@pytest.fixture
 def leads(team_a, team_b, make_team):
     team_c = make_team("gamma")
     for team in (team_a, team_b, team_c):
