@@ -298,7 +298,7 @@ def sleepers() -> list[int]:
     return found
 
 
-@pytest.mark.alone  # times the answers: 2 s of timeout and under 1.5 s for the rest
+@pytest.mark.alone  # times the answers: 2 s of timeout and under 1.9 s for the rest
 @pytest.mark.django_db(transaction=True)
 def test_testing_a_hanging_server_answers_within_its_timeout_and_holds_no_web_thread(team_a, make_member, make_token):
     """The probe's `sleep 30` held a web request for 12 s. Two Tests at once, and a request meanwhile, over a
@@ -343,9 +343,10 @@ def test_testing_a_hanging_server_answers_within_its_timeout_and_holds_no_web_th
         body = json.loads(answer.body)
         assert (answer.status, body["ok"], body["tools"]) == (200, False, [])
         assert body["error"] == "MCP server slow did not answer within 2 s (connect)"
-    # The 2-s timeout and a margin: neither sleep's 30 s, nor the SDK's 2 s or more to end the process (left in
-    # the background), nor one Test waiting for the other; a plain request meanwhile waits for neither.
-    assert all(answer.seconds < 3.5 for answer in answers.values()), [a.seconds for a in answers.values()]
-    assert both < 3.5, both
+    # The 2-s timeout and the sandboxed process's start (~1.3 s of CPU each, two at once: 3.55 s seen once):
+    # neither sleep's 30 s, nor the SDK's 2 s or more to end the process (left in the background), nor one Test
+    # waiting for the other's timeout (2 + 2 s); a plain request meanwhile waits for neither.
+    assert all(answer.seconds < 3.9 for answer in answers.values()), [a.seconds for a in answers.values()]
+    assert both < 3.9, both
     assert meanwhile.status == 200 and meanwhile.seconds < 2, meanwhile
     assert len(seen) == 2 and left == []
