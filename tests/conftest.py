@@ -202,17 +202,6 @@ def unserved(monkeypatch):
 
 
 @pytest.fixture
-def sweeps_held(transactional_db):
-    """No worker's sweep (lost work, stale sessions, stuck runs) runs during the test: the test holds the sweep's
-    lock. For tests that build or claim work by hand, which a sweep of the suite's worker would take back."""
-    from tests.runs import sweep_lock
-
-    sweep_lock(True)
-    yield
-    sweep_lock(False)
-
-
-@pytest.fixture
 def runs_settled(transactional_db):
     """After a test with the worker: let its runs end (or cancel them) before the tables are emptied.
 

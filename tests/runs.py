@@ -53,13 +53,3 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str):
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-def sweep_lock(take: bool) -> None:
-    """Take (waiting for a sweep under way) or give back the lock every sweep takes, on the test's connection."""
-    from django.db import connection
-
-    from agents_app.execution.recovery import SWEEP_LOCK
-
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT pg_advisory_{'lock' if take else 'unlock'}(%s)", [SWEEP_LOCK])

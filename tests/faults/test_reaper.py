@@ -18,7 +18,7 @@ from agents_app.execution.recovery import SWEEP_LOCK, Sweep, recovery_sweep
 from agents_app.models import Activation, Event, Run, Session, Worker
 from agents_app.scheduler import dispatch_run
 from agents_app.scheduler.workers import worker_beat, workers_dead, workers_reap
-from tests.runs import agent, finish, sweep_lock
+from tests.runs import agent, finish
 
 # alone: the sweeps and the scheduler of a live worker on this database (another test's, in this process) can
 # reach the rows these tests build by hand before the test's own calls do when the machine is busy.
@@ -30,6 +30,19 @@ SCRIPT = {"lead": [{"text": "done"}]}
 def lead(team):
     agent(team, "Lead")
 
+
+def sweep_lock(take: bool) -> None:
+    """Take (waiting for a sweep under way) or give back the lock every sweep takes, on the test's connection."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT pg_advisory_{'lock' if take else 'unlock'}(%s)", [SWEEP_LOCK])
+
+
+@pytest.fixture
+def sweeps_held(transactional_db):
+    """No worker's sweep runs during the test: the test holds the sweep's lock."""
+    sweep_lock(True)
+    yield
+    sweep_lock(False)
 
 
 def my_advisory_locks() -> list[int]:

@@ -75,7 +75,6 @@ def _indented_json(text: str, *, max_chars: int) -> str | None:
                 pos = _SPACE.match(text, colon + 1).end()
                 piece = json.dumps(key, ensure_ascii=False) + ": "
             opener = text[pos:pos + 1]
-            number = _NUMBER.match(text, pos)
             if opener in ("[", "{"):
                 closer = "]" if opener == "[" else "}"
                 inside = _SPACE.match(text, pos + 1).end()
@@ -92,15 +91,14 @@ def _indented_json(text: str, *, max_chars: int) -> str | None:
             elif opener == '"':
                 value, pos = scanstring(text, pos + 1)
                 piece += json.dumps(value, ensure_ascii=False)
-            elif number:
+            elif number := _NUMBER.match(text, pos):
                 piece += json.dumps(json.loads(number.group()))  # as json.loads reads it: 1E2 is 100.0
                 pos = number.end()
-            else:
-                word = next((word for word in _WORDS if text.startswith(word, pos)), None)
-                if word is None:
-                    return None
+            elif word := next((word for word in _WORDS if text.startswith(word, pos)), None):
                 piece += word
                 pos += len(word)
+            else:
+                return None
             # After a value: the closers of what it ends, then a comma or the end of the text.
             pos = _SPACE.match(text, pos).end()
             while closers and text.startswith(closers[-1], pos):
