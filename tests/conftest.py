@@ -93,6 +93,21 @@ def _defs_root(settings, tmp_path):
 
 
 @pytest.fixture
+def tls_contexts(monkeypatch) -> list[str]:
+    """The CA bundles read while the test runs, one entry each: an HTTP client that builds its own TLS context reads
+    one (~20 ms, on the event loop of whoever builds it) — the process's shared context (mas_core.tls) reads none."""
+    import ssl
+
+    read: list[str] = []
+    load_verify, load_default = ssl.SSLContext.load_verify_locations, ssl.SSLContext.load_default_certs
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations",
+                        lambda self, *args, **kwargs: (read.append("verify"), load_verify(self, *args, **kwargs))[1])
+    monkeypatch.setattr(ssl.SSLContext, "load_default_certs",
+                        lambda self, *args, **kwargs: (read.append("default"), load_default(self, *args, **kwargs))[1])
+    return read
+
+
+@pytest.fixture
 def make_team(db, tmp_path):
     def make(slug: str | None = None, **kwargs):
         slug = slug or f"team-{next(_counter)}"

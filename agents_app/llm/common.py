@@ -7,19 +7,17 @@ import asyncio
 import email.utils
 import encodings.idna  # noqa: F401 — as httpcore below
 import json
-import ssl
 import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
-
-import certifi
 
 # The transport's modules, which httpx would import at a provider's first request — inside the model call's timeout.
 # This module is imported with a provider's SDK, when the first provider of its type is built (registry.py).
 import httpcore  # noqa: F401
 
 from mas_core.netpolicy import blocked_cause, private_url_transport
+from mas_core.tls import TLS
 
 from mas_core.llm_types import ChunkCallback, ProviderError, ToolCall
 
@@ -145,12 +143,6 @@ def guarded_http_client(client_class: Callable[..., Any] | None = None) -> Any:
     import httpx
 
     return (client_class or httpx.AsyncClient)(transport=private_url_transport(httpx, verify=TLS), trust_env=False)
-
-
-# One for every SDK client of the process (httpx builds this one per client by default): building one reads the CA
-# bundle (~70 ms here), which each provider's first call on an event loop would pay inside its timeout. Contexts
-# are safe to share between threads.
-TLS = ssl.create_default_context(cafile=certifi.where())
 
 
 def dumps_arguments(call: ToolCall) -> str:

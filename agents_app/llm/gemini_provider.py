@@ -12,13 +12,13 @@ from google.genai import errors as genai_errors
 from google.genai import types as gt
 
 from .common import (
-    TLS,
     PerLoop,
     StreamingProvider,
     error_from_status,
     guarded_http_client,
     other_error,
 )
+from mas_core.tls import TLS
 from mas_core.llm_types import (
     emit_chunk,
     ChunkCallback,

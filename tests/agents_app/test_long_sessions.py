@@ -205,7 +205,7 @@ def test_big_results_of_builtin_custom_and_mcp_tools_go_to_workspace_files(team_
     assert (run.status, run.result) == ("succeeded", "Collected.")
 
     results = [e.data for e in events(run, "tool_result")]
-    assert [r["ok"] for r in results] == [True] * 6
+    assert [r["ok"] for r in results] == [True] * 6, [r["content"][:200] for r in results]
     # Built-in vfs_read: the file is already in the workspace, so the model is pointed into it.
     assert results[1]["content"] == long_text[:1_000] + (
         f"\n[big.txt: {len(long_text)} bytes from offset 0 are more than a tool result may hold (2000 bytes); "

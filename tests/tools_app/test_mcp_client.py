@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.processes import in_a_fresh_process
 from tests.tools_app.mcp_servers.launch import SERVER, serve
 from tools_app.mcp.client import (
     BREAKER_FAILURES,
@@ -149,3 +150,32 @@ def test_the_circuit_breaker_opens_after_repeated_failures():
         breaker_check(config)
     breaker_record(config, ok=True)
     breaker_check(config)
+
+
+def test_a_workers_first_connections_import_nothing_and_build_no_tls_context(http_server):
+    """The SDK's client side (~280 modules, ~0.9 s on a quiet machine) and the TLS context are paid when a worker
+    starts (its scheduler imports the session module, which imports this client), not by its first connection:
+    that ran inside the connect timeout, and under the test suite's load a first HTTP connection missed its 3 s."""
+    script = (
+        "import asyncio, ssl, sys, django; django.setup()\n"
+        "import agents_app.execution.session\n"
+        "from tests.tools_app.mcp_servers.launch import SERVER\n"
+        "from tools_app.mcp.client import Connection, ServerConfig\n"
+        "from tools_app.specs import MCPServerSpec\n"
+        "contexts = []\n"
+        "built = ssl.SSLContext.load_verify_locations\n"
+        "ssl.SSLContext.load_verify_locations = lambda *a, **k: (contexts.append(1), built(*a, **k))[1]\n"
+        "for spec in [dict(transport='streamable-http', url=sys.argv[1]),\n"
+        "             dict(transport='stdio', command=sys.executable, args=[SERVER, 'stdio'])]:\n"
+        "    config = ServerConfig(slug='demo', spec=MCPServerSpec(name='demo', timeout_s=10, **spec),\n"
+        "                          stdio_allowed=True)\n"
+        "    before = set(sys.modules)\n"
+        "    async def first():\n"
+        "        connection = Connection(config)\n"
+        "        await connection.open()\n"
+        "        await connection.close()\n"
+        "        return len(connection.tools)\n"
+        "    print(spec['transport'], asyncio.run(first()), sorted(set(sys.modules) - before), len(contexts))\n"
+    )
+    result = in_a_fresh_process(script, http_server)
+    assert (result.returncode, result.stdout) == (0, "streamable-http 6 [] 0\nstdio 6 [] 0\n"), result.stderr

@@ -140,13 +140,15 @@ def test_a_workers_next_session_reuses_an_http_connection_but_not_a_stdio_proces
     servers(team_a, http_mcp)
     for slug in ("demo-stdio", "demo-http"):
         row = MCPServer.objects.get(team=team_a, slug=slug)
-        mcp_server_test(row=row)
+        assert mcp_server_test(row=row)["ok"] is True
         mcp_server_approve(row=row)
     agent(team_a, "Lead", "mcp_servers:\n- demo-stdio\n- demo-http\n")
     script = {"lead": [call("mcp__demo-http__add", a=1, b=2), {"text": "ok"}]}
     first = finish(run_start(team=team_a, agent="lead", input="x", script=script))
     second = finish(run_start(team=team_a, agent="lead", input="x", script=script))
     for run in (first, second):
+        connects = [e.data for e in events(run, "mcp_connect")]
+        assert {c["server"]: c["ok"] for c in connects} == {"demo-stdio": True, "demo-http": True}, connects
         assert [e.data["content"] for e in events(run, "tool_result")] == ["3"]
     reused = [{e.data["server"]: e.data["reused"] for e in events(run, "mcp_connect")} for run in (first, second)]
     assert reused == [{"demo-stdio": False, "demo-http": False}, {"demo-stdio": False, "demo-http": True}]

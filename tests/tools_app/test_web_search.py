@@ -70,6 +70,11 @@ def test_searxng_backend(server, settings):
     assert Handler.requests == [("/search", {"q": ["hello world"], "format": ["json"]}, None)]
 
 
+def test_a_search_builds_no_tls_context(server, settings, tls_contexts):
+    settings.MAS_WEB_SEARCH_BACKEND, settings.MAS_SEARXNG_URL = "searxng", server
+    assert (search(query="tides", max_results=1).ok, tls_contexts) == (True, [])
+
+
 def test_brave_backend_sends_the_key(server, settings):
     settings.MAS_WEB_SEARCH_BACKEND = "brave"
     settings.MAS_BRAVE_API_KEY = "k-123"

@@ -21,12 +21,24 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+# The SDK's client side and what its transports import at their first use (~330 modules, ~0.9 s here) are imported
+# with this module, when a worker starts: else a worker's first connection imports them inside its connect timeout.
+import anyio._backends._asyncio  # noqa: F401 - the backend anyio loads at its first use
+import encodings.idna  # noqa: F401 - a host name's first encoding
+import httpcore2._backends.anyio  # noqa: F401 - httpx2's transport and its network backend
+import httpx2
+from anyio import open_process  # noqa: F401 - loaded lazily by anyio: at the first stdio server's start
 from django.conf import settings
+from mcp import ClientSession
+from mcp.client.sse import sse_client
+from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from mas_core import netpolicy
 from mas_core.secrets import ENV_REFERENCE_RE, Redactor, declared_values, env_refusal, exception_text
 from mas_core.secrets import redact_loggers, redacting, references
 from mas_core.definitions.services import stdio_not_granted
+from mas_core.tls import TLS
 from tools_app.mcp import sandbox
 from tools_app.mcp.stderr import StderrReader
 from tools_app.specs import MCPServerSpec
@@ -179,8 +191,6 @@ class Connection:
         spec = self.config.spec
         _redact_sdk_logs()
         if spec.transport == "stdio":
-            from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
-
             if not self.config.stdio_allowed:  # a row saved before the operator took the grant back
                 raise MCPError(stdio_not_granted(self.config.team) + "; not started")
             env = resolve(spec.env, self.config.secret_env, what="env", team=self.config.team)
@@ -197,20 +207,12 @@ class Connection:
         headers = resolve(spec.headers, self.config.secret_headers, what="header", team=self.config.team)
         self._redact = self._secrets(spec.headers, headers)
         if spec.transport == "sse":
-            from mcp.client.sse import sse_client
-
             return sse_client(spec.url, headers=headers, timeout=float(spec.timeout_s),
                               httpx_client_factory=_guarded_client)
-        from mcp.client.streamable_http import streamable_http_client
-
-        import httpx2
-
         client = _guarded_client(headers=headers, timeout=httpx2.Timeout(float(spec.timeout_s)))
         return _with_client(client, streamable_http_client(spec.url, http_client=client))
 
     async def _run(self) -> None:
-        from mcp import ClientSession
-
         try:
             if self.config.spec.transport != "stdio":
                 try:  # before anything is sent; the transport checks every request again as it connects
@@ -350,7 +352,7 @@ def _guarded_client(headers: dict[str, str] | None = None, timeout=None, auth=No
     if timeout is None:  # the SDK's default: a response stream may stay open
         timeout = httpx2.Timeout(30.0, read=300.0)
     return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, trust_env=False,
-                              transport=netpolicy.private_url_transport(httpx2))
+                              transport=netpolicy.private_url_transport(httpx2, verify=TLS))
 
 
 _sdk_logs_redacted = False
@@ -360,12 +362,7 @@ def _redact_sdk_logs() -> None:
     """The SDK logs what a server printed (a stray stdout line, quoted whole in a parse error): its loggers
     redact the connection's secrets (mas_core.secrets.redacting) and every declared one."""
     global _sdk_logs_redacted
-    if not _sdk_logs_redacted:
-        import mcp.client.session  # noqa: F401 - its loggers exist once imported
-        import mcp.client.sse  # noqa: F401
-        import mcp.client.stdio  # noqa: F401
-        import mcp.client.streamable_http  # noqa: F401
-
+    if not _sdk_logs_redacted:  # the loggers exist: the SDK's modules were imported with this one
         redact_loggers("mcp")
         _sdk_logs_redacted = True
 

@@ -20,6 +20,8 @@ from agents_app.llm.scripted import MemoryCursor, ScriptedProvider
 from mas_core.llm_types import ProviderError, Usage
 from agents_app.specs import ProviderSpec
 
+from tests.processes import in_a_fresh_process
+
 from .fake_servers import openai_stream, sse
 from .helpers import request, run
 
@@ -142,16 +144,6 @@ def test_usage_cost_rounds_half_up_to_a_hundred_millionth():
     assert usage_cost(Usage(1, 0), Prices.of("0.004", 0)) == Decimal("0.00000000")
     assert usage_cost(Usage(0, 0), Prices.of(100, 100)) == Decimal("0E-8")
     assert usage_cost(Usage(1_000_000, 2_000_000), Prices.of(3, 15)) == Decimal("33.00000000")
-
-
-def in_a_fresh_process(script: str):
-    """``script`` run by a new Python with the test settings: what it prints, its exit status and errors."""
-    import os
-    import subprocess
-    import sys
-
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "DJANGO_SETTINGS_MODULE": "mas_project.settings_test"})
 
 
 def test_a_process_imports_a_providers_sdk_only_when_it_builds_one():
