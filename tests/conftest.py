@@ -241,6 +241,18 @@ def runs_settled(transactional_db):
         time.sleep(0.1)
 
 
+def pytest_configure(config):
+    """Test databases are copied from one migrated template (tests/template_db.py), not migrated each."""
+    import django
+    from django.apps import apps
+
+    from tests.template_db import template_use
+
+    if not apps.ready:
+        django.setup()
+    template_use()
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if "celery_worker_process" in item.fixturenames and "runs_settled" not in item.fixturenames:

@@ -126,3 +126,17 @@ def test_flush_then_the_next_finds_the_tables_empty_and_the_role_groups_as_migra
     before = groups()
     role_groups_sync()
     assert len(before) == 4 and before == groups()
+
+
+@pytest.mark.django_db
+def test_the_test_database_is_a_copy_of_a_template_with_every_migration_applied():
+    """tests/template_db.py: the template is named by these migrations, and a copy of it lacks none of them."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from tests.template_db import PREFIX, migrations_digest
+
+    executor = MigrationExecutor(connection)
+    assert executor.migration_plan(executor.loader.graph.leaf_nodes()) == []
+    assert connection.settings_dict["TEST"]["TEMPLATE"] == PREFIX + migrations_digest()
+    assert connection.settings_dict["TEST"]["MIGRATE"] is False
