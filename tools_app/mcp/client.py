@@ -21,18 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-# The SDK's client side and what its transports import at their first use (~330 modules, ~0.9 s here) are imported
-# with this module, when a worker starts: else a worker's first connection imports them inside its connect timeout.
-import anyio._backends._asyncio  # noqa: F401 - the backend anyio loads at its first use
-import encodings.idna  # noqa: F401 - a host name's first encoding
-import httpcore2._backends.anyio  # noqa: F401 - httpx2's transport and its network backend
-import httpx2
-from anyio import open_process  # noqa: F401 - loaded lazily by anyio: at the first stdio server's start
 from django.conf import settings
-from mcp import ClientSession
-from mcp.client.sse import sse_client
-from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
-from mcp.client.streamable_http import streamable_http_client
 
 from mas_core import netpolicy
 from mas_core.secrets import ENV_REFERENCE_RE, Redactor, declared_values, env_refusal, exception_text
@@ -189,8 +178,10 @@ class Connection:
 
     def _transport(self):
         spec = self.config.spec
-        _redact_sdk_logs()
+        _sdk_load()
         if spec.transport == "stdio":
+            from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+
             if not self.config.stdio_allowed:  # a row saved before the operator took the grant back
                 raise MCPError(stdio_not_granted(self.config.team) + "; not started")
             env = resolve(spec.env, self.config.secret_env, what="env", team=self.config.team)
@@ -207,12 +198,20 @@ class Connection:
         headers = resolve(spec.headers, self.config.secret_headers, what="header", team=self.config.team)
         self._redact = self._secrets(spec.headers, headers)
         if spec.transport == "sse":
+            from mcp.client.sse import sse_client
+
             return sse_client(spec.url, headers=headers, timeout=float(spec.timeout_s),
                               httpx_client_factory=_guarded_client)
+        from mcp.client.streamable_http import streamable_http_client
+
+        import httpx2
+
         client = _guarded_client(headers=headers, timeout=httpx2.Timeout(float(spec.timeout_s)))
         return _with_client(client, streamable_http_client(spec.url, http_client=client))
 
     async def _run(self) -> None:
+        from mcp import ClientSession
+
         try:
             if self.config.spec.transport != "stdio":
                 try:  # before anything is sent; the transport checks every request again as it connects
@@ -252,6 +251,8 @@ class Connection:
         timeout, raise at once and leave the server (the SDK ends a process in a few seconds) in a task of
         this loop, which must outlive it (a web server's); else that is waited for."""
         connect_s, list_s, _ = connection_limits()
+        if not _sdk_loaded:  # before the timeout starts, and off the event loop
+            await asyncio.to_thread(_sdk_load)
         self._task = asyncio.create_task(self._run(), name=f"mcp:{self.config.slug}")
         try:
             await asyncio.wait_for(self._ready.wait(), timeout=min(connect_s, self.config.spec.timeout_s))
@@ -355,16 +356,30 @@ def _guarded_client(headers: dict[str, str] | None = None, timeout=None, auth=No
                               transport=netpolicy.private_url_transport(httpx2, verify=TLS))
 
 
-_sdk_logs_redacted = False
+_sdk_loaded = False
 
 
-def _redact_sdk_logs() -> None:
-    """The SDK logs what a server printed (a stray stdout line, quoted whole in a parse error): its loggers
-    redact the connection's secrets (mas_core.secrets.redacting) and every declared one."""
-    global _sdk_logs_redacted
-    if not _sdk_logs_redacted:  # the loggers exist: the SDK's modules were imported with this one
-        redact_loggers("mcp")
-        _sdk_logs_redacted = True
+def _sdk_load() -> None:
+    """The SDK's client side and what its transports import at their first use (~330 modules, ~0.9 s of CPU here).
+    Not when a worker starts (most never connect to an MCP server): a process's first connection loads them in a
+    thread before its connect timeout starts (a busy machine's import took more than a 3 s timeout). Then the SDK's
+    loggers, which log what a server printed (a stray stdout line, quoted whole in a parse error), redact the
+    connection's secrets (mas_core.secrets.redacting) and every declared one."""
+    global _sdk_loaded
+    if _sdk_loaded:
+        return
+    import anyio._backends._asyncio  # noqa: F401 - the backend anyio loads at its first use
+    import encodings.idna  # noqa: F401 - a host name's first encoding
+    import httpcore2._backends.anyio  # noqa: F401 - httpx2's transport and its network backend
+    import httpx2  # noqa: F401
+    import mcp.client.session  # noqa: F401
+    import mcp.client.sse  # noqa: F401
+    import mcp.client.stdio  # noqa: F401
+    import mcp.client.streamable_http  # noqa: F401
+    from anyio import open_process  # noqa: F401 - loaded lazily by anyio: at the first stdio server's start
+
+    redact_loggers("mcp")
+    _sdk_loaded = True
 
 
 class _with_client:
