@@ -178,8 +178,11 @@ async def resolve_checked(host: str, port: int, *, allow, setting: str) -> str:
 
 def guarded_transport(httpx_module: Any, *, allow, setting: str, **transport_options) -> Any:
     """An ``httpx`` (or ``httpx2``) async transport that checks every request's host when it connects, and
-    connects to the address it checked. Redirects and retries come through here too."""
-    inner = httpx_module.AsyncHTTPTransport(**transport_options)
+    connects to the address it checked. Redirects and retries come through here too. Its TLS context is the
+    process's shared one (mas_core.tls) unless ``verify`` says otherwise."""
+    from mas_core.tls import tls
+
+    inner = httpx_module.AsyncHTTPTransport(**{"verify": tls(), **transport_options})
 
     class GuardedTransport(httpx_module.AsyncBaseTransport):
         async def handle_async_request(self, request):

@@ -95,9 +95,13 @@ def _defs_root(settings, tmp_path):
 @pytest.fixture
 def tls_contexts(monkeypatch) -> list[str]:
     """The CA bundles read while the test runs, one entry each: an HTTP client that builds its own TLS context reads
-    one (~20 ms, on the event loop of whoever builds it) — the process's shared context (mas_core.tls) reads none."""
+    one (~45 ms, on the event loop of whoever builds it) — the process's shared context (mas_core.tls, built here
+    first if this process has not yet) reads none."""
     import ssl
 
+    from mas_core.tls import tls
+
+    tls()
     read: list[str] = []
     load_verify, load_default = ssl.SSLContext.load_verify_locations, ssl.SSLContext.load_default_certs
     monkeypatch.setattr(ssl.SSLContext, "load_verify_locations",

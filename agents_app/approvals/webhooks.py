@@ -81,13 +81,12 @@ async def webhook_deliver(*, url: str, secret: str, body: bytes) -> int:
     import httpx
 
     from mas_core.netpolicy import BlockedAddress, guarded_transport
-    from mas_core.tls import TLS
 
     refusal = webhook_url_refusal(url)
     if refusal:
         raise DeliveryFailed(f"{url} {refusal}")
     transport = guarded_transport(httpx, allow=tuple(getattr(settings, ALLOW_SETTING, ()) or ()),
-                                  setting=ALLOW_SETTING, verify=TLS)
+                                  setting=ALLOW_SETTING)
     headers = {"Content-Type": "application/json", "User-Agent": "MAS-webhook/1"}
     if secret:
         headers[SIGNATURE_HEADER] = signature(secret, body)

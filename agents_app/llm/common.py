@@ -17,9 +17,11 @@ from typing import Any, Generic, TypeVar
 import httpcore  # noqa: F401
 
 from mas_core.netpolicy import blocked_cause, private_url_transport
-from mas_core.tls import TLS
+from mas_core.tls import tls
 
 from mas_core.llm_types import ChunkCallback, ProviderError, ToolCall
+
+tls()  # the providers' TLS context, built with the first provider too: not in its first call's timeout
 
 T = TypeVar("T")
 
@@ -142,7 +144,7 @@ def guarded_http_client(client_class: Callable[..., Any] | None = None) -> Any:
     environment are not used: a proxy would resolve the name itself."""
     import httpx
 
-    return (client_class or httpx.AsyncClient)(transport=private_url_transport(httpx, verify=TLS), trust_env=False)
+    return (client_class or httpx.AsyncClient)(transport=private_url_transport(httpx), trust_env=False)
 
 
 def dumps_arguments(call: ToolCall) -> str:

@@ -18,7 +18,7 @@ from .common import (
     guarded_http_client,
     other_error,
 )
-from mas_core.tls import TLS
+from mas_core.tls import tls
 from mas_core.llm_types import (
     emit_chunk,
     ChunkCallback,
@@ -100,7 +100,7 @@ class GeminiProvider(StreamingProvider):
             base_url=self.base_url, timeout=int(timeout_s * 1000),
             retry_options=gt.HttpRetryOptions(attempts=1),  # the kernel owns retries
             httpx_async_client=guarded_http_client(),
-            client_args={"verify": TLS}, async_client_args={"verify": TLS, "ssl": TLS},  # else built per client
+            client_args={"verify": tls()}, async_client_args={"verify": tls(), "ssl": tls()},  # else built per client
         )))
 
     def build_config(self, request: ModelRequest) -> tuple[list[gt.Content], gt.GenerateContentConfig]:

@@ -156,7 +156,8 @@ def test_a_workers_first_connections_import_nothing_inside_their_timeouts_and_bu
     """The SDK's client side (~330 modules, ~0.9 s of CPU here) is not imported when a worker starts (its scheduler
     imports the session module, which imports this client): a process's first connection imports it, in a thread,
     before its connect timeout starts. Under the test suite's load, an import inside the timeout made a worker's
-    first HTTP connection miss its 3 s. Every HTTP client shares the process's TLS context (mas_core.tls)."""
+    first HTTP connection miss its 3 s. Every HTTP client shares the process's TLS context (mas_core.tls), built at
+    its first use, in that thread too: no CA bundle is read inside a timeout."""
     script = (
         "import asyncio, ssl, sys, django; django.setup()\n"
         "import agents_app.execution.session\n"
@@ -164,16 +165,17 @@ def test_a_workers_first_connections_import_nothing_inside_their_timeouts_and_bu
         "from tools_app.mcp.client import Connection, ServerConfig\n"
         "from tools_app.specs import MCPServerSpec\n"
         "print('mcp' in sys.modules, 'httpx2' in sys.modules)\n"
-        "contexts, inside = [], []\n"
+        "contexts, inside, contexts_inside = [], [], []\n"
         "built = ssl.SSLContext.load_verify_locations\n"
         "ssl.SSLContext.load_verify_locations = lambda *a, **k: (contexts.append(1), built(*a, **k))[1]\n"
         "wait_for = asyncio.wait_for\n"
         "async def timed(awaitable, timeout):\n"
-        "    before = set(sys.modules)\n"
+        "    before, read = set(sys.modules), len(contexts)\n"
         "    try:\n"
         "        return await wait_for(awaitable, timeout)\n"
         "    finally:\n"
         "        inside.extend(sorted(set(sys.modules) - before))\n"
+        "        contexts_inside.extend(contexts[read:])\n"
         "asyncio.wait_for = timed\n"
         "for spec in [dict(transport='streamable-http', url=sys.argv[1]),\n"
         "             dict(transport='stdio', command=sys.executable, args=[SERVER, 'stdio'])]:\n"
@@ -184,7 +186,7 @@ def test_a_workers_first_connections_import_nothing_inside_their_timeouts_and_bu
         "        await connection.open()\n"
         "        await connection.close()\n"
         "        return len(connection.tools)\n"
-        "    print(spec['transport'], asyncio.run(first()), inside, len(contexts))\n"
+        "    print(spec['transport'], asyncio.run(first()), inside, len(contexts_inside))\n"
     )
     result = in_a_fresh_process(script, http_server)
     assert (result.returncode, result.stdout) == (0, "False False\nstreamable-http 6 [] 0\nstdio 6 [] 0\n"), (

@@ -12,7 +12,7 @@ import httpx
 from pydantic import Field
 
 from mas_core.patterns import off_loop
-from mas_core.tls import TLS
+from mas_core.tls import tls
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
 from tools_app.web.guard import BlockedAddress, resolve_checked
 
@@ -162,7 +162,8 @@ class WebFetch(Tool):
     async def run(self, args: Parameters, ctx: ToolContext) -> str:
         url = args.url.strip()
         try:
-            async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False, trust_env=False, verify=TLS) as client:
+            async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False, trust_env=False,
+                                         verify=tls()) as client:
                 for _ in range(MAX_REDIRECTS + 1):
                     response = await _get(client, url)
                     try:

@@ -27,7 +27,7 @@ from mas_core import netpolicy
 from mas_core.secrets import ENV_REFERENCE_RE, Redactor, declared_values, env_refusal, exception_text
 from mas_core.secrets import redact_loggers, redacting, references
 from mas_core.definitions.services import stdio_not_granted
-from mas_core.tls import TLS
+from mas_core.tls import tls
 from tools_app.mcp import sandbox
 from tools_app.mcp.stderr import StderrReader
 from tools_app.specs import MCPServerSpec
@@ -178,7 +178,6 @@ class Connection:
 
     def _transport(self):
         spec = self.config.spec
-        _sdk_load()
         if spec.transport == "stdio":
             from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 
@@ -353,7 +352,7 @@ def _guarded_client(headers: dict[str, str] | None = None, timeout=None, auth=No
     if timeout is None:  # the SDK's default: a response stream may stay open
         timeout = httpx2.Timeout(30.0, read=300.0)
     return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, trust_env=False,
-                              transport=netpolicy.private_url_transport(httpx2, verify=TLS))
+                              transport=netpolicy.private_url_transport(httpx2))
 
 
 _sdk_loaded = False
@@ -362,7 +361,8 @@ _sdk_loaded = False
 def _sdk_load() -> None:
     """The SDK's client side and what its transports import at their first use (~330 modules, ~0.9 s of CPU here).
     Not when a worker starts (most never connect to an MCP server): a process's first connection loads them in a
-    thread before its connect timeout starts (a busy machine's import took more than a 3 s timeout). Then the SDK's
+    thread before its connect timeout starts (a busy machine's import took more than a 3 s timeout), and the shared
+    TLS context is built if it is not yet. Then the SDK's
     loggers, which log what a server printed (a stray stdout line, quoted whole in a parse error), redact the
     connection's secrets (mas_core.secrets.redacting) and every declared one."""
     global _sdk_loaded
@@ -378,6 +378,7 @@ def _sdk_load() -> None:
     import mcp.client.streamable_http  # noqa: F401
     from anyio import open_process  # noqa: F401 - loaded lazily by anyio: at the first stdio server's start
 
+    tls()  # the HTTP transports' context
     redact_loggers("mcp")
     _sdk_loaded = True
 
