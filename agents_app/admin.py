@@ -23,6 +23,7 @@ from agents_app.models import (
     Agent,
     ApiToken,
     DefinitionVersion,
+    Guardrail,
     Invitation,
     Membership,
     ModelProvider,
@@ -85,6 +86,19 @@ class SkillAdmin(DefinitionAdmin):
             "<details><summary>{}</summary><pre style='white-space: pre-wrap'>{}</pre></details>",
             sorted(references.items()),
         )
+
+
+@admin.register(Guardrail)
+class GuardrailAdmin(DefinitionAdmin):
+    """Guardrails: edited as markdown; the template redacts card numbers in what tools return."""
+
+    markdown_template = (
+        "---\nname: Card numbers\ndescription: Card numbers never reach a model or a memory.\n"
+        "applies_to:\n- run_input\n- tool_result\n- memory_write\ndetector:\n  type: pii\n  kinds:\n  - card\n"
+        "action: redact\n---\n\nNotes for people: why this guardrail exists, and who to ask about it.\n"
+    )
+    list_display = ("name", "slug", "team", "action", "default", "version", "updated_at")
+    list_filter = ("action", "default")
 
 
 class ProviderModelInline(admin.TabularInline):

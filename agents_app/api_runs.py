@@ -21,7 +21,7 @@ from mas_core.events import event_to_dict
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.housekeeping import RunBusy, run_archive, run_delete
 from agents_app.execution.replay import run_script_export
-from agents_app.execution.errors import RunError, ScriptError
+from agents_app.execution.errors import RunError, ScriptError, UnknownGuardrails
 from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Agent, ModelProvider, Run
 from agents_app.models.runs import FINISHED_RUN_STATUSES
@@ -100,6 +100,7 @@ def run_out(run: Run, *, detail: bool = False, new: bool = False) -> dict[str, A
             "limits": run.limits,
             "budget": run.budget,
             "approvals": run.approvals,
+            "guardrails": run.guardrails,
             "versions": run.versions,
             "uses_script": run.script is not None,
             "activations": ([_activation_out(run.root, sessions=[])] if new
@@ -176,9 +177,11 @@ def start(request: HttpRequest, payload: RunIn):
     try:
         run = run_start(team=actor.team, agent=payload.agent, input=payload.input, user=actor.user,
                         limits=payload.limits_data(), budget=payload.budget_data(), provider=payload.provider,
-                        script=payload.script, approvals=payload.approvals)
+                        script=payload.script, approvals=payload.approvals, guardrails=payload.guardrails)
     except ScriptError as error:
         raise _invalid("script", str(error), "invalid_script") from None
+    except UnknownGuardrails as error:
+        raise _invalid("guardrails", str(error), "unknown_guardrail") from None
     except RunError as error:
         raise _invalid("agent", str(error), "run_refused") from None
     return Status(201, run_out(run, detail=True, new=True))

@@ -8,11 +8,11 @@ class AgentsAppConfig(AppConfig):
 
     def ready(self) -> None:
         from agents_app import needs_you  # noqa: F401  (the dashboard's first block)
-        from agents_app.kinds import AGENT, PROVIDER, SKILL
+        from agents_app.kinds import AGENT, GUARDRAIL, PROVIDER, SKILL
         from mas_core.definitions.kinds import register_kind
         from mas_core.teams import role_groups_sync
 
-        for kind in (PROVIDER, SKILL, AGENT):
+        for kind in (PROVIDER, SKILL, GUARDRAIL, AGENT):
             register_kind(kind)
 
         # After every app's migrations: the groups need the permissions of

@@ -1,8 +1,9 @@
-"""agents_app's definition kinds: model providers, skills and agents (registered in ``AgentsAppConfig.ready``)."""
+"""agents_app's definition kinds: model providers, skills, guardrails and agents (registered in
+``AgentsAppConfig.ready``)."""
 
 from __future__ import annotations
 
-from agents_app.specs import AgentSpec, ProviderSpec, SkillSpec
+from agents_app.specs import AgentSpec, GuardrailSpec, ProviderSpec, SkillSpec
 from mas_core.definitions.kinds import Kind
 
 
@@ -29,4 +30,6 @@ PROVIDER = Kind("provider", "Model provider", "agents_app.ModelProvider", Provid
                 after_save=provider_models_sync)
 SKILL = Kind("skill", "Skill", "agents_app.Skill", SkillSpec, "skills", keeps_unknown_keys=True,
              directory_per_item=True, order=40)
+# Before the agents (and the workflow steps) that name them.
+GUARDRAIL = Kind("guardrail", "Guardrail", "agents_app.Guardrail", GuardrailSpec, "guardrails", order=45)
 AGENT = Kind("agent", "Agent", "agents_app.Agent", AgentSpec, "agents", keeps_unknown_keys=True, order=50)

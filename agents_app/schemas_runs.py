@@ -11,10 +11,11 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationInfo, field_validator
 
 from agents_app.llm.scripted import validate_script
 from agents_app.money import money_str
+from agents_app.specs import MAX_GUARDRAILS, known_guardrails_check
 
 RunStatusName = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
 
@@ -67,12 +68,22 @@ class RunIn(BaseModel):
         "More tool calls that wait for a person's approval in this run, on top of the agents' and the team's "
         "(a run can add approvals, never remove them): names, patterns or {tool, deadline_s, default, reason}."))
 
+    guardrails: list[Annotated[str, Field(pattern=SLUG_PATTERN)]] = Field(
+        default_factory=list, max_length=MAX_GUARDRAILS, description=(
+            "Slugs of the team's guardrails that check every session of this run, on top of the team's defaults "
+            "and the definitions' (a run can add guardrails, never remove them); another slug is a 422."))
+
     @field_validator("approvals")
     @classmethod
     def _approvals(cls, value: list[Any]) -> list[Any]:
         from agents_app.approvals.policy import entries_check
 
         return entries_check(value)
+
+    @field_validator("guardrails")
+    @classmethod
+    def _guardrails_once(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        return known_guardrails_check(value, info)  # each once here; run_start checks they are the team's
 
     @field_validator("script")
     @classmethod
@@ -209,6 +220,8 @@ class RunDetailOut(RunOut):
     limits: dict[str, Any]
     budget: dict[str, Any]
     approvals: list[Any] = Field(description="Approvals the run asked for at start, beyond its definitions'.")
+    guardrails: list[str] = Field(description="Guardrails the run added at start (slugs), beyond the team's defaults "
+                                              "and its definitions'.")
     versions: dict[str, Any] = Field(description=(
         'Definition versions the run pinned (every session, retry and resume uses them), e.g. '
         '{"agent:lead": 3, "tool:summarize": 1, "mcp:files": 2, "skill:citation-style": 1}.'))

@@ -1,4 +1,4 @@
-"""Frontmatter schemas of agents, skills and model providers.
+"""Frontmatter schemas of agents, skills, model providers and guardrails.
 
 One schema serves the markdown files, the REST API and the admin, so a
 definition is valid or not in the same way whichever way it arrives.
@@ -6,21 +6,49 @@ definition is valid or not in the same way whichever way it arrives.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     Field,
+    StringConstraints,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from mas_core.netpolicy import private_url_refusal
 from mas_core.secrets import env_refusal
 from mas_core.specs import MAX_LADDER, TIERS, ModelRef, Name, Strict, Tier, checked_schema
 from tools_app.catalog import BUILTIN_TOOLS
 from tools_app.specs import CustomToolSpec
+
+if TYPE_CHECKING:
+    from mas_core.guardrails import DetectorError
+
+MAX_GUARDRAILS = 50  # named by one agent, workflow step or run
+
+
+def known_guardrails_check(value: list[str], info: ValidationInfo) -> list[str]:
+    """Guardrail slugs, each once; each one of the team's when the caller knows them (``known_guardrails``)."""
+    repeated = sorted({slug for slug in value if value.count(slug) > 1})
+    if repeated:
+        raise ValueError(f"{', '.join(repeated)} appears more than once")
+    known = (info.context or {}).get("known_guardrails")
+    unknown = [slug for slug in value if known is not None and slug not in known]
+    if unknown:
+        raise ValueError(unknown_guardrails(unknown, known))
+    return value
+
+
+def unknown_guardrails(unknown: list[str], known: set[str]) -> str:
+    """Why ``unknown`` slugs are refused: the team's guardrails are ``known``."""
+    return (f"unknown guardrail(s) {', '.join(unknown)}; the team's guardrails are: "
+            f"{', '.join(sorted(known)) or 'none yet'}")
+
 
 class AgentLimits(Strict):
     max_steps: int = Field(default=20, ge=1, le=1000)
@@ -73,6 +101,9 @@ class AgentSpec(Strict):
     output_schema: dict[str, Any] | None = Field(default=None, description=(
         "A JSON Schema the final answer must match (read as JSON unless the schema asks for a string): an answer "
         "that does not gets one corrective turn, then the session fails as validation_failed."))
+    guardrails: list[str] = Field(default_factory=list, max_length=MAX_GUARDRAILS, description=(
+        "Slugs of the team's guardrails that check this agent's sessions, on top of the team's defaults (and a "
+        "workflow step's and a run's): each must be one of the team's guardrails when the agent is saved."))
 
     @field_validator("approval")
     @classmethod
@@ -85,6 +116,11 @@ class AgentSpec(Strict):
     @classmethod
     def _output_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         return checked_schema(value)
+
+    @field_validator("guardrails")
+    @classmethod
+    def _guardrails(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        return known_guardrails_check(value, info)
 
     @field_validator("tools")
     @classmethod
@@ -184,4 +220,79 @@ class ProviderSpec(Strict):
         dupes = sorted({name for name in names if names.count(name) > 1})
         if dupes:
             raise ValueError(f"models: duplicate name(s) {', '.join(dupes)}")
+        return self
+
+
+GUARDRAIL_POINTS = ("run_input", "model_request", "model_answer", "tool_arguments", "tool_result", "memory_write")
+GuardrailPoint = Literal["run_input", "model_request", "model_answer", "tool_arguments", "tool_result",
+                         "memory_write"]
+TOOL_POINTS = ("tool_arguments", "tool_result", "memory_write")  # the points ``tools`` narrows
+ToolPattern = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_*?.\-\[\]]+$")]
+
+
+def _detector_refusal(error: "DetectorError", value: dict[str, Any]) -> ValidationError:
+    """A :class:`mas_core.guardrails.DetectorError` as the validation error of the place it names.
+
+    ``error.field`` is ``detector.patterns[1]``: raised from the ``detector`` validator, the error's location
+    (``patterns``, 1) is nested under the field by pydantic, so a file, the API and the admin all name
+    ``detector.patterns.1`` (the API's ``loc``: ``["body", "detector", "patterns", 1]``).
+    """
+    path = error.field or "detector"
+    inner = path.removeprefix("detector") if path.startswith(("detector.", "detector[")) or path == "detector" else ""
+    loc = tuple(int(part) if part.isdigit() else part for part in re.findall(r"[^.\[\]]+", inner))
+    return ValidationError.from_exception_data("GuardrailSpec", [InitErrorDetails(
+        type=PydanticCustomError("guardrail_detector", "{message}", {"message": str(error)}), loc=loc, input=value)])
+
+
+class GuardrailSpec(Strict):
+    """A check on content where it enters or leaves a model (SPEC §11): where it applies, what detects, what is done.
+
+    The body is notes for people; nothing reads it.
+    """
+
+    name: Name
+    description: str = ""
+    applies_to: list[GuardrailPoint] = Field(min_length=1, description=(
+        "Where the guardrail checks: the run's input, each model request, the model's answer (streamed in chunks), "
+        "tool arguments, tool results, memory writes — at least one, each once."))
+    tools: list[ToolPattern] = Field(default_factory=lambda: ["*"], max_length=50, description=(
+        "Tool names or fnmatch patterns (web_fetch, mcp__*) whose calls the tool_arguments, tool_result and "
+        "memory_write points check; every tool by default."))
+    detector: dict[str, Any] = Field(description=(
+        "What finds the content: a mapping with a type (pattern, keywords, pii, secrets, prompt_leak, injection, "
+        "json_schema, length) and that type's settings, checked when saved."))
+    action: Literal["block", "redact", "mask", "warn", "fence"] = Field(description=(
+        "What a finding does: block (the session fails as guardrail), redact or mask the content (the original is "
+        "never stored), warn (an event, nothing changed), fence (a tool result wrapped as untrusted data; "
+        "applies_to tool_result only)."))
+    default: bool = Field(default=False, description=(
+        "A team default: checks every run of the team, without being named by an agent, a step or the run."))
+
+    @field_validator("applies_to")
+    @classmethod
+    def _points_once(cls, value: list[str]) -> list[str]:
+        repeated = sorted({point for point in value if value.count(point) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} appears more than once")
+        return value
+
+    @field_validator("detector")
+    @classmethod
+    def _detector(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from mas_core.guardrails import DetectorError, detector_build
+
+        try:
+            detector_build(value)
+        except DetectorError as error:
+            raise _detector_refusal(error, value) from None
+        return value
+
+    @model_validator(mode="after")
+    def _action_fits(self) -> "GuardrailSpec":
+        if self.action == "fence" and self.applies_to != ["tool_result"]:
+            raise ValueError("action: fence marks a tool's result as untrusted data: it needs applies_to: "
+                             "[tool_result] and nothing else")
+        if self.tools != ["*"] and not set(self.applies_to) & set(TOOL_POINTS):
+            raise ValueError(f"tools: narrows only the {', '.join(TOOL_POINTS)} points, and applies_to names none "
+                             "of them")
         return self

@@ -28,6 +28,7 @@ SCHEMA_PREFIX = {
     "workflow": "Workflow",
     "skill": "Skill",
     "provider": "ModelProvider",
+    "guardrail": "Guardrail",
 }
 
 # A skill's reference files live beside its SKILL.md: plain relative paths only.

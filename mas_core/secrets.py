@@ -127,6 +127,17 @@ def declared_values(environ: Mapping[str, str] | None = None) -> list[str]:
             if len(value) >= MIN_DECLARED_LENGTH and any(d.matches(name) for d in found)]
 
 
+def team_values(team: str, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The values (of MIN_DECLARED_LENGTH or more) of the environment's variables declared for team ``team``
+    (a slug): what a ``secrets`` guardrail looks for as the team's own."""
+    found = [declaration for declaration in declarations() if declaration.allows(team)]
+    if not found:
+        return ()
+    environ = os.environ if environ is None else environ
+    return tuple(value for name, value in list(environ.items())
+                 if len(value) >= MIN_DECLARED_LENGTH and any(d.matches(name) for d in found))
+
+
 # -- keeping values out of text --------------------------------------------------------------------------
 
 # Secrets of the task at hand (an MCP server's resolved env, say), seen by every log call made in the task

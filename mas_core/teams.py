@@ -344,6 +344,7 @@ DEFINITION_MODELS = (
     "agents_app.agent",
     "agents_app.skill",
     "agents_app.modelprovider",
+    "agents_app.guardrail",
     "tools_app.customtool",
     "tools_app.mcpserver",
     "workflows_app.workflow",

@@ -199,7 +199,7 @@ CHECKS = {"markdown": check_markdown, "json": check_json, "yaml": check_yaml, "p
 # Kept keys the code reads (an agent or skill keeps keys it does not know): documented beside the fields.
 KEPT_KEYS = {"agent": {"unmapped_tools"}, "skill": {"always"}}
 REFERENCE_PAGES = {"agent": "agents", "tool": "tools", "mcp": "mcp-servers", "skill": "skills",
-                   "provider": "providers", "workflow": "workflows", "eval": "evals"}
+                   "provider": "providers", "guardrail": "guardrails", "workflow": "workflows", "eval": "evals"}
 
 
 def spec_fields(model: type[BaseModel], prefix: str = "") -> dict[str, Any]:
@@ -320,7 +320,7 @@ def test_the_built_in_tools_reference_lists_every_tool_as_the_model_sees_it():
 def test_the_api_reference_lists_every_route_with_its_methods():
     from mas_project.api import api
 
-    kinds = ["agents", "skills", "providers", "tools", "mcp-servers", "workflows", "evals"]
+    kinds = ["agents", "skills", "providers", "guardrails", "tools", "mcp-servers", "workflows", "evals"]
     documented: set[tuple[str, str]] = set()
     for line in page("docs/reference/api.md").splitlines():
         cells = line.split(" | ")

@@ -214,8 +214,9 @@ def test_the_manual_lists_the_folder_of_every_kind():
 
     listing = example("docs/concepts/definitions.md", language="text", containing="defs/agents/").text
     assert re.findall(r"^defs/([a-z]+)/", listing, re.M) == [
-        "agents", "workflows", "tools", "mcp", "skills", "providers", "evals"]
-    assert {kind.folder for kind in KINDS} == {"agents", "workflows", "tools", "mcp", "skills", "providers", "evals"}
+        "agents", "workflows", "tools", "mcp", "skills", "providers", "guardrails", "evals"]
+    assert {kind.folder for kind in KINDS} == {"agents", "workflows", "tools", "mcp", "skills", "providers",
+                                               "guardrails", "evals"}
 
 
 def test_custom_tool_template_matches_its_parameters():

@@ -223,8 +223,9 @@ def _step_queue(run: Run, flow: WorkflowRun, engine: Engine, step_id: str, *, ru
         step=step_id, attempt=state.attempts, round=state.round, dependencies=_dependency_results(flow, engine, step),
         rung=rung.rung, tier=rung.tier,
         gate=list(step.gate),  # the session waits for a person there (agents_app.approvals.gate)
-        # The tool calls made inside the step (its children's too) that wait for a person.
-        step_approval=list(step.approval))
+        # The tool calls made inside the step (its children's too) that wait for a person, and the guardrails
+        # that check its sessions.
+        step_approval=list(step.approval), step_guardrails=list(step.guardrails))
     tier = context.tier
     if schemas:  # the session checks set_output values, and the final answer when it fills the only output
         context = context.replace(output_schemas=schemas,

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from agents_app.specs import MAX_GUARDRAILS, known_guardrails_check
 from mas_core.outputs import schema_problem
 from mas_core.specs import Name, Strict
 from workflows_app.engine.dag import topological_levels, validate_graph
@@ -31,6 +32,9 @@ class WorkflowStep(Strict):
         "Tool calls made inside the step (by its agent, and by the agents it delegates to or spawns) that wait "
         "for a person's approval, on top of the agent's, the run's and the team's: tool names or patterns "
         "(vfs_write, mcp__github__*, mcp_unmarked), or mappings {tool, deadline_s, default, reason}."))
+    guardrails: list[str] = Field(default_factory=list, max_length=MAX_GUARDRAILS, description=(
+        "Slugs of the team's guardrails that check the sessions of the step (its agent's, and those of the agents "
+        "it delegates to or spawns), on top of the team's defaults, the agents' and the run's."))
 
     @field_validator("approval")
     @classmethod
@@ -93,6 +97,11 @@ class WorkflowSpec(Strict):
         errors = validate_graph(self.steps, inputs=self.inputs, known_agents=known_agents, loops=self.loops)
         if errors:
             raise ValueError("; ".join(str(error) for error in errors))
+        for index, step in enumerate(self.steps):
+            try:
+                known_guardrails_check(step.guardrails, info)
+            except ValueError as error:
+                raise ValueError(f"steps[{index}].guardrails: {error}") from None
         return self
 
     def levels(self) -> list[list[str]]:

@@ -138,9 +138,11 @@ def child_spawn(*, activation_id, agent: str, task: str, kind: str, priority: in
         context = context or ActivationContext()
         if call_key:
             context = context.replace(tool_call=call_key, wait=wait, notify=not wait)
-        # A workflow step's approval policy covers the calls made inside the step, its children's too.
+        # A workflow step's approval policy and guardrails cover the calls made inside the step, its children's too.
         if parent.ctx.step_approval:
             context = context.replace(step_approval=parent.ctx.step_approval)
+        if parent.ctx.step_guardrails:
+            context = context.replace(step_guardrails=parent.ctx.step_guardrails)
         child = activation_create(run=run, agent=agent, input=task, kind=kind, parent=parent, priority=priority,
                                   context=context)
         event_emit(run_id=run.id, type=kind, agent=parent.agent, data={

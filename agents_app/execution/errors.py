@@ -18,3 +18,7 @@ class InvalidOutput(RunError):
 
 class ScriptError(RunError):
     """A run's script the kernel cannot play (its message names the agent and turn)."""
+
+
+class UnknownGuardrails(RunError):
+    """A run start names guardrails the team does not have (the API answers 422 on ``guardrails``)."""

@@ -101,7 +101,8 @@ def run_fork(*, run: Run, seq: int, user=None, versions: dict[str, int] | None =
         fork = Run(
             team_id=parent.team_id, agent=parent.agent, workflow=parent.workflow, input=parent.input,
             limits=parent.limits, budget=parent.budget, provider=parent.provider, script=parent.script,
-            approvals=parent.approvals, versions={**parent.versions, **pins}, is_eval=parent.is_eval,
+            approvals=parent.approvals, guardrails=parent.guardrails, versions={**parent.versions, **pins},
+            is_eval=parent.is_eval,
             forked_from=parent, fork_seq=seq, created_by=user if getattr(user, "pk", None) else None,
             status=RunStatus.QUEUED,
         )

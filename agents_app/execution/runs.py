@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents_app.execution.agents import agent_found
-from agents_app.execution.errors import RunError, ScriptError
+from agents_app.execution.errors import RunError, ScriptError, UnknownGuardrails
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.models import Activation, ActivationContext, Agent, Run, Session, Team
 from agents_app.models.runs import (
@@ -27,6 +27,8 @@ from agents_app.models.runs import (
     SessionStatus,
 )
 from agents_app.scheduler import DEFAULT_MAX_CONCURRENCY, ready_notify, run_end_notify
+from agents_app.selectors_guardrails import guardrail_slugs
+from agents_app.specs import unknown_guardrails
 from mas_core.eventlog import Entry, entry, event_append as event_emit, events_append
 
 logger = logging.getLogger(__name__)
@@ -70,7 +72,7 @@ def run_start(
     *, team: Team, agent: str, input: str, user=None, limits: dict[str, Any] | None = None,
     budget: dict[str, Any] | None = None, provider: str = "", script: dict[str, Any] | None = None,
     approvals: list[Any] | None = None, versions: dict[str, int] | None = None, is_eval: bool = False,
-    eval_real_models: bool = False,
+    eval_real_models: bool = False, guardrails: list[str] | None = None,
 ) -> Run:
     """Create a run with its root activation and send that to a worker (after commit). The run returned holds
     that activation as ``root``, as created (its caller shows the new run without reading it back).
@@ -79,6 +81,9 @@ def run_start(
     definitions and the team ask for (agents_app.approvals.policy). ``versions`` pins definitions at other
     versions than their current ones (``{"agent:writer": 2}``: an eval of an older version); ``is_eval``
     marks a case of an eval, and ``eval_real_models`` lets its unscripted agents call the team's real models.
+    ``guardrails``: slugs of the team's guardrails that check every session of the run, on top of the team's
+    defaults and the definitions' (a run adds guardrails, never removes one); another slug is refused
+    (:class:`UnknownGuardrails`).
     """
     from agents_app.approvals.policy import entries_check
 
@@ -88,10 +93,16 @@ def run_start(
         approvals = entries_check(approvals)
     except ValueError as error:
         raise RunError(f"approvals: {error}") from None
+    guardrails = list(dict.fromkeys(guardrails or []))
+    if guardrails:
+        known = guardrail_slugs(team=team)
+        unknown = [slug for slug in guardrails if slug not in known]
+        if unknown:
+            raise UnknownGuardrails(unknown_guardrails(unknown, known))
     run = Run(
         team=team, agent=agent, input=input, created_by=user if getattr(user, "pk", None) else None,
         limits={**DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
-        approvals=approvals, versions=dict(versions or {}), is_eval=is_eval,
+        approvals=approvals, guardrails=guardrails, versions=dict(versions or {}), is_eval=is_eval,
         eval_real_models=is_eval and eval_real_models,
     )
     # Exists? (The run is not saved yet: it has no workspace file of its own, and pins the current version.)
@@ -102,7 +113,8 @@ def run_start(
                            status=ActivationStatus.READY)
     events_append(run_id=run.id, entries=[
         entry("run_start", agent=agent, data={"agent": agent, "input": input, "limits": run.limits,
-                                               "budget": run.budget, **({"approvals": approvals} if approvals else {})}),
+                                               "budget": run.budget, **({"approvals": approvals} if approvals else {}),
+                                               **({"guardrails": guardrails} if guardrails else {})}),
         _queued(root),
     ])
     run.root = root

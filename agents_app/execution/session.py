@@ -27,6 +27,7 @@ from agents_app.execution.agents import AgentDefinition, agent_register
 from agents_app.execution.children import CHILD_KINDS, OUTCOME_KEYS, child_for_call, child_spawn, parent_signal
 from agents_app.execution.compaction import SUMMARY_MAX_TOKENS, SUMMARY_SYSTEM, Compaction, result_kept
 from agents_app.execution.errors import InvalidOutput, LimitExceeded, RunError
+from agents_app.execution.guardrails import SessionGuard, guardrails_sql, rows_read, session_guard
 from agents_app.execution.journal import journal_load
 from agents_app.execution.lifecycle import (
     SessionStart,
@@ -48,7 +49,7 @@ from agents_app.execution.store import (
 from agents_app.execution.tool_requests import output_set, tool_worker_activation
 from agents_app.execution.versions import mcp_pinned, tools_pinned
 from agents_app.kernel.context import estimate_tokens, request_chars, window_for
-from agents_app.kernel.loop import PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
+from agents_app.kernel.loop import GuardrailTripped, PolicyDenied, SessionConfig, SessionState, ToolResult, run_session
 from agents_app.kernel.prompt import ExecutionContext, WorkspaceEntry, build_messages, build_system_prompt
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
 from agents_app.llm.pricing import cost_at_most, usage_cost
@@ -62,6 +63,7 @@ from mas_core.llm_types import Message, ModelRequest, ModelResponse, ProviderErr
 from mas_core.logs import bind
 from mas_core.outputs import INVALID_OUTPUT, answer_check, answer_format
 from mas_core.runner import db
+from mas_core.secrets import team_values
 from memory_app.cache import cached_model
 from memory_app.selectors import FINDINGS_SQL, run_findings
 from tools_app.catalog import BUILTIN_TOOLS
@@ -363,6 +365,8 @@ class TeamRules:
     approval_policy: list | None
     result_limit: int  # bytes a tool result may hold before it is kept in a file
     scope: str  # see _results_scope
+    team: str  # the team's slug
+    guardrails: list[dict[str, Any]]  # the guardrails that apply to the session: {slug, spec} (guardrails_sql)
 
 
 # What a session reads of its team and its run, in one statement: the team's approval policy and tool-result
@@ -370,7 +374,8 @@ class TeamRules:
 # the run had before this one (see _results_scope) and, for a new session, what its execution context
 # reads: its parent's agent (a child's), the run's findings (memory_app.selectors.FINDINGS_SQL) and the
 # run's files (a JSON array of [path, size in bytes, author], by path).
-_RUN_READS_SQL = """SELECT t.approval_policy, t.tool_result_max_bytes,
+_RUN_READS_SQL = """SELECT t.approval_policy, t.tool_result_max_bytes, t.slug,
+  """ + guardrails_sql(team="team", slugs="guardrails") + """,
   EXISTS (SELECT 1 FROM agents_app_skill WHERE team_id = %(team)s),
   (SELECT count(*) FROM agents_app_activation WHERE run_id = %(run)s AND agent = %(agent)s
    AND (created_at < %(created)s OR (created_at = %(created)s AND id < %(activation)s))){context}
@@ -391,16 +396,18 @@ class RunReads:
     execution: ExecutionContext | None  # a new session's execution context; None when it resumes a history
 
 
-def _run_reads(*, team_id: int, activation: Activation, attempt: int, new: bool) -> RunReads:
+def _run_reads(*, team_id: int, activation: Activation, attempt: int, new: bool,
+               guardrails: list[str] | tuple[str, ...] = ()) -> RunReads:
     parent = activation.parent_id if activation.parent_id and activation.kind in CHILD_KINDS else None
     with connection.cursor() as cursor:
         cursor.execute(_NEW_READS_SQL if new else _RESUMED_READS_SQL, {
             "team": team_id, "run": activation.run_id, "agent": activation.agent, "created": activation.created_at,
-            "activation": activation.id, "parent": parent})
-        policy, own_limit, team_has_skills, earlier, *context = cursor.fetchone()
+            "activation": activation.id, "parent": parent, "guardrails": list(guardrails)})
+        policy, own_limit, team, guards, team_has_skills, earlier, *context = cursor.fetchone()
     rules = TeamRules(approval_policy=None if policy is None else json.loads(policy),
                       result_limit=own_limit or settings.MAS_TOOL_RESULT_MAX_BYTES,
-                      scope=_results_scope(ordinal=earlier + 1, attempt=attempt))
+                      scope=_results_scope(ordinal=earlier + 1, attempt=attempt), team=team or "",
+                      guardrails=rows_read(guards))
     return RunReads(rules=rules, team_has_skills=team_has_skills,
                     execution=_execution_context(activation, *context) if new else None)
 
@@ -682,7 +689,14 @@ async def _prepare(start: SessionStart) -> SessionWork | None:
         return None
     resolved, skills, rules = reads.resolved, reads.skills, reads.rules
     store.tier = resolved.tier or ""  # the budget counts the model called, by its row's tier
-    state = await _prepare_context(start, store, skills=skills, execution=reads.execution)
+    guard = session_guard(rows=rules.guardrails, secret_values=team_values(rules.team) if rules.guardrails else (),
+                          system_prompt=agent.body,
+                          emit=store.emit)
+    try:
+        state = await _prepare_context(start, store, skills=skills, execution=reads.execution, guard=guard)
+    except GuardrailTripped as tripped:  # the task itself was blocked: the session fails, settled at once
+        await _prepare_failed(start, store, ladder=ladder, kind="guardrail", message=str(tripped))
+        return None
     model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor, span=telemetry.session_span(
         run_id=run.id, session_id=session.id, agent=agent.slug, attempt=session.attempt))
     registry, mcp = await _prepare_tools(start, store, team_tools=reads.team_tools)
@@ -690,7 +704,7 @@ async def _prepare(start: SessionStart) -> SessionWork | None:
     outputs_set = set(activation.ctx.outputs or {})
     call_tool, offered = await _prepare_calls(start, store, registry=registry, gate=gate, skills=skills,
                                               outputs_set=outputs_set, span=model.span, rules=rules)
-    config = _session_config(start, resolved=resolved, outputs_set=outputs_set)
+    config = _session_config(start, resolved=resolved, outputs_set=outputs_set, guard=guard)
     compactor = Compaction(agent=agent.slug, scope=call_tool.scope, window=config.window, write=store.file_write,
                            emit=store.emit,
                            summarise=_summariser(run=run, resolved=resolved, cursor=cursor, store=store))
@@ -720,11 +734,16 @@ def session_reads(*, start: SessionStart, ref: str, cursor: MemoryCursor) -> Ses
     rules and, for a new session, its execution context: one hop to the database threads, not four."""
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
     reads = _run_reads(team_id=run.team_id, activation=activation, attempt=session.attempt,
-                       new=not _resumes_history(start))
+                       new=not _resumes_history(start), guardrails=_named_guardrails(start))
     skills = skills_for(team_id=run.team_id, names=agent.spec.skills, run=run, team_has_skills=reads.team_has_skills)
     resolved, team_tools = session_prepare(run=run, session=session, agent=agent, ref=ref, cursor=cursor)
     return SessionReads(skills=skills, resolved=resolved, team_tools=team_tools, rules=reads.rules,
                         execution=reads.execution)
+
+
+def _named_guardrails(start: SessionStart) -> list[str]:
+    """The guardrails the agent, the workflow step and the run name (the team's defaults apply besides)."""
+    return [*start.agent.spec.guardrails, *(start.activation.ctx.step_guardrails or []), *start.run.guardrails]
 
 
 def _resumes_history(start: SessionStart) -> bool:
@@ -745,22 +764,31 @@ async def _prepare_reads(start: SessionStart, store: DatabaseStore, *, cursor: M
         return await db(session_reads)(start=start, ref=ref, cursor=cursor)
     except ProviderError as error:
         await store.emit("error", {"where": "provider", "kind": error.kind, "message": str(error)})
-        await store.close()
-        failure = {"kind": "provider_error", "message": str(error), "last_tool_calls": [], "suggested_retry": False}
-        await db(session_settle)(run_id=run.id, session_id=session.id, status="failed", result="", meta={},
-                                 failure=failure, ladder=ladder)
+        await _prepare_failed(start, store, ladder=ladder, kind="provider_error", message=str(error))
         return None
 
 
+async def _prepare_failed(start: SessionStart, store: DatabaseStore, *, ladder: list[str], kind: str,
+                          message: str) -> None:
+    """A session that cannot run (its model unknown, its task blocked) fails before its loop, settled at once."""
+    await store.close()
+    failure = {"kind": kind, "message": message, "last_tool_calls": [], "suggested_retry": False}
+    await db(session_settle)(run_id=start.run.id, session_id=start.session.id, status="failed", result="", meta={},
+                             failure=failure, ladder=ladder)
+
+
 async def _prepare_context(start: SessionStart, store: DatabaseStore, *, skills: list,
-                           execution: ExecutionContext | None) -> SessionState:
+                           execution: ExecutionContext | None, guard: SessionGuard | None) -> SessionState:
     """The session's history: loaded from its journal when it resumes, else a new one (the system
-    prompt with the agent's skills and what it remembers, the task with its execution context)."""
+    prompt with the agent's skills and what it remembers, the task with its execution context — the task as
+    the ``run_input`` guardrails let it in)."""
     session, agent = start.session, start.agent
     if _resumes_history(start):
         counters = {key: value for key, value in session.state.items() if key in SessionState.__dataclass_fields__}
         state, store.journal = await db(journal_load)(session_id=session.id, counters=counters)
         return state
+    if guard is not None and execution is not None:
+        execution.task = await guard.check("run_input", execution.task)
     remembered = await db(_remembered)(start) if agent.spec.memory.enabled else ""
     section = await db(skills_section)(skills, task=start.activation.input) if skills else ""
     return await _initial_state(start, store, execution=execution, remembered=remembered, skills=section)
@@ -816,8 +844,9 @@ async def _prepare_calls(start: SessionStart, store: DatabaseStore, *, registry:
     return caller, offered
 
 
-def _session_config(start: SessionStart, *, resolved: Resolved, outputs_set: set[str]) -> SessionConfig:
-    """The loop's limits, retries, answer check and context window, from the agent and the settings."""
+def _session_config(start: SessionStart, *, resolved: Resolved, outputs_set: set[str],
+                    guard: SessionGuard | None) -> SessionConfig:
+    """The loop's limits, retries, answer check, context window and guardrails, from the agent and the settings."""
     spec, activation = start.agent.spec, start.activation
     limits = spec.limits
     return SessionConfig(
@@ -831,6 +860,7 @@ def _session_config(start: SessionStart, *, resolved: Resolved, outputs_set: set
         window=window_for(context_window=resolved.limits.context_window,
                           max_output_tokens=resolved.limits.max_output_tokens, max_tokens=spec.max_tokens,
                           threshold=settings.MAS_CONTEXT_THRESHOLD),
+        guard=guard,
     )
 
 

@@ -143,6 +143,39 @@ class PolicyDenied(Exception):
     pass
 
 
+class GuardrailTripped(Exception):
+    """A guardrail whose action is ``block`` fired: the session fails as ``guardrail``. The message names the
+    guardrail and where it fired, never what it matched."""
+
+
+class StreamCheck(Protocol):
+    """One model call's streamed text, checked in chunks: ``feed`` returns what may be shown now (a tail that
+    could still be the start of a match is held back), ``end`` the rest once the answer is complete."""
+
+    async def feed(self, text: str) -> str: ...
+    async def end(self) -> str: ...
+
+
+class Guard(Protocol):
+    """The session's guardrails (agents_app.execution.guardrails): each check returns the text as it may go
+    on (redacted, masked or fenced, or unchanged), emits ``guardrail_triggered`` for what fired, and raises
+    :class:`GuardrailTripped` for a block."""
+
+    async def request(self, messages: list[Message]) -> list[Message]:
+        """The messages as the provider may see them (``model_request``)."""
+        ...
+    async def answer(self, text: str, calls: list[ToolCall]) -> tuple[str, list[ToolCall]]:
+        """The model's answer (``model_answer``) and its tool calls' arguments (``tool_arguments``,
+        ``memory_write``), before either is recorded."""
+        ...
+    async def result(self, call: ToolCall, content: str) -> str:
+        """A tool's result (``tool_result``) before it is recorded."""
+        ...
+    def stream(self) -> StreamCheck | None:
+        """A check of one call's streamed text, or None when no guardrail looks at the answer."""
+        ...
+
+
 class ModelHandle(Protocol):
     """A provider bound to one model, with its prices and tier."""
 
@@ -172,6 +205,7 @@ class SessionConfig:
     output_check: Callable[[str], str | None] | None = None
     max_corrections: int = 1
     window: Window | None = None  # the model's context window; None: unknown, compacted only when refused
+    guard: Guard | None = None  # the session's guardrails; None: none applies
 
 
 # (state, tools, reason) → True when the history was shortened. ``reason``: "threshold" (the request would
@@ -193,11 +227,24 @@ async def _call_model(
 ) -> ModelResponse:
     """One model call with retries and exponential backoff on retryable provider errors."""
     buffer: list[str] = []
+    check: StreamCheck | None = None
+    # A block in the stream: nothing more is shown, and it is raised once the provider's call is over (raised
+    # inside the provider's stream, an HTTP provider would report it as its own error).
+    tripped: list[GuardrailTripped] = []
 
-    async def flush() -> None:
-        if buffer:
-            await store.emit("stream_chunk", {"text": "".join(buffer)})
-            buffer.clear()
+    async def flush(*, last: bool = False) -> None:
+        text = "".join(buffer)
+        buffer.clear()
+        if tripped:
+            return
+        if check is not None:
+            try:
+                text = await check.feed(text) + (await check.end() if last else "")
+            except GuardrailTripped as error:
+                tripped.append(error)
+                return
+        if text:
+            await store.emit("stream_chunk", {"text": text})
 
     async def on_chunk(text: str) -> None:
         buffer.append(text)
@@ -206,11 +253,14 @@ async def _call_model(
 
     attempt = 0
     while True:
+        check = config.guard.stream() if config.guard is not None else None  # each attempt streams anew
         try:
             # In this task (asyncio.wait_for would start one per call).
             async with asyncio.timeout(max(0.01, min(request.timeout_s, deadline()))):
                 response = await model.complete(request, on_chunk=on_chunk)
-            await flush()
+            await flush(last=True)
+            if tripped:
+                raise tripped[0]
             return response
         except asyncio.TimeoutError:
             error = ProviderError("timeout", f"no answer within {request.timeout_s:.0f} s")
@@ -226,8 +276,10 @@ async def _call_model(
 
 
 async def _record(state: SessionState, store: SessionStore, call: ToolCall, result: ToolResult, *,
-                  elapsed: float) -> bool:
+                  elapsed: float, guard: Guard | None = None) -> bool:
     """Append a tool's result to the history, emit it and checkpoint; True when the result is new."""
+    if guard is not None:
+        result.content = await guard.result(call, result.content)
     state.messages.append(Message(role="tool", content=result.content, tool_call_id=call.id, name=call.name))
     if result.error_kind == INVALID_OUTPUT:
         state.refuse(result.rejected if result.rejected is not None else "", result.content)
@@ -331,8 +383,11 @@ async def run_session(
                 if compact is not None and config.window is not None and estimated > config.window.threshold_tokens:
                     if await compact(state, tools, "threshold"):
                         await store.checkpoint(state)
+                messages = list(state.messages)
+                if config.guard is not None:
+                    messages = await config.guard.request(messages)
                 request = ModelRequest(
-                    model=model.model, messages=list(state.messages), tools=tools, temperature=config.temperature,
+                    model=model.model, messages=messages, tools=tools, temperature=config.temperature,
                     max_tokens=config.max_tokens, agent=config.agent,
                     timeout_s=max(min(1.0, config.model_timeout_s),
                                   min(config.model_timeout_s, limits.timeout_s - (elapsed_before + clock() - started))),
@@ -363,6 +418,9 @@ async def run_session(
                 if elapsed_before + clock() - started >= limits.timeout_s:
                     return await fail("timeout", f"the session ran longer than {limits.timeout_s:g} s", retry=True)
                 return await fail("provider_error", str(error), retry=error.retryable or error.kind == "malformed")
+            except GuardrailTripped as tripped:  # in the request, or in the answer as it streamed
+                store.after_model_call()
+                return await fail("guardrail", str(tripped), retry=False)
             except BaseException:
                 store.after_model_call()
                 raise
@@ -375,11 +433,17 @@ async def run_session(
                 state.token_ratio = calibrated(chars, response.usage.prompt_tokens, state.token_ratio)
             state.cost_usd = money_str(Decimal(state.cost_usd) + cost)
             calls = state.own_ids(response.tool_calls)
-            state.messages.append(Message(role="assistant", content=response.text, tool_calls=calls))
+            text = response.text
+            if config.guard is not None:
+                try:
+                    text, calls = await config.guard.answer(text, calls)
+                except GuardrailTripped as tripped:  # neither the answer nor its calls are recorded
+                    return await fail("guardrail", str(tripped), retry=False)
+            state.messages.append(Message(role="assistant", content=text, tool_calls=calls))
             state.elapsed_s = elapsed_before + clock() - started
             await store.emit("llm_response", {
                 "model": response.model or model.model, "finish_reason": response.finish_reason,
-                "text": response.text, "tool_calls": [call.to_dict() for call in calls],
+                "text": text, "tool_calls": [call.to_dict() for call in calls],
                 "usage": {"prompt_tokens": response.usage.prompt_tokens,
                           "completion_tokens": response.usage.completion_tokens},
                 "cost_usd": money_str(cost), **({"cached": True} if response.cached else {}),
@@ -399,8 +463,12 @@ async def run_session(
                 if result.suspended:
                     continue
                 state.waiting.remove(call.id)
-                progressed = await _record(state, store, call, result, elapsed=elapsed_before + clock() - started) \
-                    or progressed
+                try:
+                    progressed = await _record(state, store, call, result,
+                                               elapsed=elapsed_before + clock() - started, guard=config.guard) \
+                        or progressed
+                except GuardrailTripped as tripped:  # the result is not recorded
+                    return await fail("guardrail", str(tripped), retry=False)
                 continue
             signature = call_signature(call)
             state.recent_calls = (state.recent_calls + [signature])[-limits.repeat_limit:]
@@ -425,8 +493,11 @@ async def run_session(
                 state.elapsed_s = elapsed_before + clock() - started
                 await store.checkpoint(state)
                 continue
-            progressed = await _record(state, store, call, result, elapsed=elapsed_before + clock() - started) \
-                or progressed
+            try:
+                progressed = await _record(state, store, call, result, elapsed=elapsed_before + clock() - started,
+                                           guard=config.guard) or progressed
+            except GuardrailTripped as tripped:  # the result is not recorded
+                return await fail("guardrail", str(tripped), retry=False)
             if state.corrections > config.max_corrections:
                 return await invalid()
             if state.consecutive_tool_errors >= limits.no_progress_steps:

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 FailureKind = Literal[
-    "tool_error", "timeout", "validation_failed", "stuck", "policy_denied", "provider_error", "unknown"
+    "tool_error", "timeout", "validation_failed", "stuck", "policy_denied", "provider_error", "guardrail", "unknown"
 ]
 
 

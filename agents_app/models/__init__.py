@@ -13,7 +13,7 @@ from mas_core.models import (  # noqa: F401
     Team,
 )
 from agents_app.models.context import ActivationContext  # noqa: F401
-from agents_app.models.definitions import Agent, ModelProvider, ProviderModel, Skill  # noqa: F401
+from agents_app.models.definitions import Agent, Guardrail, ModelProvider, ProviderModel, Skill  # noqa: F401
 from agents_app.models.runs import (  # noqa: F401
     Activation, Run, Session, SessionEntry, Worker, WorkspaceFile, WorkspaceFileVersion,
 )

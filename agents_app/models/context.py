@@ -22,6 +22,9 @@ class ActivationContext:
     # The step's approval policy (its ``approval`` entries): carried to every child it starts, read by the
     # session's gate.
     step_approval: list[Any] = field(default_factory=list)
+    # The step's guardrails (slugs of the team's guardrail definitions): carried to every child it starts, like
+    # its approval policy; they check the sessions on top of the team's defaults, the agent's and the run's.
+    step_guardrails: list[str] = field(default_factory=list)
     output_schemas: dict[str, Any] = field(default_factory=dict)  # an output's JSON Schema, by name
     answer_output: str | None = None  # the only output, filled by the final answer when set_output was not
     outputs: dict[str, Any] | None = None  # the named outputs set so far (None: none set, not even empty)

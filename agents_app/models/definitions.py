@@ -1,4 +1,4 @@
-"""The definitions agents_app owns: agents, skills, model providers and their models.
+"""The definitions agents_app owns: agents, skills, model providers and their models, guardrails.
 
 Each extends the foundation's :class:`mas_core.models.Definition` (teams,
 tokens and versions live there too).
@@ -64,3 +64,20 @@ class ProviderModel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider.slug}:{self.name}"
+
+
+class Guardrail(Definition):
+    """A check on content where it enters or leaves a model (``agents_app.specs.GuardrailSpec``).
+
+    ``action`` and ``default`` are copies of the spec's, for the admin's list and for finding the team's defaults
+    (``Guardrail.objects.filter(team=…, default=True)``); the spec is the definition.
+    """
+
+    kind_name = "guardrail"
+    action = models.CharField(max_length=16)
+    default = models.BooleanField(default=False, help_text="A team default: checks every run of the team")
+
+    class Meta(Definition.Meta):
+        verbose_name = "guardrail"
+        verbose_name_plural = "guardrails"
+        constraints = [models.UniqueConstraint(fields=["team", "slug"], name="guardrail_unique_team_slug")]

@@ -45,6 +45,8 @@ class Run(models.Model):
     script_cursor = models.JSONField(default=dict, blank=True, help_text="Next scripted turn per agent")
     approvals = models.JSONField(default=list, blank=True, help_text="Approvals asked for at start, beyond the "
                                  "definitions'")
+    guardrails = models.JSONField(default=list, blank=True, help_text="Slugs of the team's guardrails added at "
+                                  "start, beyond the team's defaults and the definitions'")
     versions = models.JSONField(default=dict, blank=True, help_text="Definition versions this run used")
     is_eval = models.BooleanField(
         default=False, db_index=True,

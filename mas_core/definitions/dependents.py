@@ -1,4 +1,5 @@
-"""Which definitions use which: a workflow's agents, an agent's custom tools, MCP servers, skills and providers.
+"""Which definitions use which: a workflow's agents, an agent's custom tools, MCP servers, skills and providers,
+the guardrails of agents and workflow steps.
 
 Deleting a definition that others use is refused (``DefinitionInUse``)
 unless forced, in the API and the admin alike; the admin's sync status of a
@@ -52,23 +53,31 @@ def _model_refs(spec: dict[str, Any]) -> list[str]:
 
 
 def definition_dependents(*, kind: Kind, team: Team, row: Definition) -> list[Dependent]:
-    """The definitions of ``team`` that name ``row``, in slug order."""
+    """The definitions of ``team`` that name ``row``, in slug order: agents, then workflows."""
     found: list[Dependent] = []
-    if kind.name == "agent":
+    if kind.name != "agent":
+        for agent in _agent_rows(team):
+            spec = agent.spec or {}
+            where = _uses(kind, row, spec)
+            if where:
+                found.append(Dependent("agent", agent.slug, agent.name, where))
+    if kind.name in {"agent", "guardrail"}:
+        # A workflow's steps name agents, and guardrails of their own.
         workflows = kind_named("workflow").model.objects.filter(team=team).only("slug", "name", "spec")
         for workflow in workflows.order_by("slug"):
             steps = [step.get("id", "?") for step in (workflow.spec or {}).get("steps", [])
-                     if isinstance(step, dict) and step.get("agent") == row.slug]
+                     if isinstance(step, dict) and _step_uses(kind, row, step)]
             if steps:
+                where = f"step{'s' if len(steps) > 1 else ''} {', '.join(steps)}"
                 found.append(Dependent("workflow", workflow.slug, workflow.name,
-                                       f"step{'s' if len(steps) > 1 else ''} {', '.join(steps)}"))
-        return found
-    for agent in _agent_rows(team):
-        spec = agent.spec or {}
-        where = _uses(kind, row, spec)
-        if where:
-            found.append(Dependent("agent", agent.slug, agent.name, where))
+                                       where if kind.name == "agent" else f"guardrails of {where}"))
     return found
+
+
+def _step_uses(kind: Kind, row: Definition, step: dict[str, Any]) -> bool:
+    if kind.name == "agent":
+        return step.get("agent") == row.slug
+    return row.slug in (step.get("guardrails") or [])
 
 
 def _uses(kind: Kind, row: Definition, spec: dict[str, Any]) -> str:
@@ -83,6 +92,8 @@ def _uses(kind: Kind, row: Definition, spec: dict[str, Any]) -> str:
         return ""
     if kind.name == "skill":
         return "skills" if {row.slug, row.name} & set(spec.get("skills") or []) else ""
+    if kind.name == "guardrail":
+        return "guardrails" if row.slug in (spec.get("guardrails") or []) else ""
     if kind.name == "provider":
         refs = [ref for ref in _model_refs(spec) if ref.split(":", 1)[0] == row.slug and ":" in ref]
         if refs:

@@ -2,7 +2,7 @@
 
 One registry drives the markdown mirror, the versions, the REST API and the
 admin. The foundation defines no kind itself: each app registers its own in
-``AppConfig.ready`` (agents_app: providers, skills, agents; tools_app: custom
+``AppConfig.ready`` (agents_app: providers, skills, guardrails, agents; tools_app: custom
 tools and MCP servers; workflows_app: workflows; evals_app: datasets), so the
 framework imports none of them. Code here that treats one kind specially
 names it (``kind.name == "agent"``) and reaches its model through the
@@ -33,7 +33,7 @@ class Kind:
     keeps_unknown_keys: bool = False
     directory_per_item: bool = False  # skills/<slug>/SKILL.md
     # Where the kind comes in the registry, and so in a sync: after the kinds it refers to
-    # (providers, tools, MCP servers, skills, agents, workflows, then what tests them).
+    # (providers, tools, MCP servers, skills, guardrails, agents, workflows, then what tests them).
     order: int = 100
     # Called with the saved row and its parsed definition (a provider's model rows follow its spec).
     after_save: Callable[["Definition", Any], None] | None = field(default=None, compare=False)

@@ -53,17 +53,23 @@ def definition_slug(name: str) -> str:
 
 def validation_context(
     *, kind: Kind, team: Team, extra_agents: set[str] = frozenset(), extra_workflows: set[str] = frozenset(),
-    extra_providers: set[str] = frozenset(),
+    extra_providers: set[str] = frozenset(), extra_guardrails: set[str] = frozenset(),
 ) -> dict[str, Any] | None:
     """What a definition of ``kind`` is checked against when ``team`` saves it: the names it may refer to.
 
     ``extra_*``: names a markdown sync imports (or, checking, would import) in the same run.
     """
+
+    def guardrails() -> set[str]:  # an agent's and a workflow step's guardrails
+        return set(kind_named("guardrail").model.objects.filter(team=team).values_list("slug", flat=True)) | set(
+            extra_guardrails)
+
     if kind.name == "workflow":
         known = set(kind_named("agent").model.objects.filter(team=team).values_list("slug", flat=True))
-        return {"known_agents": known | set(extra_agents)}
+        return {"known_agents": known | set(extra_agents), "known_guardrails": guardrails()}
     if kind.name == "agent":
-        return {"known_tools": set(kind_named("tool").model.objects.filter(team=team).values_list("name", flat=True))}
+        return {"known_tools": set(kind_named("tool").model.objects.filter(team=team).values_list("name", flat=True)),
+                "known_guardrails": guardrails()}
     if kind.name == "provider" or kind.name == "mcp":
         # The environment variables the team may name and the addresses its URLs may reach are checked on
         # save for this team (mas_core.secrets, mas_core.netpolicy).
@@ -82,11 +88,12 @@ def validation_context(
 def definition_parse(
     *, kind: Kind, team: Team, text: str, path: str = "", extra_agents: set[str] = frozenset(),
     extra_workflows: set[str] = frozenset(), extra_providers: set[str] = frozenset(),
+    extra_guardrails: set[str] = frozenset(),
 ) -> ParsedDefinition:
-    """Parse markdown for ``team``: workflows are checked against the team's agents, datasets against its
-    agents, workflows and providers."""
+    """Parse markdown for ``team``: workflows are checked against the team's agents and guardrails, agents
+    against its custom tools and guardrails, datasets against its agents, workflows and providers."""
     context = validation_context(kind=kind, team=team, extra_agents=extra_agents, extra_workflows=extra_workflows,
-                                 extra_providers=extra_providers)
+                                 extra_providers=extra_providers, extra_guardrails=extra_guardrails)
     return parse_definition(kind, text, path=path, context=context)
 
 
@@ -109,6 +116,9 @@ def _apply_columns(kind: Kind, row: Definition, parsed: ParsedDefinition) -> lis
         row.tier = spec.tier or ""
     elif kind.name == "workflow":
         row.trigger = spec.trigger
+    elif kind.name == "guardrail":
+        row.action = spec.action
+        row.default = spec.default
     elif kind.name == "provider":
         row.provider_type = spec.type
         row.base_url = spec.base_url or ""

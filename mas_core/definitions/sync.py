@@ -164,7 +164,7 @@ def markdown_sync(*, team: Team, mode: Mode = "both", author=None) -> SyncReport
     if not root.is_dir():
         report.warnings.append(f"{root}: the definitions folder does not exist yet")
     report.warnings.extend(_stray_files(root))
-    for kind in KINDS:  # providers, tools, MCP, skills, agents, then the workflows that use agents
+    for kind in KINDS:  # providers, tools, MCP, skills, guardrails, agents, then the workflows that use agents
         slugs = set(kind.model.objects.filter(team=team).values_list("slug", flat=True))
         slugs |= set(_slugs_on_disk(kind, root))
         for slug in sorted(slugs):
@@ -213,12 +213,13 @@ class _Run:
     root: Path
     report: SyncReport
     # Names imported (or, in check mode, importable) in this run, so that a
-    # workflow sees the agents, an agent the tools and a dataset the agents,
-    # workflows and providers of the same run even when ``check`` saved none.
+    # workflow sees the agents, an agent the tools, both the guardrails, and a dataset the
+    # agents, workflows and providers of the same run even when ``check`` saved none.
     agents: set[str] = field(default_factory=set)
     tools: set[str] = field(default_factory=set)
     workflows: set[str] = field(default_factory=set)
     providers: set[str] = field(default_factory=set)
+    guardrails: set[str] = field(default_factory=set)
     # (kind, slug) that files with non-slug names import as in this run: two such files never share one.
     claimed: set[tuple[str, str]] = field(default_factory=set)
 
@@ -373,11 +374,12 @@ class _Run:
 
     def _parse(self, kind: Kind, text: str, path: str) -> ParsedDefinition:
         if kind.name == "agent" and self.tools:
-            context = validation_context(kind=kind, team=self.team) or {}
+            context = validation_context(kind=kind, team=self.team, extra_guardrails=self.guardrails) or {}
             context["known_tools"] = set(context.get("known_tools", ())) | self.tools
             return parse_definition(kind, text, path=path, context=context)
         return definition_parse(kind=kind, team=self.team, text=text, path=path, extra_agents=self.agents,
-                                extra_workflows=self.workflows, extra_providers=self.providers)
+                                extra_workflows=self.workflows, extra_providers=self.providers,
+                                extra_guardrails=self.guardrails)
 
     def _export(self, kind: Kind, slug: str, row: Definition, *, recreated: bool):
         path = kind.relative_path(slug).as_posix()
@@ -416,6 +418,8 @@ class _Run:
             self.workflows.add(slug)
         elif kind.name == "provider":
             self.providers.add(slug)
+        elif kind.name == "guardrail":
+            self.guardrails.add(slug)
 
 
 def _is_slug(name: str) -> bool:

@@ -7,7 +7,8 @@ from agents_app.models import Activation, ActivationContext
 
 EVERY_KEY = {
     "step": "write", "attempt": 2, "round": 0, "dependencies": {"research": "notes"},
-    "gate": ["start", "outputs"], "step_approval": ["vfs_write"], "output_schemas": {"facts": {"type": "array"}},
+    "gate": ["start", "outputs"], "step_approval": ["vfs_write"], "step_guardrails": ["no-cards"],
+    "output_schemas": {"facts": {"type": "array"}},
     "answer_output": "facts", "outputs": {"facts": [1, 2]}, "rung": "large", "tier": "large", "plan": 3,
     "adapt": True, "tool_call": "s1:tc-2", "wait": True, "notify": True, "parent_context": {"topic": "tides"},
     "worker": {"name": "report", "body": "You report."}, "outcome": {"status": "ok", "result": "done"},

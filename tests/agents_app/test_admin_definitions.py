@@ -14,7 +14,7 @@ from mas_core.definitions.services import definition_parse, definition_save
 from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import DefinitionVersion
 
-KIND_NAMES = ("agent", "tool", "mcp", "workflow", "skill", "provider")
+KIND_NAMES = ("agent", "tool", "mcp", "workflow", "skill", "provider", "guardrail")
 
 
 def sample(kind: str, name: str) -> str:
@@ -36,6 +36,10 @@ def sample(kind: str, name: str) -> str:
             "  prompt: Research {topic}\n  outputs:\n  - findings\n---\n"
         ),
         "skill": f"---\nname: {name}\ndescription: How to cite\n---\n\nAlways cite.\n",
+        "guardrail": (
+            f"---\nname: {name}\ndescription: No card numbers\napplies_to:\n- tool_result\ndetector:\n  type: pii\n"
+            "  kinds:\n  - card\naction: redact\n---\n\nNotes for people.\n"
+        ),
         "eval": (
             f"---\nname: {name}\nagent: researcher\ncases:\n- id: tides\n  task: Explain tides\n  checks:\n"
             "  - type: status\n    equals: succeeded\n---\n"
@@ -60,6 +64,10 @@ INVALID = {
     "provider": (
         "---\nname: broken\ntype: openai\nmodels:\n- name: a\n  tier: huge\n---\n",
         "Line 6, field models.0.tier: ",
+    ),
+    "guardrail": (
+        "---\nname: broken\napplies_to: [model_answer]\ndetector:\n  type: pii\naction: fence\n---\n",
+        "Line 6, field action: fence marks a tool",
     ),
 }
 

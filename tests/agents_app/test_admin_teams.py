@@ -272,7 +272,7 @@ def test_role_groups_cover_every_definition_model(db):
     def codenames(group: str) -> set[str]:
         return set(Group.objects.get(name=group).permissions.values_list("codename", flat=True))
 
-    for model in ("agent", "skill", "modelprovider", "customtool", "mcpserver", "workflow"):
+    for model in ("agent", "skill", "modelprovider", "guardrail", "customtool", "mcpserver", "workflow"):
         assert f"view_{model}" in codenames("MAS viewer"), model
         assert {f"add_{model}", f"change_{model}", f"delete_{model}"} <= codenames("MAS editor"), model
     # The stdio right is per team (the admin role), never a global group permission.

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agents_app.kinds import AGENT, PROVIDER, SKILL
+from agents_app.kinds import AGENT, GUARDRAIL, PROVIDER, SKILL
 
 from mas_core.definitions.kinds import Kind
 
@@ -223,6 +223,7 @@ CASES = [
                     "on_failure": None,
                     "gate": [],
                     "approval": [],
+                    "guardrails": [],
                 },
                 {
                     "id": "review",
@@ -235,15 +236,44 @@ CASES = [
                     "on_failure": None,
                     "gate": [],
                     "approval": [],
+                    "guardrails": [],
                 },
             ],
         },
         replace={"name": "Research chain", "steps": [{"id": "only", "agent": "researcher", "prompt": "Go"}]},
         replaced={"inputs": [], "steps": [{"id": "only", "agent": "researcher", "prompt": "Go", "depends_on": [],
                                            "outputs": [], "output_schemas": {}, "max_retries": 0,
-                                           "on_failure": None, "gate": [], "approval": []}]},
+                                           "on_failure": None, "gate": [], "approval": [], "guardrails": []}]},
         patch={"trigger": "schedule", "schedule": "0 6 * * 1"},
         patched={"trigger": "schedule", "schedule": "0 6 * * 1", "inputs": []},
+    ),
+    Case(
+        plural="guardrails",
+        kind=GUARDRAIL,
+        slug="card-numbers",
+        payload={
+            "name": "Card numbers",
+            "applies_to": ["tool_result", "memory_write"],
+            "tools": ["web_fetch", "mcp__*"],
+            "detector": {"type": "pii", "kinds": ["card"]},
+            "action": "redact",
+            "body": "Payment data stays with the payment service.",
+        },
+        created={
+            "name": "Card numbers",
+            "description": "",
+            "applies_to": ["tool_result", "memory_write"],
+            "tools": ["web_fetch", "mcp__*"],
+            "detector": {"type": "pii", "kinds": ["card"]},
+            "action": "redact",
+            "default": False,
+            "body": "Payment data stays with the payment service.",
+        },
+        replace={"name": "Card numbers", "applies_to": ["tool_result"], "detector": {"type": "pii", "kinds": ["card"]},
+                 "action": "fence"},
+        replaced={"applies_to": ["tool_result"], "tools": ["*"], "action": "fence", "default": False, "body": ""},
+        patch={"default": True, "description": "Every run"},
+        patched={"description": "Every run", "action": "fence", "default": True},
     ),
 ]
 CASE_IDS = [case.plural for case in CASES]

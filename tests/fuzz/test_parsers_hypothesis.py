@@ -12,7 +12,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from mas_core.definitions.kinds import KINDS
+from mas_core.definitions.kinds import KINDS, KINDS_BY_NAME
 from mas_core.definitions.markdown import DefinitionError, parse_definition
 from workflows_app.engine.dag import validate_graph
 from workflows_app.orchestrate import PlanError, plan_parse
@@ -51,7 +51,7 @@ def test_any_text_is_parsed_or_refused_with_a_located_message(kind, text):
 @SETTINGS
 @given(kind=st.sampled_from(KIND_LIST), front=FRONTMATTER, body=st.text(max_size=50))
 # Found by this test: an agent whose model was a list crashed the parser (TypeError, a 500 over the API).
-@example(kind=KINDS[4], front={"name": "x", "model": ["a"]}, body="")
+@example(kind=KINDS_BY_NAME["agent"], front={"name": "x", "model": ["a"]}, body="")
 def test_frontmatter_of_any_shape_is_parsed_or_refused_with_a_located_message(kind, front, body):
     text = "---\n" + yaml.safe_dump(front, allow_unicode=True) + "---\n" + body
     check_parse(kind, text)

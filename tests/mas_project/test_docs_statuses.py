@@ -28,7 +28,7 @@ def test_a_duplicate_slug_is_a_409(team_a, api_for):
 
 def test_deleting_what_others_use_is_a_409_with_the_dependents(team_a, api_for):
     says("versions are kept; 409 with the `dependents` (the workflows using an agent, the agents using a tool, "
-         "MCP server, skill or provider) unless `force=true`")
+         "MCP server, skill or provider, the agents and workflow steps using a guardrail) unless `force=true`")
     editor = api_for(team_a, "editor")
     agent(team_a, "Writer")
     assert editor.post("/api/workflows", {"name": "Flow", "steps": [

@@ -86,7 +86,7 @@ def test_openapi_schema_matches_the_snapshot():
 
 def test_the_snapshot_covers_every_definition_kind():
     schema = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
-    for plural in ("agents", "skills", "providers", "tools", "mcp-servers", "workflows"):
+    for plural in ("agents", "skills", "providers", "guardrails", "tools", "mcp-servers", "workflows"):
         assert set(schema["paths"][f"/api/{plural}/{{slug}}"]) == {"get", "put", "patch", "delete"}
         assert set(schema["paths"][f"/api/{plural}/{{slug}}/markdown"]) == {"get", "put"}
     assert "/api/health" not in schema["paths"]

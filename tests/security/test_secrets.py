@@ -98,6 +98,8 @@ def setup_team(api, model_url: str) -> dict[str, str]:
                                           "steps": [{"id": "s", "agent": slugs["agents"], "prompt": "go"}]},
                             "evals": {"name": "Canary Evals", "agent": slugs["agents"], "cases": [
                                 {"id": "c", "task": "go", "checks": [{"type": "status", "equals": "succeeded"}]}]},
+                            "guardrails": {"name": "Canary Guard", "applies_to": ["model_answer"],
+                                           "detector": {"type": "secrets"}, "action": "warn"},
                             }.items():
         made = api.post(f"/api/{plural}", payload)
         assert made.status_code == 201, made.json()

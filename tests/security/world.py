@@ -14,7 +14,7 @@ from typing import Any
 
 from django.apps import apps
 
-from agents_app.kinds import AGENT, PROVIDER, SKILL
+from agents_app.kinds import AGENT, GUARDRAIL, PROVIDER, SKILL
 
 from tools_app.kinds import MCP, TOOL
 
@@ -30,8 +30,8 @@ from memory_app.services import memory_store
 MARK = "BRAVO-PRIVATE-7f3a"
 MAS_APPS = ("agents_app", "tools_app", "memory_app", "workflows_app", "evals_app")
 # Written by every authenticated request of the caller: not a change to anyone's objects.
-KINDS = {"agents": AGENT, "skills": SKILL, "providers": PROVIDER, "tools": TOOL, "mcp-servers": MCP,
-         "workflows": WORKFLOW, "evals": EVAL}
+KINDS = {"agents": AGENT, "skills": SKILL, "providers": PROVIDER, "guardrails": GUARDRAIL, "tools": TOOL,
+         "mcp-servers": MCP, "workflows": WORKFLOW, "evals": EVAL}
 VOLATILE = {("agents_app", "apitoken"): {"last_used_at"}}
 # No team's data, and beating all the time: the worker processes of the suite (agents_app.scheduler).
 PROCESS_ROWS = {("agents_app", "worker")}
@@ -45,6 +45,8 @@ def definitions(prefix: str, note: str) -> dict[str, dict[str, Any]]:
         "providers": {"name": f"{prefix} Provider", "type": "openai", "description": note,
                       "base_url": "http://127.0.0.1:9/v1", "api_key_env": f"{prefix.upper()}_LLM_KEY",
                       "models": [{"name": "m1", "tier": "medium"}]},
+        "guardrails": {"name": f"{prefix} Guard", "description": note, "applies_to": ["tool_result"],
+                       "detector": {"type": "keywords", "words": [note]}, "action": "warn"},
         "tools": {"name": f"{prefix.lower()}_tool", "description": note, "parameters": {"text": {}},
                   "prompt": f"Use {{{{text}}}}. {note}"},
         "mcp-servers": {"name": f"{prefix} MCP", "description": note, "transport": "streamable-http",
@@ -61,6 +63,8 @@ REPLACE = {
     "agents": {"name": "X Lead", "description": "hijacked"},
     "skills": {"name": "X Skill", "description": "hijacked"},
     "providers": {"name": "X Provider", "type": "anthropic"},
+    "guardrails": {"name": "X Guard", "applies_to": ["model_answer"], "detector": {"type": "length", "max_chars": 1},
+                   "action": "block"},
     "tools": {"name": "x_tool", "prompt": "hijacked {{text}}", "parameters": {"text": {}}},
     "mcp-servers": {"name": "X MCP", "transport": "sse", "url": "https://evil.example.com/sse"},
     "workflows": {"name": "X Flow", "steps": [{"id": "only", "agent": "x", "prompt": "hijacked"}]},
