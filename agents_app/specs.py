@@ -32,11 +32,16 @@ if TYPE_CHECKING:
 MAX_GUARDRAILS = 50  # named by one agent, workflow step or run
 
 
+def each_once(value: list[str], why: str = "") -> None:
+    """Refuse a list naming something twice, saying which (and ``why`` it must be once)."""
+    repeated = sorted({item for item in value if value.count(item) > 1})
+    if repeated:
+        raise ValueError(f"{', '.join(repeated)} appears more than once{why}")
+
+
 def known_guardrails_check(value: list[str], info: ValidationInfo) -> list[str]:
     """Guardrail slugs, each once; each one of the team's when the caller knows them (``known_guardrails``)."""
-    repeated = sorted({slug for slug in value if value.count(slug) > 1})
-    if repeated:
-        raise ValueError(f"{', '.join(repeated)} appears more than once")
+    each_once(value)
     known = (info.context or {}).get("known_guardrails")
     unknown = [slug for slug in value if known is not None and slug not in known]
     if unknown:
@@ -140,9 +145,7 @@ class AgentSpec(Strict):
     @classmethod
     def _ladder_climbs(cls, value: list[str]) -> list[str]:
         # Tiers must climb; a model's tier is its provider row's, checked when the ladder is used.
-        repeated = sorted({rung for rung in value if value.count(rung) > 1})
-        if repeated:
-            raise ValueError(f"{', '.join(repeated)} appears more than once: each rung is tried once")
+        each_once(value, ": each rung is tried once")
         tiers = [rung for rung in value if rung in TIERS]
         for lower, higher in zip(tiers, tiers[1:]):
             if TIERS.index(higher) < TIERS.index(lower):
@@ -271,9 +274,7 @@ class GuardrailSpec(Strict):
     @field_validator("applies_to")
     @classmethod
     def _points_once(cls, value: list[str]) -> list[str]:
-        repeated = sorted({point for point in value if value.count(point) > 1})
-        if repeated:
-            raise ValueError(f"{', '.join(repeated)} appears more than once")
+        each_once(value)
         return value
 
     @field_validator("detector")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What one guardrail check costs: each content detector of mas_core/guardrails.py on a 2 KB and a 20 KB text.
+"""What one guardrail check costs: each content detector (mas_core.guardrails) on 2 KB and 20 KB, and a step with them.
 
 [1] one check per detector: ``Detector.find`` timed call by call (``--checks``
 per detector and size, after 50 unmeasured ones), p50 and p95 in µs, and the
@@ -12,11 +12,19 @@ bound; json_schema gets a JSON document of the same size instead of prose.
 The target is under 300 µs per check on the 2 KB text, json_schema aside; a
 row over it is marked. Pure Python: no database, no worker.
 
-The cost of a guarded step against an unguarded one, through a real worker,
-is section [2] of this script; it comes with the kernel's guardrails and is
-not measured here yet.
+[2] a step with the team's defaults on, beside the same step without them:
+one real worker, two teams on the bench database, the same agent and scripted
+run as bench/kernel_overhead.py (``--steps`` vfs_write tool steps, then an
+answer; zero model latency), one run at a time, the two teams alternated in
+``--rounds`` blocks so a change in the machine's speed falls on both. The
+guarded team has three default guardrails a careful team would switch on:
+PII redacted in every model request, answer, tool call and tool result;
+secrets (API-key shapes, private keys, its declared values) blocking an
+answer or a tool call; injections in tool results fenced. Per step: wall
+time p50/p95 (llm_request to llm_request, from the events) and the worker's
+CPU; guarded / plain.
 
-    .venv/bin/python bench/guardrails.py [--checks 2000]
+    .venv/bin/python bench/guardrails.py [--checks 2000] [--sessions 20] [--steps 10] [--rounds 4]
 """
 
 from __future__ import annotations
@@ -101,9 +109,66 @@ def timed(detector, text: str, context: Context, checks: int) -> tuple[list[floa
     return times, len(detector.find(text, context))
 
 
+GUARDED = {  # section [2]: the guarded team's defaults
+    "no-pii": "applies_to: [model_request, model_answer, tool_arguments, tool_result]\ndetector:\n  type: pii\n"
+              "action: redact\n",
+    "keep-secrets": "applies_to: [model_answer, tool_arguments]\ndetector:\n  type: secrets\naction: block\n",
+    "fence-injections": "applies_to: [tool_result]\ndetector:\n  type: injection\naction: fence\n",
+}
+
+
+def guarded_team(agent: str, frontmatter: str):
+    from agents_app.kinds import GUARDRAIL
+    from mas_core.definitions.services import definition_parse, definition_save
+
+    team = c.team_with_agent(slug="bench-guarded", agent=agent, frontmatter=frontmatter)
+    for slug, settings in GUARDED.items():
+        text = f"---\nname: {slug}\n{settings}default: true\n---\n"
+        definition_save(kind=GUARDRAIL, team=team, parsed=definition_parse(kind=GUARDRAIL, team=team, text=text))
+    return team
+
+
+def steps(sessions: int, steps: int, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Section [2]: per-step wall times and worker CPU per step, plain and guarded, alternated in ``rounds``."""
+    import kernel_overhead as ko
+    from agents_app.models import Event
+
+    c.say(f"\ndatabase {c.BENCH_DB}: created and migrated in {c.database_create():.1f} s")
+    c.redis_flush()
+    worker = None
+    figures: dict[str, dict[str, list[float]]] = {"plain": {"steps": [], "cpu": []},
+                                                 "guarded": {"steps": [], "cpu": []}}
+    try:
+        frontmatter = f"limits:\n  max_steps: {steps + 5}\n"
+        teams = {"plain": c.team_with_agent(slug="bench-plain", agent=ko.AGENT, frontmatter=frontmatter),
+                 "guarded": guarded_team(ko.AGENT, frontmatter)}
+        worker = c.Worker(concurrency=8).start()
+        for team in teams.values():
+            ko.worker_runs(team, 2, steps, together=False)  # warm-up: connections, imports, compiled detectors
+        per_round = max(1, sessions // rounds)
+        for _ in range(rounds):
+            for name, team in teams.items():
+                cpu = worker.cpu_seconds()
+                ids, _ = ko.worker_runs(team, per_round, steps, together=False)
+                figures[name]["cpu"].append((worker.cpu_seconds() - cpu) / (per_round * steps))
+                figures[name]["steps"] += ko.worker_figures(ids)["steps"]
+        fired = Event.objects.filter(type="guardrail_triggered").count()
+    finally:
+        if worker:
+            worker.stop()
+        c.database_drop()
+        c.redis_flush()
+    c.say(f"guardrail_triggered events: {fired} (the bench's texts hold no PII, secret or injection: "
+          "the checks run and find nothing, as on most steps)")
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checks", type=int, default=2000)
+    parser.add_argument("--sessions", type=int, default=20, help="section [2]: runs per team")
+    parser.add_argument("--steps", type=int, default=10, help="section [2]: tool steps per run")
+    parser.add_argument("--rounds", type=int, default=4, help="section [2]: blocks alternating the two teams")
     args = parser.parse_args()
     c.say(f"guardrails: each detector's find(), {args.checks} checks per detector and text size")
     c.say(f"machine {c.machine()}, {c.now_utc()}, load average {c.os.getloadavg()[0]:.2f}")
@@ -122,6 +187,18 @@ def main() -> None:
               f"{large_found:>6}{over}")
     c.say(f"(2 KB: {len(text_2k())} characters of prose, json_schema {len(json_2k())} of JSON; target: p50 under "
           f"{TARGET_US} µs on 2 KB, json_schema aside)")
+
+    c.django_setup()
+    figures = steps(args.sessions, args.steps, args.rounds)
+    c.say(f"\n[2] one run at a time through a real worker, {args.sessions} runs x {args.steps} tool steps per team, "
+          f"{args.rounds} alternated blocks")
+    for name in ("plain", "guarded"):
+        cpu = figures[name]["cpu"]
+        c.say(f"  {name:8s} per step {c.summary_ms(figures[name]['steps'])}; worker CPU per step "
+              f"{sum(cpu) / len(cpu) * 1000:.3f} ms (blocks: {', '.join(f'{x * 1000:.2f}' for x in cpu)})")
+    ratio = c.percentile(figures["guarded"]["steps"], 50) / c.percentile(figures["plain"]["steps"], 50)
+    cpu_ratio = sum(figures["guarded"]["cpu"]) / sum(figures["plain"]["cpu"])
+    c.say(f"  guarded / plain: per-step p50 {ratio:.2f}, worker CPU per step {cpu_ratio:.2f}")
 
 
 if __name__ == "__main__":

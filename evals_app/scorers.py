@@ -43,6 +43,7 @@ class Observation:
     tokens: int = 0
     duration_s: float | None = None
     reference: str | None = None
+    guardrails: list[str] = field(default_factory=list)  # the slug of each guardrail_triggered event, in order
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,21 @@ def _max_tool_calls(check: dict[str, Any], seen: Observation) -> CheckResult:
     return _fail("max_tool_calls", f"{len(calls)} {what}, more than the {bound} allowed")
 
 
+def _guardrail_fired(check: dict[str, Any], seen: Observation) -> CheckResult:
+    count = seen.guardrails.count(check["guardrail"])
+    if count:
+        return _ok("guardrail_fired", f"{check['guardrail']} fired {count} time(s)")
+    fired = sorted(set(seen.guardrails))
+    return _fail("guardrail_fired", f"{check['guardrail']} never fired (fired: {', '.join(fired) or 'none'})")
+
+
+def _guardrail_not_fired(check: dict[str, Any], seen: Observation) -> CheckResult:
+    count = seen.guardrails.count(check["guardrail"])
+    if count == 0:
+        return _ok("guardrail_not_fired", f"{check['guardrail']} did not fire")
+    return _fail("guardrail_not_fired", f"{check['guardrail']} fired {count} time(s)")
+
+
 # -- files, bounds, status -------------------------------------------------------------------
 
 
@@ -326,5 +342,6 @@ SCORERS: dict[str, Callable[..., CheckResult]] = {
     "exact": _exact, "contains": _contains, "not_contains": _not_contains, "regex": _regex,
     "json_schema": _json_schema, "tool_called": _tool_called, "tool_not_called": _tool_not_called,
     "max_tool_calls": _max_tool_calls, "file": _file, "max_cost_usd": _max_cost, "max_tokens": _max_tokens,
-    "max_duration_s": _max_duration, "status": _status, "judge": _judge,
+    "max_duration_s": _max_duration, "status": _status, "judge": _judge, "guardrail_fired": _guardrail_fired,
+    "guardrail_not_fired": _guardrail_not_fired,
 }

@@ -191,10 +191,12 @@ def observation_of(*, run: Run, case: CaseSpec) -> Observation:
              for agent, data in run.events.filter(type="tool_call").order_by("seq")
              .values_list("agent", "data")[:MAX_TOOL_CALLS_READ]]
     files = dict(WorkspaceFile.objects.filter(run=run).order_by("path").values_list("path", "content")[:MAX_FILES_READ])
+    fired = [str(slug) for slug in run.events.filter(type="guardrail_triggered").order_by("seq")
+             .values_list("data__guardrail", flat=True)[:MAX_TOOL_CALLS_READ]]
     return Observation(
         status=run.status, result=run.result, task=case.task or run.input, outputs=outputs, tool_calls=calls,
         files=files, cost_usd=run.cost_usd, tokens=run.prompt_tokens + run.completion_tokens,
-        duration_s=run_duration_s(run), reference=case.reference,
+        duration_s=run_duration_s(run), reference=case.reference, guardrails=fired,
     )
 
 

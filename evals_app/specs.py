@@ -28,7 +28,8 @@ FILE_PATH = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.(?:/|$))[^\x00]{1,500}$")
 CheckType = Literal[
     "exact", "contains", "not_contains", "regex", "json_schema",
     "tool_called", "tool_not_called", "max_tool_calls",
-    "file", "max_cost_usd", "max_tokens", "max_duration_s", "status", "judge",
+    "file", "max_cost_usd", "max_tokens", "max_duration_s", "status", "judge", "guardrail_fired",
+    "guardrail_not_fired",
 ]
 TEXT_CHECKS = {"exact", "contains", "not_contains", "regex", "json_schema"}
 BOUND_CHECKS = {"max_cost_usd", "max_tokens", "max_duration_s"}
@@ -56,6 +57,9 @@ class CheckSpec(Strict):
     equals: Literal["succeeded", "failed", "cancelled"] | None = Field(default=None, description="status: the status.")
     rubric: str | None = Field(default=None, max_length=MAX_TASK_CHARS, description="judge: what a good answer does.")
     min_score: float = Field(default=0.5, ge=0, le=1, description="judge: the score from which it passes.")
+    guardrail: str | None = Field(default=None, max_length=100, description=(
+        "guardrail_fired/guardrail_not_fired: the guardrail's slug (whether the run had a guardrail_triggered "
+        "event of it)."))
 
     @model_validator(mode="after")
     def _needs(self) -> CheckSpec:
@@ -65,13 +69,13 @@ class CheckSpec(Strict):
             "json_schema": self.json_schema is None, "tool_called": not self.tool, "tool_not_called": not self.tool,
             "max_tool_calls": self.max is None, "file": not self.path, "max_cost_usd": self.max is None,
             "max_tokens": self.max is None, "max_duration_s": self.max is None, "status": self.equals is None,
-            "judge": not self.rubric,
+            "judge": not self.rubric, "guardrail_fired": not self.guardrail, "guardrail_not_fired": not self.guardrail,
         }.get(kind, False)
         if missing:
             need = {"contains": "value", "not_contains": "value", "regex": "pattern", "json_schema": "json_schema",
                     "tool_called": "tool", "tool_not_called": "tool", "max_tool_calls": "max", "file": "path",
                     "max_cost_usd": "max", "max_tokens": "max", "max_duration_s": "max", "status": "equals",
-                    "judge": "rubric"}[kind]
+                    "judge": "rubric", "guardrail_fired": "guardrail", "guardrail_not_fired": "guardrail"}[kind]
             raise ValueError(f"a {kind} check needs {need}")
         if self.pattern is not None:
             try:

@@ -16,6 +16,9 @@ import pytest
 from agents_app.execution.runs import run_start
 from agents_app.kinds import GUARDRAIL, PROVIDER
 from agents_app.models import Event, Session, WorkspaceFile
+from evals_app.scorers import score_check
+from evals_app.services import observation_of
+from evals_app.specs import CaseSpec
 from memory_app.models import Memory
 from tests.agents_app.llm.fake_servers import FakeServer, openai_stream, sse
 from tests.runs import agent, call, define, events, finish
@@ -58,6 +61,12 @@ def test_a_card_number_in_the_input_is_redacted_before_the_provider_receives_it(
     assert CARD not in json.dumps(request.body)
     assert triggered(run) == [{"guardrail": "no-card-numbers", "where": "model_request", "action": "redact",
                                "excerpt": "Pay the invoice with [card] today.  Write your files under `out/clerk/`."}]
+    # An eval case of this run can assert that the guardrail fired (evals_app reads the run's events).
+    case = CaseSpec(id="card", task="x", checks=[{"type": "guardrail_fired", "guardrail": "no-card-numbers"},
+                                                 {"type": "guardrail_not_fired", "guardrail": "other"}])
+    seen = observation_of(run=run, case=case)
+    assert seen.guardrails == ["no-card-numbers"]
+    assert [score_check(c.model_dump(exclude_none=True), seen).passed for c in case.checks] == [True, True]
 
 
 def test_an_answer_holding_a_declared_secret_fails_the_session_and_the_value_is_nowhere(

@@ -72,6 +72,10 @@ CASES = [
     (check(type="max_tokens", max=2000), {}, {"tokens": 2001}, "2001 tokens, more than the 2000 allowed"),
     (check(type="max_duration_s", max=10), {}, {"duration_s": 12.25}, "12.25 s, more than the 10 allowed"),
     (check(type="status", equals="succeeded"), {}, {"status": "failed"}, "the run failed, expected succeeded"),
+    (check(type="guardrail_fired", guardrail="no-cards"), {"guardrails": ["warn-long", "no-cards"]},
+     {"guardrails": ["warn-long"]}, "no-cards never fired (fired: warn-long)"),
+    (check(type="guardrail_not_fired", guardrail="no-cards"), {"guardrails": ["warn-long"]},
+     {"guardrails": ["no-cards", "no-cards"]}, "no-cards fired 2 time(s)"),
 ]
 
 
@@ -88,6 +92,13 @@ def test_a_passing_check_says_why():
     assert score_check(check(type="contains", value="42"), seen()).reason == "result contains '42'"
     assert score_check(check(type="max_tokens", max=2000), seen()).reason == "1200 tokens, at most 2000 allowed"
     assert score_check(check(type="tool_called", tool="vfs_read"), seen()).reason == "vfs_read was called 2 time(s)"
+    assert score_check(check(type="guardrail_fired", guardrail="g"), seen(guardrails=["g"])).reason == (
+        "g fired 1 time(s)")
+
+
+def test_a_guardrail_check_needs_the_guardrail():
+    with pytest.raises(ValueError, match="a guardrail_fired check needs guardrail"):
+        check(type="guardrail_fired")
 
 
 def test_the_judge_passes_fails_and_is_skipped_without_one():

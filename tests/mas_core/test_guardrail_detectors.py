@@ -1,4 +1,4 @@
-"""The content detectors of guardrails (issue 26, mas_core/guardrails.py): what each finds and what it does not,
+"""The content detectors of guardrails (issue 26, mas_core.guardrails): what each finds and what it does not,
 the settings each refuses (with the field named), redact/mask/fence/excerpt outputs, and the limits. No database."""
 
 from __future__ import annotations
