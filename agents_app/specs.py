@@ -264,10 +264,11 @@ class GuardrailSpec(Strict):
     detector: dict[str, Any] = Field(description=(
         "What finds the content: a mapping with a type (pattern, keywords, pii, secrets, prompt_leak, injection, "
         "json_schema, length) and that type's settings, checked when saved."))
-    action: Literal["block", "redact", "mask", "warn", "fence"] = Field(description=(
+    action: Literal["block", "redact", "mask", "warn", "fence", "ask"] = Field(description=(
         "What a finding does: block (the session fails as guardrail), redact or mask the content (the original is "
         "never stored), warn (an event, nothing changed), fence (a tool result wrapped as untrusted data; "
-        "applies_to tool_result only)."))
+        "applies_to tool_result only), ask (the tool call waits for a person's approval, as an approval policy's "
+        "would; applies_to tool_arguments or memory_write only)."))
     default: bool = Field(default=False, description=(
         "A team default: checks every run of the team, without being named by an agent, a step or the run."))
 
@@ -290,6 +291,9 @@ class GuardrailSpec(Strict):
 
     @model_validator(mode="after")
     def _action_fits(self) -> "GuardrailSpec":
+        if self.action == "ask" and not set(self.applies_to) <= {"tool_arguments", "memory_write"}:
+            raise ValueError("action: ask makes a tool call wait for a person: it needs applies_to tool_arguments "
+                             "or memory_write, and nothing else")
         if self.action == "fence" and self.applies_to != ["tool_result"]:
             raise ValueError("action: fence marks a tool's result as untrusted data: it needs applies_to: "
                              "[tool_result] and nothing else")

@@ -132,7 +132,7 @@ class SessionGuard:
             return mask(text, findings)
         if rule.action == "fence":
             return fence(text, source=tool or where)
-        return text  # warn: the event only
+        return text  # warn: the event only; ask: the tool call waits for a person (asking)
 
     # -- the Guard protocol -------------------------------------------------------------------------
 
@@ -176,11 +176,35 @@ class SessionGuard:
         arguments = await walk(call.arguments, 0)
         return call if arguments == call.arguments else replace(call, arguments=arguments)
 
+    async def asking(self, call: ToolCall) -> str | None:
+        """Why a person must approve ``call`` first (an ``ask`` guardrail finds something in its arguments), or
+        None. Asked again when the session resumes with the call waiting, so its answer is the same, and no event:
+        the answer's check emitted it."""
+        wheres = ["tool_arguments"] + (["memory_write"] if call.name in MEMORY_TOOLS else [])
+        for rule in self.rules:
+            if rule.action != "ask" or not any(rule.applies(where, call.name) for where in wheres):
+                continue
+            for text in _strings(call.arguments):
+                findings = await self._find(rule, text)
+                if findings:  # an approval's reason holds 300 characters
+                    return f"guardrail {rule.name!r} ({rule.slug}) asks a person: {excerpt(text, findings)}"[:300]
+        return None
+
     async def result(self, call: ToolCall, content: str) -> str:
         return await self.check("tool_result", content, tool=call.name)
 
     def stream(self) -> "StreamGuard | None":
         return StreamGuard(self) if self.streamed else None
+
+
+def _strings(value: Any, depth: int = 0) -> list[str]:
+    """The strings of a call's arguments (as many and as deep as :meth:`SessionGuard.answer` let through)."""
+    if isinstance(value, str):
+        return [value]
+    if depth > MAX_ARGUMENT_DEPTH:
+        return []
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return [text for item in items for text in _strings(item, depth + 1)][:MAX_ARGUMENT_STRINGS]
 
 
 class StreamGuard:

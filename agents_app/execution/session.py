@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import connection
 
 from agents_app.approvals.gate import ApprovalFailed, Gate
-from agents_app.approvals.policy import policy_rules
+from agents_app.approvals.policy import Rule, policy_rules
 from agents_app.execution.agents import AgentDefinition, agent_register
 from agents_app.execution.children import CHILD_KINDS, OUTCOME_KEYS, child_for_call, child_spawn, parent_signal
 from agents_app.execution.compaction import SUMMARY_MAX_TOKENS, SUMMARY_SYSTEM, Compaction, result_kept
@@ -552,12 +552,16 @@ class ToolCaller:
     span: Any  # the session's trace span (None when tracing is off)
     result_limit: int
     scope: str  # see _results_scope
+    guard: SessionGuard | None = None  # an ``ask`` guardrail makes a call wait for a person as a policy does
 
     async def __call__(self, call: ToolCall) -> ToolResult:
         self.ids["current"], self.ids["call"] = f"{self.session_id}:{call.id}", call.id
         registry, gate = self.registry, self.gate
         with phases.timed("gate"):
             rule = gate.rule(call.name, registry.get(call.name)) if call.name in registry else None
+            if rule is None and self.guard is not None and call.name in registry:
+                reason = await self.guard.asking(call)
+                rule = Rule(pattern=call.name, reason=reason, source="guardrail") if reason else None
             if call.name not in WORKSPACE_TOOLS or rule is not None:
                 # The tool may record events of its own (spawn, delegate, memory, ...):
                 # this session's tool_call must be numbered before them.
@@ -704,6 +708,7 @@ async def _prepare(start: SessionStart) -> SessionWork | None:
     outputs_set = set(activation.ctx.outputs or {})
     call_tool, offered = await _prepare_calls(start, store, registry=registry, gate=gate, skills=skills,
                                               outputs_set=outputs_set, span=model.span, rules=rules)
+    call_tool.guard = guard
     config = _session_config(start, resolved=resolved, outputs_set=outputs_set, guard=guard)
     compactor = Compaction(agent=agent.slug, scope=call_tool.scope, window=config.window, write=store.file_write,
                            emit=store.emit,

@@ -83,7 +83,7 @@ from mas_core.guardrails.whole_text import json_schema_build, length_build
 
 DETECTORS: tuple[str, ...] = ("pattern", "keywords", "pii", "secrets", "prompt_leak", "injection", "json_schema",
                               "length")
-ACTIONS: tuple[str, ...] = ("block", "redact", "mask", "warn", "fence")
+ACTIONS: tuple[str, ...] = ("block", "redact", "mask", "warn", "fence", "ask")
 
 
 def detector_build(settings: dict) -> Detector:

@@ -126,6 +126,9 @@ BAD = {
     "unknown-type": ({"detector": {"type": "regex"}}, ["body", "detector", "type"], UNKNOWN_TYPE),
     "fence-not-on-tool-results": ({"applies_to": ["model_answer"], "action": "fence"}, ["body", "action"],
                                   FENCE_REFUSED),
+    "ask-on-tool-results": ({"applies_to": ["tool_result"], "action": "ask"}, ["body", "action"],
+                            "ask makes a tool call wait for a person: it needs applies_to tool_arguments or "
+                            "memory_write, and nothing else"),
     "no-point": ({"applies_to": []}, ["body", "applies_to"],
                  "List should have at least 1 item after validation, not 0"),
     "a-point-twice": ({"applies_to": ["tool_result", "tool_result"]}, ["body", "applies_to"],

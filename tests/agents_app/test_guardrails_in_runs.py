@@ -15,13 +15,13 @@ import pytest
 
 from agents_app.execution.runs import run_start
 from agents_app.kinds import GUARDRAIL, PROVIDER
-from agents_app.models import Event, Session, WorkspaceFile
+from agents_app.models import ApprovalRequest, Event, Session, WorkspaceFile
 from evals_app.scorers import score_check
 from evals_app.services import observation_of
 from evals_app.specs import CaseSpec
 from memory_app.models import Memory
 from tests.agents_app.llm.fake_servers import FakeServer, openai_stream, sse
-from tests.runs import agent, call, define, events, finish
+from tests.runs import agent, call, define, events, finish, wait_until
 from tests.workers import start_worker, stop_worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -210,3 +210,29 @@ def test_a_run_adds_a_guardrail_at_its_start_and_a_blocked_input_never_reaches_t
     assert [(e["guardrail"], e["where"], e["action"]) for e in triggered(guarded)] == [
         ("no-ibans", "run_input", "block")]
     assert triggered(unguarded) == []
+
+
+def test_an_ask_guardrail_makes_the_call_wait_for_a_person_and_the_run_goes_on_once_approved(
+        team_a, celery_worker_process, api_for):
+    guardrail(team_a, "Ask before mailing", "applies_to: [tool_arguments]\ntools: [vfs_write]\ndetector:\n"
+                                            "  type: pii\n  kinds: [email]\naction: ask\ndefault: true\n")
+    agent(team_a, "Mailer", "tools: [vfs_write]\n")
+    script = {"mailer": [call("vfs_write", path="draft.md", content="To ann@example.org: hello"),
+                         call("vfs_write", path="plain.md", content="no address here"), {"text": "Sent."}]}
+    run = run_start(team=team_a, agent="mailer", input="Mail Ann", script=script)
+    request = wait_until(lambda: ApprovalRequest.objects.filter(run=run, status="pending").first(), 60,
+                         "the guardrail's approval request")
+    assert (request.tool, request.call_id, request.arguments) == (
+        "vfs_write", "tc-1", {"path": "draft.md", "content": "To ann@example.org: hello"})
+    assert request.reason == "guardrail 'Ask before mailing' (ask-before-mailing) asks a person: To [email]: hello"
+    assert not WorkspaceFile.objects.filter(run=run).exists()  # nothing ran before the decision
+    assert api_for(team_a, "operator").post(f"/api/approvals/{request.id}", {"decision": "approve"}).status_code == 200
+    run = finish(run)
+
+    assert (run.status, run.result) == ("succeeded", "Sent.")
+    assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content")) == {
+        "draft.md": "To ann@example.org: hello", "plain.md": "no address here"}
+    # One request: the call without an address did not wait.
+    assert ApprovalRequest.objects.filter(run=run).count() == 1
+    assert [(e["guardrail"], e["action"], e["tool"]) for e in triggered(run)] == [
+        ("ask-before-mailing", "ask", "vfs_write")]

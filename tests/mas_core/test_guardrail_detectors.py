@@ -47,7 +47,7 @@ def found(detector, text: str, context: Context = Context()) -> list[tuple[str, 
 
 def test_the_public_names_are_as_the_kernel_expects_them():
     assert DETECTORS == ("pattern", "keywords", "pii", "secrets", "prompt_leak", "injection", "json_schema", "length")
-    assert ACTIONS == ("block", "redact", "mask", "warn", "fence")
+    assert ACTIONS == ("block", "redact", "mask", "warn", "fence", "ask")
     assert PII_KINDS == ("email", "phone", "card", "iban", "ip", "national_id")
     assert SECRET_KINDS == ("api_key", "private_key", "declared")
     assert [detector_build(one).type for one in (
