@@ -21,7 +21,7 @@ from mas_core.events import event_to_dict
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.housekeeping import RunBusy, run_archive, run_delete
 from agents_app.execution.replay import run_script_export
-from agents_app.execution.errors import RunError, ScriptError, UnknownGuardrails
+from agents_app.execution.errors import InputBlocked, RunError, ScriptError, UnknownGuardrails
 from agents_app.execution.runs import run_cancel, run_start
 from agents_app.models import Agent, ModelProvider, Run
 from agents_app.models.runs import FINISHED_RUN_STATUSES
@@ -182,6 +182,8 @@ def start(request: HttpRequest, payload: RunIn):
         raise _invalid("script", str(error), "invalid_script") from None
     except UnknownGuardrails as error:
         raise _invalid("guardrails", str(error), "unknown_guardrail") from None
+    except InputBlocked as error:
+        raise _invalid("input", str(error), "guardrail") from None
     except RunError as error:
         raise _invalid("agent", str(error), "run_refused") from None
     return Status(201, run_out(run, detail=True, new=True))

@@ -22,3 +22,8 @@ class ScriptError(RunError):
 
 class UnknownGuardrails(RunError):
     """A run start names guardrails the team does not have (the API answers 422 on ``guardrails``)."""
+
+
+class InputBlocked(RunError):
+    """A ``run_input`` guardrail with action block found something in a run's input: nothing is started or kept
+    (the API answers 422 on ``input``, naming the guardrail, never what it found)."""

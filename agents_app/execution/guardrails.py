@@ -21,6 +21,7 @@ from agents_app.kernel.loop import GuardrailTripped
 from mas_core.guardrails import Context, Detector, Finding, detector_build, excerpt, fence, mask, redact
 from mas_core.llm_types import Message, ToolCall
 from mas_core.patterns import off_loop
+from mas_core.secrets import team_values
 
 # The tools whose arguments are written to memory: memory_write guardrails look at their calls.
 MEMORY_TOOLS = frozenset({"memory_store", "knowledge_contribute", "blackboard_write"})
@@ -247,6 +248,36 @@ class StreamGuard:
                         "excerpt": excerpt(text, findings)})
                 text = SessionGuard._act(rule, "model_answer", None, text, findings)
         return text
+
+
+def input_checked(*, team, named: list[str], text: str) -> tuple[str, list[dict[str, Any]]]:
+    """A run's input as its ``run_input`` guardrails let it be kept (the team's defaults and those ``named``: the
+    root agent's and the run's), with the ``guardrail_triggered`` events' data; :class:`InputBlocked` for a block.
+
+    Checked before the run is saved, so a redacted or masked input is never stored, in the run nor its events.
+    """
+    from django.db.models import Q
+
+    from agents_app.execution.errors import InputBlocked
+    from agents_app.models import Guardrail
+
+    rows = [{"slug": slug, "spec": spec} for slug, spec in Guardrail.objects.filter(team=team).filter(
+        Q(default=True) | Q(slug__in=named)).order_by("-default", "slug").values_list("slug", "spec")
+        if "run_input" in spec.get("applies_to", ())]
+    if not rows:
+        return text, []
+    context, fired = Context(secret_values=team_values(team.slug)), []
+    for rule in rules_from(rows):
+        findings = rule.detector.find(text, context)
+        if not findings:
+            continue
+        fired.append({"guardrail": rule.slug, "where": "run_input", "action": rule.action,
+                      "excerpt": excerpt(text, findings)})
+        try:
+            text = SessionGuard._act(rule, "run_input", None, text, findings)
+        except GuardrailTripped as tripped:
+            raise InputBlocked(str(tripped)) from None
+    return text, fired
 
 
 def session_guard(*, rows: list[dict[str, Any]], secret_values: tuple[str, ...], system_prompt: str,

@@ -14,12 +14,13 @@ import logging
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Exists
 from django.utils import timezone
 
 from agents_app.execution.agents import agent_found
 from agents_app.execution.errors import RunError, ScriptError, UnknownGuardrails
 from agents_app.execution.hooks import RUN_HOOKS
-from agents_app.models import Activation, ActivationContext, Agent, Run, Session, Team
+from agents_app.models import Activation, ActivationContext, Agent, Guardrail, Run, Session, Team
 from agents_app.models.runs import (
     FINISHED_RUN_STATUSES,
     ActivationStatus,
@@ -27,6 +28,7 @@ from agents_app.models.runs import (
     SessionStatus,
 )
 from agents_app.scheduler import DEFAULT_MAX_CONCURRENCY, ready_notify, run_end_notify
+from agents_app.execution.guardrails import input_checked
 from agents_app.selectors_guardrails import guardrail_slugs
 from agents_app.specs import unknown_guardrails
 from mas_core.eventlog import Entry, entry, event_append as event_emit, events_append
@@ -99,6 +101,10 @@ def run_start(
         unknown = [slug for slug in guardrails if slug not in known]
         if unknown:
             raise UnknownGuardrails(unknown_guardrails(unknown, known))
+    root_row, fired = rows.get(agent), []
+    if root_row is not None and root_row.inputs_guarded:  # else no statement more for a run's start
+        input, fired = input_checked(team=team, named=[*(root_row.spec.get("guardrails") or []), *guardrails],
+                                     text=input)
     run = Run(
         team=team, agent=agent, input=input, created_by=user if getattr(user, "pk", None) else None,
         limits={**DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
@@ -115,6 +121,7 @@ def run_start(
         entry("run_start", agent=agent, data={"agent": agent, "input": input, "limits": run.limits,
                                                "budget": run.budget, **({"approvals": approvals} if approvals else {}),
                                                **({"guardrails": guardrails} if guardrails else {})}),
+        *(entry("guardrail_triggered", agent=agent, data=data) for data in fired),
         _queued(root),
     ])
     run.root = root
@@ -122,8 +129,12 @@ def run_start(
 
 
 def _agent_rows(*, team: Team, slugs: set[str]) -> dict[str, Agent]:
-    """The team's agents ``slugs`` as :func:`agent_found` reads them (those that exist), in one query."""
-    return {row.slug: row for row in Agent.objects.filter(team=team, slug__in=slugs).defer("content", "description")}
+    """The team's agents ``slugs`` as :func:`agent_found` reads them (those that exist), in one query; each says
+    whether some guardrail of the team checks run inputs (``inputs_guarded``: then :func:`input_checked` reads
+    which apply)."""
+    guarded = Guardrail.objects.filter(team=team, spec__applies_to__contains=["run_input"])
+    return {row.slug: row for row in Agent.objects.filter(team=team, slug__in=slugs).defer("content", "description")
+            .annotate(inputs_guarded=Exists(guarded))}
 
 
 def activation_create(*, run: Run, agent: str, input: str, kind: str, parent: Activation | None,

@@ -792,7 +792,8 @@ async def _prepare_context(start: SessionStart, store: DatabaseStore, *, skills:
         counters = {key: value for key, value in session.state.items() if key in SessionState.__dataclass_fields__}
         state, store.journal = await db(journal_load)(session_id=session.id, counters=counters)
         return state
-    if guard is not None and execution is not None:
+    if guard is not None and execution is not None and start.activation.kind != "root":
+        # A root's task is the run's input, checked before the run was kept (execution.runs.run_start).
         execution.task = await guard.check("run_input", execution.task)
     remembered = await db(_remembered)(start) if agent.spec.memory.enabled else ""
     section = await db(skills_section)(skills, task=start.activation.input) if skills else ""

@@ -15,7 +15,8 @@ import pytest
 
 from agents_app.execution.runs import run_start
 from agents_app.kinds import GUARDRAIL, PROVIDER
-from agents_app.models import ApprovalRequest, Event, Session, WorkspaceFile
+from agents_app.execution.errors import InputBlocked
+from agents_app.models import ApprovalRequest, Event, Run, Session, WorkspaceFile
 from evals_app.scorers import score_check
 from evals_app.services import observation_of
 from evals_app.specs import CaseSpec
@@ -192,24 +193,38 @@ def test_a_memory_write_carrying_instructions_is_refused(team_a, celery_worker_p
         ("clean-memories", "memory_write", "block")]
 
 
-def test_a_run_adds_a_guardrail_at_its_start_and_a_blocked_input_never_reaches_the_model(
-        team_a, celery_worker_process):
+def test_a_run_adds_a_guardrail_at_its_start_and_a_blocked_input_starts_nothing(team_a, celery_worker_process,
+                                                                                api_for):
     guardrail(team_a, "No ibans", "applies_to: [run_input]\ndetector:\n  type: pii\n  kinds: [iban]\n"
                                   "action: block\n")
     agent(team_a, "Banker")
     iban = "GB82 WEST 1234 5698 7654 32"
     script = {"banker": [{"text": "Done."}]}
-    guarded = finish(run_start(team=team_a, agent="banker", input=f"Move it to {iban}", script=script,
-                               guardrails=["no-ibans"]))
+    with pytest.raises(InputBlocked, match=r"^guardrail 'No ibans' \(no-ibans\) blocked the run's input$"):
+        run_start(team=team_a, agent="banker", input=f"Move it to {iban}", script=script, guardrails=["no-ibans"])
+    refused = api_for(team_a, "operator").post("/api/runs", {"agent": "banker", "input": f"Move it to {iban}",
+                                                             "script": script, "guardrails": ["no-ibans"]})
+    assert refused.status_code == 422
+    assert [(d["loc"], d["msg"]) for d in refused.json()["detail"]] == [
+        (["body", "input"], "guardrail 'No ibans' (no-ibans) blocked the run's input")]
+    assert not Run.objects.exists() and not Event.objects.exists()
+    # Without the run's guardrail nothing checks the input.
     unguarded = finish(run_start(team=team_a, agent="banker", input=f"Move it to {iban}", script=script))
+    assert (unguarded.status, unguarded.result, triggered(unguarded)) == ("succeeded", "Done.", [])
 
-    assert (unguarded.status, unguarded.result) == ("succeeded", "Done.")
-    assert guarded.status == "failed"
-    assert Session.objects.get(run=guarded).failure["kind"] == "guardrail"
-    assert not Event.objects.filter(run=guarded, type="llm_request").exists()
-    assert [(e["guardrail"], e["where"], e["action"]) for e in triggered(guarded)] == [
-        ("no-ibans", "run_input", "block")]
-    assert triggered(unguarded) == []
+
+def test_a_redacted_input_is_kept_redacted_from_the_start(team_a, celery_worker_process):
+    guardrail(team_a, "Mask phones", "applies_to: [run_input]\ndetector:\n  type: pii\n  kinds: [phone]\n"
+                                     "action: mask\ndefault: true\n")
+    agent(team_a, "Caller")
+    run = finish(run_start(team=team_a, agent="caller", input="Call +44 20 7946 0958 now", script={
+        "caller": [{"text": "Called.", "expect": "Call **************** now"}]}))
+
+    assert (run.status, run.result, run.input) == ("succeeded", "Called.", "Call **************** now")
+    assert events(run, "run_start")[0].data["input"] == "Call **************** now"
+    assert "7946" not in json.dumps([e.data for e in events(run)])
+    assert [(e["guardrail"], e["where"], e["action"], e["excerpt"]) for e in triggered(run)] == [
+        ("mask-phones", "run_input", "mask", "Call [phone] now")]
 
 
 def test_an_ask_guardrail_makes_the_call_wait_for_a_person_and_the_run_goes_on_once_approved(
