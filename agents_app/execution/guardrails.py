@@ -35,6 +35,8 @@ WHOLE_TEXT = frozenset({"length", "json_schema"})
 # Strings of one call's arguments that are looked at, and how deep: past these, the arguments are refused.
 MAX_ARGUMENT_STRINGS = 1_000
 MAX_ARGUMENT_DEPTH = 20
+# Texts of a session's requests remembered as checked (see SessionGuard.request).
+MAX_SENT = 4_096
 
 WHERE_LABELS = {
     "run_input": "run's input", "model_request": "model request", "model_answer": "model's answer",
@@ -102,7 +104,7 @@ class SessionGuard:
                          and rule.detector.type not in WHOLE_TEXT and rule.action != "warn"]
         self.sent: dict[str, str] = {}  # model_request: a message's content -> as the provider saw it
 
-    async def check(self, where: str, text: str, *, tool: str | None = None, emit: bool = True) -> str:
+    async def check(self, where: str, text: str, *, tool: str | None = None) -> str:
         """``text`` as it may go on after every rule for ``where`` (and ``tool``) looked at it."""
         for rule in self.rules:
             if not text or not rule.applies(where, tool):
@@ -110,10 +112,9 @@ class SessionGuard:
             findings = await self._find(rule, text)
             if not findings:
                 continue
-            if emit or rule.action == "block":
-                await self.emit("guardrail_triggered", {
-                    "guardrail": rule.slug, "where": where, "action": rule.action,
-                    **({"tool": tool} if tool else {}), "excerpt": excerpt(text, findings)})
+            await self.emit("guardrail_triggered", {
+                "guardrail": rule.slug, "where": where, "action": rule.action,
+                **({"tool": tool} if tool else {}), "excerpt": excerpt(text, findings)})
             text = self._act(rule, where, tool, text, findings)
         return text
 
@@ -141,6 +142,8 @@ class SessionGuard:
         if not any("model_request" in rule.where for rule in self.rules):
             return messages
         checked = []
+        if len(self.sent) > MAX_SENT:  # a long session's old turns (compacted away) are not kept for ever
+            self.sent.clear()
         for message in messages:
             content = message.content
             if content and content not in self.sent:  # each text once per session: the history grows by a turn
