@@ -225,7 +225,32 @@ def _queue(*, team: Team, now: datetime) -> dict[str, Any] | None:
             "window_min": WAIT_WINDOW_S // 60}
 
 
+GUARDRAIL_ROWS = 20  # guardrail and action pairs in the panel
+
+
+def guardrails_fired(*, team: Team, since: datetime) -> list[dict[str, Any]]:
+    """How often each of the team's guardrails fired since ``since``, by action (``guardrail_triggered`` events of
+    the team's runs started since then), most first."""
+    from django.db.models import Count
+
+    from agents_app.models import Event
+
+    return list(Event.objects.filter(run__team=team, run__created_at__gte=since, type="guardrail_triggered")
+                .values("data__guardrail", "data__action").annotate(count=Count("id"))
+                .order_by("-count", "data__guardrail", "data__action")[:GUARDRAIL_ROWS])
+
+
+def _guardrails(*, team: Team, now: datetime) -> dict[str, Any] | None:
+    """Today's guardrail firings (hidden on a day with none)."""
+    rows = guardrails_fired(team=team, since=day_start(now))
+    if not rows:
+        return None
+    return {"rows": [{"guardrail": row["data__guardrail"], "action": row["data__action"], "count": row["count"]}
+                     for row in rows]}
+
+
 panel_register(Panel("activity", "Runs", "admin/mas/panels/activity.html", _activity, order=10))
+panel_register(Panel("guardrails", "Guardrails today", "admin/mas/panels/guardrails.html", _guardrails, order=25))
 panel_register(Panel("queue", "Queue", "admin/mas/panels/queue.html", _queue, order=15))
 panel_register(Panel("costs", "Cost by agent", "admin/mas/panels/costs.html", _costs, order=20))
 panel_register(Panel("recent_runs", "Recent runs", "admin/mas/panels/recent_runs.html", _recent, order=30))

@@ -206,3 +206,30 @@ def test_what_needs_a_person_tops_the_dashboard_of_their_team_only(team_a, team_
     assert '<button type="button" class="button mas-need-choice" data-decision="answer" data-answer="Rome">' in html
     assert html.count('class="button mas-need-reject" data-decision="reject"') == 3
     assert "mas_admin/needs_you.js" in html
+
+
+def test_todays_guardrail_firings_are_counted_per_guardrail_and_action_for_the_team_only(team_a, team_b,
+                                                                                          make_member):
+    from mas_core.eventlog import entry, events_append
+
+    def fired(run, *pairs):
+        events_append(run_id=run.id, entries=[entry("guardrail_triggered", agent="a", data={
+            "guardrail": slug, "where": "tool_result", "action": action, "excerpt": "[card]"}) for slug, action in pairs])
+
+    client = client_for(make_member(team_a, "viewer"))
+    assert "guardrails" not in [p.panel.name for p in client.get(reverse("admin:index")).context["boards"][0].panels]
+    today, other = make_run(team_a, agent="a", status="succeeded"), make_run(team_a, agent="a", status="failed")
+    fired(today, ("no-cards", "redact"), ("no-cards", "redact"), ("keep-secrets", "block"))
+    fired(other, ("no-cards", "redact"), ("no-cards", "warn"))
+    fired(make_run(team_a, agent="a", status="succeeded", age=timedelta(days=2)), ("old", "redact"))
+    fired(make_run(team_b, agent="a", status="succeeded"), ("theirs", "block"))
+
+    response = client.get(reverse("admin:index"))
+    assert panel(response, "guardrails")["rows"] == [
+        {"guardrail": "no-cards", "action": "redact", "count": 3},
+        {"guardrail": "keep-secrets", "action": "block", "count": 1},
+        {"guardrail": "no-cards", "action": "warn", "count": 1}]
+    html = response.content.decode()
+    assert "theirs" not in html and ">old<" not in html
+    assert ('<td><a href="/admin/agents_app/guardrail/?q=no-cards">no-cards</a></td><td>redact</td>'
+            '<td class="mas-num">3</td>') in html

@@ -344,6 +344,13 @@ EVENTS = [
                                                      "error": "budget spent"}},
      "run failed in 12.3 s, 10 + 5 tokens, $0.5000 — budget spent"),
     ({"type": "run_status", "agent": "", "data": {"status": "running"}}, "run is running"),
+    ({"type": "guardrail_triggered", "agent": "a", "data": {"guardrail": "no-cards", "where": "tool_result",
+                                                             "action": "redact", "tool": "web_fetch",
+                                                             "excerpt": "pay with [card] now"}},
+     "guardrail no-cards redacted the tool result of web_fetch: pay with [card] now"),
+    ({"type": "guardrail_triggered", "agent": "a", "data": {"guardrail": "keep-secrets", "where": "model_answer",
+                                                             "action": "block", "excerpt": "the key is [declared]"}},
+     "guardrail keep-secrets blocked the model answer: the key is [declared]"),
     ({"type": "something_new", "agent": "lead", "data": {"count": 3, "nested": {"a": 1}}},
      "lead · something new: count 3"),
 ]
