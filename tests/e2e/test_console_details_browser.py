@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone as dt_timezone
 
 import pytest
+from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
@@ -78,8 +79,11 @@ def test_every_page_writes_a_moment_the_same_way(team_a, make_member, asgi_serve
         page.wait_for_selector("#live:not(.off)", timeout=10_000)
         seen["runs"] = page.inner_text(f"#runs tr[data-run='{run.pk}'] td[data-label=Started] a")
         # A run that appears while the page is open is written by the page's script: the same way.
-        fresh = Run.objects.create(team=team_a, agent="lead", input="new")
-        Run.objects.filter(pk=fresh.pk).update(created_at=VERSIONED)
+        # Created and dated in one transaction: the page's poll of new runs could otherwise see it at its real
+        # creation time first (and show that row, which the test would read).
+        with transaction.atomic():
+            fresh = Run.objects.create(team=team_a, agent="lead", input="new")
+            Run.objects.filter(pk=fresh.pk).update(created_at=VERSIONED)
         in_thread(event_emit, run_id=fresh.id, type="run_start")
         page.wait_for_selector(f"#runs tr[data-run='{fresh.pk}']", timeout=15_000)
         seen["runs: live row"] = page.inner_text(f"#runs tr[data-run='{fresh.pk}'] td[data-label=Started] a")
