@@ -37,7 +37,8 @@ class PatternError(ValueError):
     """A pattern that cannot be used: too long, too big, or syntax RE2 does not have."""
 
 
-def _options() -> re2.Options:
+def re2_options() -> re2.Options:
+    """RE2's options for every pattern of MAS: errors as exceptions only, memory bounded."""
     options = re2.Options()
     options.log_errors = False  # the reason comes back in the exception; RE2 would also print it to stderr
     options.max_mem = MAX_PATTERN_MEMORY
@@ -50,7 +51,7 @@ def compiled(pattern: str):
     if len(pattern) > MAX_PATTERN_CHARS:
         raise PatternError(f"the pattern is {len(pattern)} characters long; at most {MAX_PATTERN_CHARS} are allowed")
     try:
-        regex = re2.compile(pattern, options=_options())
+        regex = re2.compile(pattern, options=re2_options())
     except re2.error as exc:
         reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         raise PatternError(f"{reason} (patterns use RE2 syntax: no look-around or backreferences)") from None

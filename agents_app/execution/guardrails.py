@@ -61,6 +61,19 @@ class Rule:
         return where in self.where and (tool is None or any(fnmatchcase(tool, pattern) for pattern in self.tools))
 
 
+def triggered(rule: Rule, where: str, tool: str | None, text: str, findings: list[Finding]) -> dict[str, Any]:
+    """The data of a ``guardrail_triggered`` event: the guardrail, where, the action and a redacted excerpt."""
+    return {"guardrail": rule.slug, "where": where, "action": rule.action, **({"tool": tool} if tool else {}),
+            "excerpt": excerpt(text, findings)}
+
+
+def context_for(rules: list[Rule], *, team: str, system_prompt: str = "") -> Context:
+    """What the rules' detectors compare texts with; the team's declared secret values only when a ``secrets``
+    detector looks for them (reading them parses MAS_TEAM_SECRETS and walks the environment)."""
+    secrets = any(rule.detector.type == "secrets" for rule in rules)
+    return Context(secret_values=team_values(team) if secrets else (), system_prompt=system_prompt)
+
+
 def rules_from(rows: list[dict[str, Any]]) -> list[Rule]:
     """Rules from the guardrail rows a session read (slug and spec), in the order given, each slug once."""
     rules: dict[str, Rule] = {}
@@ -85,10 +98,8 @@ def _detector(settings: str) -> Detector:
 def guardrails_sql(*, team: str, slugs: str) -> str:
     """A subquery: the team's guardrails a session applies — the team's defaults and those named in the
     ``slugs`` parameter (the agent's, the step's, the run's) — as a JSON array of {slug, spec}, defaults first."""
-    return f"""(SELECT json_agg(json_build_object('slug', g.slug, 'spec', g.spec)
-        ORDER BY (g.spec->>'default')::boolean IS TRUE DESC, g.slug)::text
-      FROM agents_app_guardrail g WHERE g.team_id = %({team})s
-        AND ((g.spec->>'default')::boolean IS TRUE OR g.slug = ANY(%({slugs})s)))"""
+    return f"""(SELECT json_agg(json_build_object('slug', g.slug, 'spec', g.spec) ORDER BY g."default" DESC, g.slug)::text
+      FROM agents_app_guardrail g WHERE g.team_id = %({team})s AND (g."default" OR g.slug = ANY(%({slugs})s)))"""
 
 
 def rows_read(value: str | None) -> list[dict[str, Any]]:
@@ -102,6 +113,7 @@ class SessionGuard:
         self.rules, self.context, self.emit = rules, context, emit
         self.streamed = [rule for rule in rules if "model_answer" in rule.where
                          and rule.detector.type not in WHOLE_TEXT and rule.action != "warn"]
+        self.requested = any("model_request" in rule.where for rule in rules)
         self.sent: dict[str, str] = {}  # model_request: a message's content -> as the provider saw it
 
     async def check(self, where: str, text: str, *, tool: str | None = None) -> str:
@@ -112,9 +124,7 @@ class SessionGuard:
             findings = await self._find(rule, text)
             if not findings:
                 continue
-            await self.emit("guardrail_triggered", {
-                "guardrail": rule.slug, "where": where, "action": rule.action,
-                **({"tool": tool} if tool else {}), "excerpt": excerpt(text, findings)})
+            await self.emit("guardrail_triggered", triggered(rule, where, tool, text, findings))
             text = self._act(rule, where, tool, text, findings)
         return text
 
@@ -139,7 +149,7 @@ class SessionGuard:
     # -- the Guard protocol -------------------------------------------------------------------------
 
     async def request(self, messages: list[Message]) -> list[Message]:
-        if not any("model_request" in rule.where for rule in self.rules):
+        if not self.requested:
             return messages
         checked = []
         if len(self.sent) > MAX_SENT:  # a long session's old turns (compacted away) are not kept for ever
@@ -246,9 +256,7 @@ class StreamGuard:
             findings = await self.guard._find(rule, text)
             if findings:
                 if rule.action == "block":
-                    await self.guard.emit("guardrail_triggered", {
-                        "guardrail": rule.slug, "where": "model_answer", "action": "block",
-                        "excerpt": excerpt(text, findings)})
+                    await self.guard.emit("guardrail_triggered", triggered(rule, "model_answer", None, text, findings))
                 text = SessionGuard._act(rule, "model_answer", None, text, findings)
         return text
 
@@ -269,13 +277,13 @@ def input_checked(*, team, named: list[str], text: str) -> tuple[str, list[dict[
         if "run_input" in spec.get("applies_to", ())]
     if not rows:
         return text, []
-    context, fired = Context(secret_values=team_values(team.slug)), []
-    for rule in rules_from(rows):
+    rules, fired = rules_from(rows), []
+    context = context_for(rules, team=team.slug)
+    for rule in rules:
         findings = rule.detector.find(text, context)
         if not findings:
             continue
-        fired.append({"guardrail": rule.slug, "where": "run_input", "action": rule.action,
-                      "excerpt": excerpt(text, findings)})
+        fired.append(triggered(rule, "run_input", None, text, findings))
         try:
             text = SessionGuard._act(rule, "run_input", None, text, findings)
         except GuardrailTripped as tripped:
@@ -283,11 +291,10 @@ def input_checked(*, team, named: list[str], text: str) -> tuple[str, list[dict[
     return text, fired
 
 
-def session_guard(*, rows: list[dict[str, Any]], secret_values: tuple[str, ...], system_prompt: str,
-                  emit: Emit) -> SessionGuard | None:
-    """The guard of a session whose guardrail rows are ``rows``; None when there are none."""
+def session_guard(*, rows: list[dict[str, Any]], team: str, system_prompt: str, emit: Emit) -> SessionGuard | None:
+    """The guard of a session of team ``team`` (a slug) whose guardrail rows are ``rows``; None when there are
+    none."""
     rules = rules_from(rows)
     if not rules:
         return None
-    return SessionGuard(rules, context=Context(secret_values=secret_values, system_prompt=system_prompt),
-                        emit=emit)
+    return SessionGuard(rules, context=context_for(rules, team=team, system_prompt=system_prompt), emit=emit)

@@ -63,7 +63,6 @@ from mas_core.llm_types import Message, ModelRequest, ModelResponse, ProviderErr
 from mas_core.logs import bind
 from mas_core.outputs import INVALID_OUTPUT, answer_check, answer_format
 from mas_core.runner import db
-from mas_core.secrets import team_values
 from memory_app.cache import cached_model
 from memory_app.selectors import FINDINGS_SQL, run_findings
 from tools_app.catalog import BUILTIN_TOOLS
@@ -693,9 +692,7 @@ async def _prepare(start: SessionStart) -> SessionWork | None:
         return None
     resolved, skills, rules = reads.resolved, reads.skills, reads.rules
     store.tier = resolved.tier or ""  # the budget counts the model called, by its row's tier
-    guard = session_guard(rows=rules.guardrails, secret_values=team_values(rules.team) if rules.guardrails else (),
-                          system_prompt=agent.body,
-                          emit=store.emit)
+    guard = session_guard(rows=rules.guardrails, team=rules.team, system_prompt=agent.body, emit=store.emit)
     try:
         state = await _prepare_context(start, store, skills=skills, execution=reads.execution, guard=guard)
     except GuardrailTripped as tripped:  # the task itself was blocked: the session fails, settled at once
@@ -707,8 +704,7 @@ async def _prepare(start: SessionStart) -> SessionWork | None:
     gate = _prepare_gate(start, team_policy=rules.approval_policy)
     outputs_set = set(activation.ctx.outputs or {})
     call_tool, offered = await _prepare_calls(start, store, registry=registry, gate=gate, skills=skills,
-                                              outputs_set=outputs_set, span=model.span, rules=rules)
-    call_tool.guard = guard
+                                              outputs_set=outputs_set, span=model.span, rules=rules, guard=guard)
     config = _session_config(start, resolved=resolved, outputs_set=outputs_set, guard=guard)
     compactor = Compaction(agent=agent.slug, scope=call_tool.scope, window=config.window, write=store.file_write,
                            emit=store.emit,
@@ -762,7 +758,7 @@ async def _prepare_reads(start: SessionStart, store: DatabaseStore, *, cursor: M
 
     A model that cannot be resolved fails the session here, settled at once: None.
     """
-    run, session, activation, agent = start.run, start.session, start.activation, start.agent
+    session, activation, agent = start.session, start.activation, start.agent
     # An escalated attempt calls its rung's model, whatever the agent names as its own.
     ref = activation.ctx.rung or agent.spec.model or session.tier
     try:
@@ -830,8 +826,8 @@ def _prepare_gate(start: SessionStart, *, team_policy: list | None) -> Gate:
 
 
 async def _prepare_calls(start: SessionStart, store: DatabaseStore, *, registry: ToolRegistry, gate: Gate,
-                         skills: list, outputs_set: set[str], span: Any,
-                         rules: TeamRules) -> tuple[ToolCaller, list[ToolSchema]]:
+                         skills: list, outputs_set: set[str], span: Any, rules: TeamRules,
+                         guard: SessionGuard | None) -> tuple[ToolCaller, list[ToolSchema]]:
     """What runs the model's tool calls, and the tools offered to the model (all of them, or above the
     discovery threshold those that fit the task)."""
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
@@ -846,7 +842,8 @@ async def _prepare_calls(start: SessionStart, store: DatabaseStore, *, registry:
         _skill_tool(registry, context.services, skills)
     offered = await _offered_tools(registry, task=activation.input, services=context.services)
     caller = ToolCaller(registry=registry, gate=gate, context=context, store=store, ids=ids, session_id=session.id,
-                        agent=agent.slug, span=span, result_limit=rules.result_limit, scope=rules.scope)
+                        agent=agent.slug, span=span, result_limit=rules.result_limit, scope=rules.scope,
+                        guard=guard)
     return caller, offered
 
 

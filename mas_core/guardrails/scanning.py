@@ -15,22 +15,15 @@ from typing import Iterator
 import re2
 
 from mas_core.guardrails.findings import Span
-from mas_core.patterns import MAX_PATTERN_MEMORY
+from mas_core.patterns import re2_options
 
 # Findings of one pattern, one kind or one declared value in one text; past them, one finding covers the rest.
 MAX_FINDINGS = 1000
 
 
-def _options() -> re2.Options:
-    options = re2.Options()
-    options.log_errors = False  # the reason comes back in the exception; RE2 would also print it to stderr
-    options.max_mem = MAX_PATTERN_MEMORY
-    return options
-
-
 def re2_compiled(pattern: str):
     """One of our own patterns (or one built from a team's words), compiled by RE2; re2.error if it cannot be."""
-    return re2.compile(pattern, options=_options())
+    return re2.compile(pattern, options=re2_options())
 
 
 _CONTINUATION_BYTES = bytes(range(0x80, 0xC0))
