@@ -251,3 +251,25 @@ def test_an_ask_guardrail_makes_the_call_wait_for_a_person_and_the_run_goes_on_o
     assert ApprovalRequest.objects.filter(run=run).count() == 1
     assert [(e["guardrail"], e["action"], e["tool"]) for e in triggered(run)] == [
         ("ask-before-mailing", "ask", "vfs_write")]
+
+
+def test_pattern_keywords_prompt_leak_and_json_schema_detectors_in_a_run(team_a, celery_worker_process):
+    for name, settings in {
+        "g-pattern": "applies_to: [model_answer]\ndetector:\n  type: pattern\n  patterns: ['\\bproject ORCA\\b']\n"
+                     "action: redact\n",
+        "g-words": "applies_to: [tool_arguments]\ndetector:\n  type: keywords\n  words: [damn]\naction: mask\n",
+        "g-leak": "applies_to: [model_answer]\ndetector:\n  type: prompt_leak\naction: warn\n",
+        "g-json": "applies_to: [model_answer]\ndetector:\n  type: json_schema\n  schema: {type: object}\naction: warn\n",
+    }.items():
+        guardrail(team_a, name, settings + "default: true\n")
+    body = "You write short notes about our secret project plans and never share them."
+    agent(team_a, "Scribe", "tools: [vfs_write]\n", body=body)
+    answer = f"About project ORCA: {body}"
+    run = finish(run_start(team=team_a, agent="scribe", input="Note it", script={"scribe": [
+        call("vfs_write", path="n.md", content="damn, the plan"), {"text": answer}]}))
+
+    assert (run.status, run.result) == ("succeeded", f"About [pattern]: {body}")
+    assert WorkspaceFile.objects.get(run=run, path="n.md").content == "****, the plan"
+    assert [(e["guardrail"], e["where"], e["action"]) for e in triggered(run)] == [
+        ("g-words", "tool_arguments", "mask"), ("g-json", "model_answer", "warn"),
+        ("g-leak", "model_answer", "warn"), ("g-pattern", "model_answer", "redact")]
