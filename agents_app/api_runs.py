@@ -94,6 +94,7 @@ def run_out(run: Run, *, detail: bool = False, new: bool = False) -> dict[str, A
         from memory_app.cache import run_cache_counts
 
         data["totals"] |= {"cache_hits": 0, "cache_misses": 0} if new else run_cache_counts(run_id=run.id)
+        data["totals"]["guardrail_cost_usd"] = money_str(run.guardrail_cost_usd)
         data |= {
             "result": run.result,
             "provider": run.provider,

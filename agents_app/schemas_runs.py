@@ -47,6 +47,9 @@ class RunBudgetIn(BaseModel):
     max_cost_usd: Decimal | None = Field(default=None, ge=0, max_digits=16, decimal_places=8)
     warn_cost_usd: Decimal | None = Field(default=None, ge=0, max_digits=16, decimal_places=8)
     max_large_tier_uses: int | None = Field(default=None, ge=0, le=100_000)
+    max_guardrail_cost_usd: Decimal | None = Field(
+        default=None, ge=0, max_digits=16, decimal_places=8,
+        description="The guardrail line: what the run's llm_judge guardrails may spend (within max_cost_usd).")
 
 
 class RunIn(BaseModel):
@@ -111,6 +114,8 @@ class RunTotals(BaseModel):
 class RunDetailTotals(RunTotals):
     cache_hits: int = Field(description="Model requests the semantic cache answered (cache_hit events).")
     cache_misses: int = Field(description="Model requests it could not answer (cache_miss events).")
+    guardrail_cost_usd: Money = Field(description="Of cost_usd, what its llm_judge guardrails spent (with the "
+                                                  "worst cases of the judges' calls in flight).")
 
 
 class RunOut(BaseModel):

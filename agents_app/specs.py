@@ -226,9 +226,10 @@ class ProviderSpec(Strict):
         return self
 
 
-GUARDRAIL_POINTS = ("run_input", "model_request", "model_answer", "tool_arguments", "tool_result", "memory_write")
+GUARDRAIL_POINTS = ("run_input", "model_request", "model_answer", "tool_arguments", "tool_result", "memory_write",
+                    "outgoing")
 GuardrailPoint = Literal["run_input", "model_request", "model_answer", "tool_arguments", "tool_result",
-                         "memory_write"]
+                         "memory_write", "outgoing"]
 TOOL_POINTS = ("tool_arguments", "tool_result", "memory_write")  # the points ``tools`` narrows
 ToolPattern = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_*?.\-\[\]]+$")]
 
@@ -257,13 +258,14 @@ class GuardrailSpec(Strict):
     description: str = ""
     applies_to: list[GuardrailPoint] = Field(min_length=1, description=(
         "Where the guardrail checks: the run's input, each model request, the model's answer (streamed in chunks), "
-        "tool arguments, tool results, memory writes — at least one, each once."))
+        "tool arguments, tool results, memory writes, what leaves through the team's webhook (outgoing: every "
+        "string of a notification's data) — at least one, each once."))
     tools: list[ToolPattern] = Field(default_factory=lambda: ["*"], max_length=50, description=(
         "Tool names or fnmatch patterns (web_fetch, mcp__*) whose calls the tool_arguments, tool_result and "
         "memory_write points check; every tool by default."))
     detector: dict[str, Any] = Field(description=(
         "What finds the content: a mapping with a type (pattern, keywords, pii, secrets, prompt_leak, injection, "
-        "json_schema, length) and that type's settings, checked when saved."))
+        "json_schema, length, language, llm_judge, webhook) and that type's settings, checked when saved."))
     action: Literal["block", "redact", "mask", "warn", "fence", "ask"] = Field(description=(
         "What a finding does: block (the session fails as guardrail), redact or mask the content (the original is "
         "never stored), warn (an event, nothing changed), fence (a tool result wrapped as untrusted data; "
@@ -297,6 +299,13 @@ class GuardrailSpec(Strict):
         if self.action == "fence" and self.applies_to != ["tool_result"]:
             raise ValueError("action: fence marks a tool's result as untrusted data: it needs applies_to: "
                              "[tool_result] and nothing else")
+        from mas_core.guardrails import REMOTE_DETECTORS
+
+        asked = self.detector.get("type")
+        if asked in REMOTE_DETECTORS and set(self.applies_to) & {"run_input", "outgoing"}:
+            raise ValueError(f"detector: a {asked} asks a model or a service, which a session does; it cannot check "
+                             "run_input (checked when the run is started, before it is kept: model_request sees "
+                             "the task before any model does) nor outgoing")
         if self.tools != ["*"] and not set(self.applies_to) & set(TOOL_POINTS):
             raise ValueError(f"tools: narrows only the {', '.join(TOOL_POINTS)} points, and applies_to names none "
                              "of them")

@@ -5,7 +5,10 @@ The body is JSON ``{"event", "team", "sent_at", "data"}``; the header
 team's secret, so a receiver can check the call came from MAS. Delivery is a
 Celery task enqueued after commit and retried with backoff: a webhook that
 fails or hangs never holds a run. The URL is checked as ``web_fetch``'s are
-(``MAS_WEB_FETCH_ALLOW``): on save, and again when connecting.
+(``MAS_WEB_FETCH_ALLOW``): on save, and again when connecting. What leaves is
+checked first by the run's ``outgoing`` guardrails
+(:func:`agents_app.execution.guardrails.outgoing_checked`): redacted or masked
+as they say, or not sent at all when one blocks it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agents_app.execution.guardrails import outgoing_checked
 from mas_core.netpolicy import url_refusal
 
 logger = logging.getLogger(__name__)
@@ -58,8 +62,15 @@ def webhook_notify(*, team_id: int, event: str, data: dict[str, Any]) -> None:
 
 
 def webhook_send(*, team_id: int, team: str, event: str, data: dict[str, Any]) -> None:
-    """:func:`webhook_notify` when the caller has read already that the team (slug ``team``) has a webhook."""
-    body = webhook_body(event=event, team=team, data=data).decode("utf-8")
+    """:func:`webhook_notify` when the caller has read already that the team (slug ``team``) has a webhook.
+
+    ``data`` holds the run's id (``run``): its ``outgoing`` guardrails check the data first, and one that blocks
+    it means nothing is queued.
+    """
+    checked = outgoing_checked(team_id=team_id, team=team, run_id=data.get("run"), event=event, data=data)
+    if checked is None:
+        return
+    body = webhook_body(event=event, team=team, data=checked).decode("utf-8")
 
     def send() -> None:
         from agents_app.tasks import deliver_webhook

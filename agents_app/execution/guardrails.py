@@ -11,39 +11,52 @@ the guardrail, where, the action and a redacted excerpt; a ``block`` fails the s
 from __future__ import annotations
 
 import functools
+import itertools
 import json
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
 from agents_app.kernel.loop import GuardrailTripped
 from mas_core.guardrails import Context, Detector, Finding, detector_build, excerpt, fence, mask, redact
+from mas_core.guardrails.language import language_loaded
 from mas_core.llm_types import Message, ToolCall
 from mas_core.patterns import off_loop
 from mas_core.secrets import team_values
 
+logger = logging.getLogger(__name__)
+
 # The tools whose arguments are written to memory: memory_write guardrails look at their calls.
 MEMORY_TOOLS = frozenset({"memory_store", "knowledge_contribute", "blackboard_write"})
-# Texts longer than this are checked on the CPU pool, not on the worker's event loop.
+# Texts longer than this are checked on the CPU pool, not on the worker's event loop (so is the first language check
+# of a process, which loads its model).
 OFF_LOOP_CHARS = 20_000
 # Of a streamed answer, the last characters are held back until the next chunk (or the end): a match may
 # begin in one chunk and end in the next.
 STREAM_HOLD_CHARS = 256
 # Detectors that judge a whole text: a part of a stream says nothing; they look at the answer once it is whole.
-WHOLE_TEXT = frozenset({"length", "json_schema"})
+WHOLE_TEXT = frozenset({"length", "json_schema", "language"})
 # Strings of one call's arguments that are looked at, and how deep: past these, the arguments are refused.
 MAX_ARGUMENT_STRINGS = 1_000
 MAX_ARGUMENT_DEPTH = 20
 # Texts of a session's requests remembered as checked (see SessionGuard.request).
 MAX_SENT = 4_096
 
+# The points a session checks (the outgoing one is the webhook's: outgoing_checked).
+SESSION_POINTS = ("run_input", "model_request", "model_answer", "tool_arguments", "tool_result", "memory_write")
+SESSION_POINTS_SQL = ", ".join(f"'{point}'" for point in SESSION_POINTS)
+
 WHERE_LABELS = {
     "run_input": "run's input", "model_request": "model request", "model_answer": "model's answer",
     "tool_arguments": "tool call's arguments", "tool_result": "tool's result", "memory_write": "memory write",
+    "outgoing": "outgoing notification",
 }
 
 Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
+# What asks a remote detector (llm_judge, webhook): (rule, text, where, tool) -> findings (guardrail_calls).
+Ask = Callable[["Rule", str, str, "str | None"], Awaitable[list[Finding]]]
 
 
 @dataclass(frozen=True)
@@ -97,9 +110,11 @@ def _detector(settings: str) -> Detector:
 
 def guardrails_sql(*, team: str, slugs: str) -> str:
     """A subquery: the team's guardrails a session applies — the team's defaults and those named in the
-    ``slugs`` parameter (the agent's, the step's, the run's) — as a JSON array of {slug, spec}, defaults first."""
+    ``slugs`` parameter (the agent's, the step's, the run's) that check a point of a session — as a JSON array
+    of {slug, spec}, defaults first."""
     return f"""(SELECT json_agg(json_build_object('slug', g.slug, 'spec', g.spec) ORDER BY g."default" DESC, g.slug)::text
-      FROM agents_app_guardrail g WHERE g.team_id = %({team})s AND (g."default" OR g.slug = ANY(%({slugs})s)))"""
+      FROM agents_app_guardrail g WHERE g.team_id = %({team})s AND (g."default" OR g.slug = ANY(%({slugs})s))
+      AND g.spec->'applies_to' ?| array[{SESSION_POINTS_SQL}])"""
 
 
 def rows_read(value: str | None) -> list[dict[str, Any]]:
@@ -109,10 +124,14 @@ def rows_read(value: str | None) -> list[dict[str, Any]]:
 class SessionGuard:
     """The kernel loop's :class:`~agents_app.kernel.loop.Guard` for one session's rules."""
 
-    def __init__(self, rules: list[Rule], *, context: Context, emit: Emit) -> None:
-        self.rules, self.context, self.emit = rules, context, emit
-        self.streamed = [rule for rule in rules if "model_answer" in rule.where
+    def __init__(self, rules: list[Rule], *, context: Context, emit: Emit, ask: Ask | None = None) -> None:
+        self.rules, self.context, self.emit, self.ask = rules, context, emit, ask
+        self.streamed = [rule for rule in rules if "model_answer" in rule.where and rule.detector.remote is None
                          and rule.detector.type not in WHOLE_TEXT and rule.action != "warn"]
+        # A remote detector judges the whole answer, once (asking a model or a service at each chunk would cost
+        # a call per chunk): until it has, nothing of the answer is shown, so nothing streams.
+        self.withheld = any("model_answer" in rule.where and rule.detector.remote is not None
+                            and rule.action != "warn" for rule in rules)
         self.requested = any("model_request" in rule.where for rule in rules)
         self.sent: dict[str, str] = {}  # model_request: a message's content -> as the provider saw it
 
@@ -121,15 +140,20 @@ class SessionGuard:
         for rule in self.rules:
             if not text or not rule.applies(where, tool):
                 continue
-            findings = await self._find(rule, text)
+            findings = await self._find(rule, text, where, tool)
             if not findings:
                 continue
             await self.emit("guardrail_triggered", triggered(rule, where, tool, text, findings))
             text = self._act(rule, where, tool, text, findings)
         return text
 
-    async def _find(self, rule: Rule, text: str) -> list[Finding]:
-        if len(text) > OFF_LOOP_CHARS:
+    async def _find(self, rule: Rule, text: str, where: str, tool: str | None = None) -> list[Finding]:
+        if rule.detector.remote is not None:
+            if self.ask is None:
+                raise GuardrailTripped(f"guardrail {rule.name!r} ({rule.slug}) asks a {rule.detector.type}, which "
+                                       "this session cannot reach")
+            return await self.ask(rule, text, where, tool)
+        if len(text) > OFF_LOOP_CHARS or (rule.detector.type == "language" and not language_loaded()):
             return await off_loop(rule.detector.find, text, self.context)
         return rule.detector.find(text, self.context)
 
@@ -170,25 +194,20 @@ class SessionGuard:
         wheres = ["tool_arguments"] + (["memory_write"] if call.name in MEMORY_TOOLS else [])
         if not any(rule.applies(where, call.name) for rule in self.rules for where in wheres):
             return call
-        counted = [0]
-
-        async def walk(value: Any, depth: int) -> Any:
-            if depth > MAX_ARGUMENT_DEPTH or counted[0] > MAX_ARGUMENT_STRINGS:
-                raise GuardrailTripped(f"the arguments of {call.name} are too deep or hold too many strings "
-                                       "for its guardrails to check")
-            if isinstance(value, str):
-                counted[0] += 1
-                for where in wheres:
-                    value = await self.check(where, value, tool=call.name)
-                return value
-            if isinstance(value, list):
-                return [await walk(item, depth + 1) for item in value]
-            if isinstance(value, dict):
-                return {key: await walk(item, depth + 1) for key, item in value.items()}
-            return value
-
-        arguments = await walk(call.arguments, 0)
-        return call if arguments == call.arguments else replace(call, arguments=arguments)
+        try:
+            texts = _strings(call.arguments)
+        except TooMuchData:
+            raise GuardrailTripped(f"the arguments of {call.name} are too deep or hold too many strings for its "
+                                   "guardrails to check") from None
+        checked = []
+        for text in texts:
+            for where in wheres:
+                text = await self.check(where, text, tool=call.name)
+            checked.append(text)
+        if checked == texts:
+            return call
+        replaced = iter(checked)
+        return replace(call, arguments=each_string(call.arguments, lambda _: next(replaced)))
 
     async def asking(self, call: ToolCall) -> str | None:
         """Why a person must approve ``call`` first (an ``ask`` guardrail finds something in its arguments), or
@@ -199,7 +218,7 @@ class SessionGuard:
             if rule.action != "ask" or not any(rule.applies(where, call.name) for where in wheres):
                 continue
             for text in _strings(call.arguments):
-                findings = await self._find(rule, text)
+                findings = await self._find(rule, text, "tool_arguments", call.name)
                 if findings:  # an approval's reason holds 300 characters
                     return f"guardrail {rule.name!r} ({rule.slug}) asks a person: {excerpt(text, findings)}"[:300]
         return None
@@ -208,17 +227,36 @@ class SessionGuard:
         return await self.check("tool_result", content, tool=call.name)
 
     def stream(self) -> "StreamGuard | None":
-        return StreamGuard(self) if self.streamed else None
+        return StreamGuard(self) if self.streamed or self.withheld else None
 
 
-def _strings(value: Any, depth: int = 0) -> list[str]:
-    """The strings of a call's arguments (as many and as deep as :meth:`SessionGuard.answer` let through)."""
-    if isinstance(value, str):
-        return [value]
+class TooMuchData(ValueError):
+    """Data too deep, or holding too many strings, for guardrails to check (str() says which)."""
+
+
+def each_string(value: Any, check: Callable[[str], str], *, counted: Iterator[int] | None = None,
+                depth: int = 0) -> Any:
+    """``value`` with each string in it (its dicts' values, its lists' items) as ``check`` returns it, in order;
+    :class:`TooMuchData` past :data:`MAX_ARGUMENT_DEPTH` levels or :data:`MAX_ARGUMENT_STRINGS` strings."""
+    counted = itertools.count() if counted is None else counted
     if depth > MAX_ARGUMENT_DEPTH:
-        return []
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-    return [text for item in items for text in _strings(item, depth + 1)][:MAX_ARGUMENT_STRINGS]
+        raise TooMuchData("is too deep")
+    if isinstance(value, str):
+        if next(counted) >= MAX_ARGUMENT_STRINGS:
+            raise TooMuchData("holds too many strings")
+        return check(value)
+    if isinstance(value, (list, tuple)):
+        return [each_string(item, check, counted=counted, depth=depth + 1) for item in value]
+    if isinstance(value, dict):
+        return {key: each_string(item, check, counted=counted, depth=depth + 1) for key, item in value.items()}
+    return value
+
+
+def _strings(value: Any) -> list[str]:
+    """The strings of ``value`` in order (:func:`each_string`'s limits)."""
+    found: list[str] = []
+    each_string(value, lambda text: found.append(text) or text)
+    return found
 
 
 class StreamGuard:
@@ -227,25 +265,30 @@ class StreamGuard:
     Shown at once but for the last :data:`STREAM_HOLD_CHARS` characters (or from the start of a match that
     reaches into them), which wait for the next chunk. Redactions and masks apply as the answer will have
     them; a block stops the answer (its event is emitted here). The other events are the whole answer's
-    (:meth:`SessionGuard.answer`), so a firing is counted once.
+    (:meth:`SessionGuard.answer`), so a firing is counted once. With a remote detector on the answer
+    (:attr:`SessionGuard.withheld`), nothing streams: the answer shows whole, once judged.
     """
 
     def __init__(self, guard: SessionGuard) -> None:
         self.guard, self.held = guard, ""
 
     async def feed(self, text: str) -> str:
+        if self.guard.withheld:
+            return ""
         self.held += text
         cut = len(self.held) - STREAM_HOLD_CHARS
         if cut <= 0:
             return ""
         for rule in self.guard.streamed:
-            for finding in await self.guard._find(rule, self.held):
+            for finding in await self.guard._find(rule, self.held, "model_answer"):
                 if finding.start < cut < finding.end:
                     cut = finding.start
         shown, self.held = self.held[:cut], self.held[cut:]
         return await self._checked(shown)
 
     async def end(self) -> str:
+        if self.guard.withheld:
+            return ""
         rest, self.held = self.held, ""
         return await self._checked(rest)
 
@@ -253,7 +296,7 @@ class StreamGuard:
         if not text:
             return text
         for rule in self.guard.streamed:
-            findings = await self.guard._find(rule, text)
+            findings = await self.guard._find(rule, text, "model_answer")
             if findings:
                 if rule.action == "block":
                     await self.guard.emit("guardrail_triggered", triggered(rule, "model_answer", None, text, findings))
@@ -291,10 +334,80 @@ def input_checked(*, team, named: list[str], text: str) -> tuple[str, list[dict[
     return text, fired
 
 
-def session_guard(*, rows: list[dict[str, Any]], team: str, system_prompt: str, emit: Emit) -> SessionGuard | None:
+def session_guard(*, rows: list[dict[str, Any]], team: str, system_prompt: str, emit: Emit,
+                  ask: Callable[[], Ask] | None = None) -> SessionGuard | None:
     """The guard of a session of team ``team`` (a slug) whose guardrail rows are ``rows``; None when there are
-    none."""
+    none. ``ask`` makes the asker of remote detectors, called only when a rule has one."""
     rules = rules_from(rows)
     if not rules:
         return None
-    return SessionGuard(rules, context=context_for(rules, team=team, system_prompt=system_prompt), emit=emit)
+    remote = ask is not None and any(rule.detector.remote is not None for rule in rules)
+    return SessionGuard(rules, context=context_for(rules, team=team, system_prompt=system_prompt), emit=emit,
+                        ask=ask() if remote else None)
+
+
+def outgoing_checked(*, team_id: int, team: str, run_id, event: str, data: dict[str, Any]) -> dict[str, Any] | None:
+    """``data`` of a notification to the team's webhook (``event``, of run ``run_id``) as its ``outgoing`` guardrails
+    let it leave — the team's defaults and those the run names (``Run.guardrails``) — or None: it is not sent.
+
+    Every string of ``data`` is checked, as a tool call's arguments are: at most :data:`MAX_ARGUMENT_STRINGS`
+    strings, :data:`MAX_ARGUMENT_DEPTH` deep (data past them is not sent). Each firing is a
+    ``guardrail_triggered`` event of the run (where ``outgoing``, with the notification's ``event``), appended in
+    the caller's transaction; ``team`` is the team's slug (its declared secrets, for a ``secrets`` detector).
+    """
+    from mas_core.eventlog import entry, events_append
+
+    rules = _outgoing_rules(team_id=team_id, run_id=run_id)
+    if not rules:
+        return data
+    context, fired = context_for(rules, team=team), []
+
+    def check(text: str) -> str:
+        for rule in rules:
+            try:
+                findings = rule.detector.find(text, context) if text else []
+            except Exception as error:  # one that cannot judge here (a remote one is asked by sessions): not sent
+                raise _NotSent(f"its guardrail could not check it ({type(error).__name__})",
+                               guardrail=rule.slug) from error
+            if not findings:
+                continue
+            fired.append(entry("guardrail_triggered", data={**triggered(rule, "outgoing", None, text, findings),
+                                                            "event": event}))
+            if rule.action == "block":
+                raise _NotSent("blocked by a guardrail", guardrail=rule.slug)
+            text = SessionGuard._act(rule, "outgoing", None, text, findings)
+        return text
+
+    try:
+        return each_string(data, check)
+    except TooMuchData as refused:
+        logger.warning("webhook notification not sent: its data %s for its guardrails to check", refused,
+                       extra={"guardrail": "", "event": event, "run": str(run_id)})
+        return None
+    except _NotSent as refused:
+        logger.warning("webhook notification not sent: %s", refused.why, extra={
+            "guardrail": refused.guardrail, "event": event, "run": str(run_id)})
+        return None
+    finally:
+        if fired and run_id:
+            events_append(run_id=run_id, entries=fired)
+
+
+class _NotSent(Exception):
+    def __init__(self, why: str, *, guardrail: str = "") -> None:
+        super().__init__(why)
+        self.why, self.guardrail = why, guardrail
+
+
+def _outgoing_rules(*, team_id: int, run_id) -> list[Rule]:
+    """The rules of the team's ``outgoing`` guardrails a notification of run ``run_id`` passes: the team's defaults
+    and those the run names, defaults first — one query on the team's guardrails (none for most teams)."""
+    from django.db.models import CharField, F, Func, Q
+
+    from agents_app.models import Guardrail, Run
+
+    named = Run.objects.filter(pk=run_id, team_id=team_id).annotate(slug=Func(
+        F("guardrails"), function="jsonb_array_elements_text", output_field=CharField())).values("slug")
+    rows = Guardrail.objects.filter(team_id=team_id, spec__applies_to__contains=["outgoing"]).filter(
+        Q(default=True) | Q(slug__in=named)).order_by("-default", "slug").values("slug", "spec")
+    return rules_from(list(rows))

@@ -27,6 +27,7 @@ from agents_app.execution.agents import AgentDefinition, agent_register
 from agents_app.execution.children import CHILD_KINDS, OUTCOME_KEYS, child_for_call, child_spawn, parent_signal
 from agents_app.execution.compaction import SUMMARY_MAX_TOKENS, SUMMARY_SYSTEM, Compaction, result_kept
 from agents_app.execution.errors import InvalidOutput, LimitExceeded, RunError
+from agents_app.execution.guardrail_calls import RemoteChecks
 from agents_app.execution.guardrails import SessionGuard, guardrails_sql, rows_read, session_guard
 from agents_app.execution.journal import journal_load
 from agents_app.execution.lifecycle import (
@@ -692,7 +693,8 @@ async def _prepare(start: SessionStart) -> SessionWork | None:
         return None
     resolved, skills, rules = reads.resolved, reads.skills, reads.rules
     store.tier = resolved.tier or ""  # the budget counts the model called, by its row's tier
-    guard = session_guard(rows=rules.guardrails, team=rules.team, system_prompt=agent.body, emit=store.emit)
+    guard = session_guard(rows=rules.guardrails, team=rules.team, system_prompt=agent.body, emit=store.emit,
+                          ask=lambda: RemoteChecks(run=run, cursor=cursor, store=store, team=rules.team))
     try:
         state = await _prepare_context(start, store, skills=skills, execution=reads.execution, guard=guard)
     except GuardrailTripped as tripped:  # the task itself was blocked: the session fails, settled at once

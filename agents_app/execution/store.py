@@ -224,6 +224,7 @@ _TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 COMPACTOR_KEY = "compactor"  # the scripted provider's script key of the summaries compaction asks for
+JUDGE_KEY = "guardrail"  # … and of the verdicts llm_judge guardrails ask for (agents_app.execution.guardrail_calls)
 
 
 def live_delay_s() -> float:
@@ -268,7 +269,7 @@ class DatabaseStore:
         self.releasing, self.releasing_large = Decimal(0), 0
         self.cancel_requested = False
         self.saved_positions: dict[str, int] = (
-            {key: cursor.get(key) for key in (agent, COMPACTOR_KEY) if key in cursor.positions}
+            {key: cursor.get(key) for key in (agent, COMPACTOR_KEY, JUDGE_KEY) if key in cursor.positions}
             if cursor is not None else {})
         self.journal = journal or Journal()
         # The checkpoint not written yet: new history entries, marks, counters (JSON), script positions.
@@ -299,7 +300,7 @@ class DatabaseStore:
         await self._write()
 
     def _stage_checkpoint(self, state: SessionState) -> None:
-        positions = ({key: self.cursor.get(key) for key in (self.agent, COMPACTOR_KEY)
+        positions = ({key: self.cursor.get(key) for key in (self.agent, COMPACTOR_KEY, JUDGE_KEY)
                       if key == self.agent or key in self.cursor.positions} if self.cursor is not None else {})
         state.cursor = positions
         staged = len(self.pending_entries)
@@ -355,7 +356,7 @@ class DatabaseStore:
     async def cancelled(self) -> bool:
         return self.cancel_requested
 
-    async def before_model_call(self, state: SessionState, *, worst_usd: Decimal, tier: str | None = None) -> None:
+    async def before_model_call(self, state: SessionState | None, *, worst_usd: Decimal, tier: str | None = None) -> None:
         if not self.budget:
             self.reservations.append((Decimal(0), 0))
             return

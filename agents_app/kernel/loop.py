@@ -129,7 +129,7 @@ class SessionStore(Protocol):
         ...
     async def emit(self, type: str, data: dict[str, Any]) -> None: ...
     async def cancelled(self) -> bool: ...
-    async def before_model_call(self, state: SessionState, *, worst_usd: Decimal, tier: str | None = None) -> None:
+    async def before_model_call(self, state: SessionState | None, *, worst_usd: Decimal, tier: str | None = None) -> None:
         """Reserve a model call's worst cost (``worst_usd``, of a model of ``tier``: None for the session's own)
         against the run's budget, or raise :class:`PolicyDenied` when it does not fit."""
         ...
@@ -145,7 +145,10 @@ class PolicyDenied(Exception):
 
 class GuardrailTripped(Exception):
     """A guardrail whose action is ``block`` fired: the session fails as ``guardrail``. The message names the
-    guardrail and where it fired, never what it matched."""
+    guardrail and where it fired, never what it matched. ``response``: the model's answer it blocked, when a
+    call was made (billed, never recorded)."""
+
+    response: ModelResponse | None = None
 
 
 class StreamCheck(Protocol):
@@ -260,6 +263,7 @@ async def _call_model(
                 response = await model.complete(request, on_chunk=on_chunk)
             await flush(last=True)
             if tripped:
+                tripped[0].response = response
                 raise tripped[0]
             return response
         except asyncio.TimeoutError:
@@ -273,6 +277,29 @@ async def _call_model(
         delay = error.retry_after_s or config.backoff_s * 2 ** (attempt - 1)
         await store.emit("retry", {"what": "model_call", "attempt": attempt, "delay_s": delay, "error": str(error)})
         await sleep(delay)
+
+
+def _response_data(model: ModelHandle, response: ModelResponse, cost: Decimal, *, text: str, calls: list[ToolCall],
+                   blocked: bool = False) -> dict[str, Any]:
+    """An ``llm_response`` event's data; ``blocked``: a guardrail blocked the answer, which it does not hold (the
+    call is billed all the same)."""
+    return {"model": response.model or model.model, "finish_reason": response.finish_reason,
+            "text": text, "tool_calls": [call.to_dict() for call in calls],
+            "usage": {"prompt_tokens": response.usage.prompt_tokens,
+                      "completion_tokens": response.usage.completion_tokens},
+            "cost_usd": money_str(cost), **({"cached": True} if response.cached else {}),
+            **({"blocked": True} if blocked else {})}
+
+
+async def _blocked_answer(state: SessionState, store: SessionStore, model: ModelHandle,
+                          response: ModelResponse) -> None:
+    """A model call whose streamed answer a guardrail blocked: counted and billed, its answer not recorded."""
+    cost = model.cost(response)
+    state.steps += 1
+    state.prompt_tokens += response.usage.prompt_tokens
+    state.completion_tokens += response.usage.completion_tokens
+    state.cost_usd = money_str(Decimal(state.cost_usd) + cost)
+    await store.emit("llm_response", _response_data(model, response, cost, text="", calls=[], blocked=True))
 
 
 async def _record(state: SessionState, store: SessionStore, call: ToolCall, result: ToolResult, *,
@@ -420,6 +447,8 @@ async def run_session(
                 return await fail("provider_error", str(error), retry=error.retryable or error.kind == "malformed")
             except GuardrailTripped as tripped:  # in the request, or in the answer as it streamed
                 store.after_model_call()
+                if tripped.response is not None:
+                    await _blocked_answer(state, store, model, tripped.response)
                 return await fail("guardrail", str(tripped), retry=False)
             except BaseException:
                 store.after_model_call()
@@ -438,16 +467,12 @@ async def run_session(
                 try:
                     text, calls = await config.guard.answer(text, calls)
                 except GuardrailTripped as tripped:  # neither the answer nor its calls are recorded
+                    await store.emit("llm_response", _response_data(model, response, cost, text="", calls=[],
+                                                                    blocked=True))
                     return await fail("guardrail", str(tripped), retry=False)
             state.messages.append(Message(role="assistant", content=text, tool_calls=calls))
             state.elapsed_s = elapsed_before + clock() - started
-            await store.emit("llm_response", {
-                "model": response.model or model.model, "finish_reason": response.finish_reason,
-                "text": text, "tool_calls": [call.to_dict() for call in calls],
-                "usage": {"prompt_tokens": response.usage.prompt_tokens,
-                          "completion_tokens": response.usage.completion_tokens},
-                "cost_usd": money_str(cost), **({"cached": True} if response.cached else {}),
-            })
+            await store.emit("llm_response", _response_data(model, response, cost, text=text, calls=calls))
             await store.checkpoint(state, before_tools=bool(calls))
             if not calls:
                 continue  # a final answer: judged at the top of the loop, after a last look for cancellation

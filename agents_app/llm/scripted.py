@@ -16,7 +16,8 @@ turn everything: the system prompt and the task. A turn whose expectation is not
 and the text it expected.
 
 The key ``"*"`` serves agents the script does not name; the key ``"compactor"`` gives the summaries a
-session asks for when it compacts its history (agents_app.execution.compaction). The provider keeps
+session asks for when it compacts its history (agents_app.execution.compaction), the key ``"guardrail"`` the
+verdicts its llm_judge guardrails ask for (agents_app.execution.guardrail_calls). The provider keeps
 no position of its own: a :class:`ScriptCursor` says which turn comes next,
 and the kernel stores it with the session so a replaced worker resumes at the
 same turn.

@@ -68,6 +68,9 @@ class Run(models.Model):
     large_tier_uses = models.PositiveIntegerField(default=0)
     reserved_large = models.PositiveIntegerField(default=0)  # the same for max_large_tier_uses
     budget_warned = models.BooleanField(default=False)
+    # What the run's llm_judge guardrails spent, with the worst cases of those in flight (part of cost_usd,
+    # under the budget's max_guardrail_cost_usd: agents_app.execution.guardrail_calls).
+    guardrail_cost_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0)
     next_seq = models.PositiveBigIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)

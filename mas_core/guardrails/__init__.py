@@ -26,6 +26,13 @@ takes:
     The agent's system prompt in a text; what prompt injections say.
 ``json_schema``, ``length`` — :mod:`~mas_core.guardrails.whole_text`
     A JSON document valid against a schema; a length in characters.
+``language`` — :mod:`~mas_core.guardrails.language`
+    The language a text is written in, one of the allowed ones (py3langid's
+    model, shipped in its wheel, loaded by the process's first check).
+``llm_judge``, ``webhook`` — :mod:`~mas_core.guardrails.remote`
+    A model of the team judges the text against a criterion; the team's own
+    service answers allow, deny or redact. Their builders check the settings;
+    the session asks (:attr:`Detector.remote`).
 
 What they share: :mod:`~mas_core.guardrails.findings` (:class:`Finding`,
 :class:`Context`, the limits), :mod:`~mas_core.guardrails.detector`
@@ -37,7 +44,8 @@ excerpts).
 Limits: :meth:`Detector.find` looks at the first :data:`MAX_TEXT_CHARS`
 (1,000,000) characters of a text; what comes after is not looked at (pair the
 guardrail with a ``length`` one to refuse longer texts). ``length`` counts
-the whole text, and ``json_schema`` finds a longer text invalid, unread. A
+the whole text, and ``json_schema`` finds a longer text invalid, unread;
+``language`` judges a text by its first :data:`LANGUAGE_BYTES` (1,000) bytes. A
 pattern, a kind or a declared value gives at most :data:`MAX_FINDINGS` (1000)
 findings in a text; past them, one more finding covers everything from the
 next match to the end of the text, so that redacting stays complete.
@@ -69,6 +77,7 @@ from mas_core.guardrails.credentials import SECRET_KINDS, secrets_build
 from mas_core.guardrails.custom import MAX_PATTERNS, MAX_WORD_CHARS, MAX_WORDS, keywords_build, pattern_build  # noqa: F401
 from mas_core.guardrails.detector import Detector, DetectorError, DetectorSettings
 from mas_core.guardrails.findings import MAX_TEXT_CHARS, WHOLE_TEXT_LABELS, Context, Finding, Span  # noqa: F401
+from mas_core.guardrails.language import LANGUAGE_BYTES, LANGUAGES, language_build
 from mas_core.guardrails.pii import IBAN_LENGTHS, PII_KINDS, pii_build  # noqa: F401
 from mas_core.guardrails.prompts import (  # noqa: F401
     INJECTION_SIGNS,
@@ -78,11 +87,17 @@ from mas_core.guardrails.prompts import (  # noqa: F401
     injection_build,
     prompt_leak_build,
 )
+from mas_core.guardrails.remote import (  # noqa: F401
+    REMOTE_DETECTORS,
+    llm_judge_build,
+    webhook_build,
+    webhook_findings,
+)
 from mas_core.guardrails.scanning import MAX_FINDINGS  # noqa: F401
 from mas_core.guardrails.whole_text import json_schema_build, length_build
 
 DETECTORS: tuple[str, ...] = ("pattern", "keywords", "pii", "secrets", "prompt_leak", "injection", "json_schema",
-                              "length")
+                              "length", "language", "llm_judge", "webhook")
 ACTIONS: tuple[str, ...] = ("block", "redact", "mask", "warn", "fence", "ask")
 
 
@@ -107,11 +122,14 @@ _BUILDERS: dict[str, Callable[[DetectorSettings], Detector]] = {
     "injection": injection_build,
     "json_schema": json_schema_build,
     "length": length_build,
+    "language": language_build,
+    "llm_judge": llm_judge_build,
+    "webhook": webhook_build,
 }
 
 __all__ = [
     "ACTIONS", "DETECTORS", "FENCE_BEGIN", "FENCE_END", "FENCE_MARKER_REMOVED", "IBAN_LENGTHS", "INJECTION_SIGNS",
-    "MAX_FINDINGS", "MAX_TEXT_CHARS", "PII_KINDS", "SECRET_KINDS", "WHOLE_TEXT_LABELS", "Context", "Detector",
-    "DetectorError", "Finding",
-    "backtracking_problem", "detector_build", "excerpt", "fence", "mask", "redact",
+    "LANGUAGE_BYTES", "LANGUAGES", "MAX_FINDINGS", "MAX_TEXT_CHARS", "PII_KINDS", "REMOTE_DETECTORS", "SECRET_KINDS",
+    "WHOLE_TEXT_LABELS", "Context", "Detector", "DetectorError", "Finding",
+    "backtracking_problem", "detector_build", "excerpt", "fence", "mask", "redact", "webhook_findings",
 ]

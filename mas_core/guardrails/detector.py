@@ -31,6 +31,9 @@ class Detector:
 
     type: str
     _scan: Callable[[str, Context], list[Span]] = field(repr=False, compare=False)
+    # A detector that asks a model or a service (mas_core.guardrails.remote): its checked settings. The session
+    # asks; find() refuses it.
+    remote: dict[str, Any] | None = None
 
     def find(self, text: str, context: Context = Context()) -> list[Finding]:
         """Findings in ``text`` (its first MAX_TEXT_CHARS characters), ordered by where they start."""
@@ -39,7 +42,12 @@ class Detector:
         if not isinstance(context, Context):
             raise TypeError(f"the context is a Context, not {type(context).__name__}")
         looked = text if self.type in WHOLE_TEXT_LABELS else text[:MAX_TEXT_CHARS]
-        spans = sorted(set(self._scan(looked, context)))
+        return self.findings(looked, self._scan(looked, context))
+
+    @staticmethod
+    def findings(looked: str, spans: list[Span]) -> list[Finding]:
+        """Findings of ``spans`` found in ``looked``, ordered by where they start, with their excerpts."""
+        spans = sorted(set(spans))
         # The excerpts show only what was looked at: past it, a value no check has seen may lie.
         return [Finding(label, start, end, shown)
                 for (start, end, label), shown in zip(spans, span_excerpts(looked, spans, EXCERPT_CHARS))]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 MAX_TEXT_CHARS = 1_000_000
 
 # Findings that are about the whole text, not a part of it: mask leaves the text as it is.
-WHOLE_TEXT_LABELS = frozenset({"length", "json_schema"})
+WHOLE_TEXT_LABELS = frozenset({"length", "json_schema", "language", "llm_judge"})
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from mas_core.definitions import storage
 from mas_core.definitions.markdown import DefinitionError
 from mas_core.definitions.services import definition_parse, definition_save
 from mas_core.definitions.sync import markdown_sync
-from mas_core.guardrails import backtracking_problem
+from mas_core.guardrails import DETECTORS, backtracking_problem
 from tests.agents_app.test_admin_definitions import client_for
 from workflows_app.kinds import WORKFLOW
 from workflows_app.services import workflow_run_start
@@ -115,8 +115,7 @@ def test_a_sync_imports_a_guardrail_before_the_agent_that_names_it(team_a):
 CATASTROPHIC = backtracking_problem("^(a+)+$")
 FENCE_REFUSED = ("fence marks a tool's result as untrusted data: it needs applies_to: [tool_result] and nothing "
                  "else")
-UNKNOWN_TYPE = ("'regex' is not a detector: one of pattern, keywords, pii, secrets, prompt_leak, injection, "
-                "json_schema, length")
+UNKNOWN_TYPE = f"'regex' is not a detector: one of {', '.join(DETECTORS)}"
 # What a POST sends instead of VALID's fields, where the refusal is (its loc) and what it says.
 BAD = {
     "re2": ({"detector": {"type": "pattern", "patterns": ["card", "(unclosed"]}}, ["body", "detector", "patterns", 1],
@@ -299,3 +298,30 @@ def test_the_admin_add_page_offers_a_template_and_saves_a_guardrail(team_a, make
     assert bad.status_code == 200
     assert bad.context["adminform"].form.errors["markdown"][0].startswith("Line 9, field detector.type: ")
     assert Guardrail.objects.count() == 1
+
+
+# -- the outgoing point ----------------------------------------------------------------------------
+
+
+def test_an_outgoing_guardrail_round_trips_and_refuses_actions_that_are_not_for_notifications(team_a, api_for):
+    text = ("---\nname: Cards stay in\napplies_to:\n- outgoing\ndetector:\n  type: pii\n  kinds:\n  - card\n"
+            "action: redact\ndefault: true\n---\n")
+    row = save(team_a, GUARDRAIL, text)
+    assert (row.slug, row.action, row.default) == ("cards-stay-in", "redact", True)
+    assert row.spec == {"name": "Cards stay in", "applies_to": ["outgoing"],
+                        "detector": {"type": "pii", "kinds": ["card"]}, "action": "redact", "default": True}
+    assert (storage.team_defs_dir(team_a) / "guardrails" / "cards-stay-in.md").read_text(encoding="utf-8") == text
+
+    head = "---\nname: Probe\napplies_to: [outgoing]\ndetector: {type: pii, kinds: [card]}\n"
+    assert refused(GUARDRAIL, team_a, head + "action: fence\n---\n") == (5, "action", FENCE_REFUSED)
+    assert refused(GUARDRAIL, team_a, head + "action: ask\n---\n") == (
+        5, "action", "ask makes a tool call wait for a person: it needs applies_to tool_arguments or memory_write, "
+                     "and nothing else")
+    assert refused(GUARDRAIL, team_a, head + "tools: [web_fetch]\naction: warn\n---\n") == (
+        5, "tools", "narrows only the tool_arguments, tool_result, memory_write points, and applies_to names none "
+                    "of them")
+    response = api_for(team_a, "editor").post("/api/guardrails", {**VALID, "applies_to": ["outgoing", "tool_result"],
+                                                                  "action": "fence"})
+    assert response.status_code == 422
+    assert [(item["loc"], item["msg"]) for item in response.json()["detail"]] == [(["body", "action"], FENCE_REFUSED)]
+    assert list(Guardrail.objects.values_list("slug", flat=True)) == ["cards-stay-in"]

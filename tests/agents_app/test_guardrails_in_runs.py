@@ -86,7 +86,9 @@ def test_an_answer_holding_a_declared_secret_fails_the_session_and_the_value_is_
     assert [e["guardrail"] for e in triggered(run)] == ["keep-secrets"]
     assert triggered(run)[0]["action"] == "block" and triggered(run)[0]["where"] == "model_answer"
     # Neither the streamed chunks, nor an answer, nor the excerpt, nor the failure holds the value.
-    assert not Event.objects.filter(run=run, type="llm_response").exists()
+    # The call is billed; its answer is not recorded.
+    assert [(e.data["text"], e.data["tool_calls"], e.data.get("blocked")) for e in events(run, "llm_response")] == [
+        ("", [], True)]
     stored = json.dumps([e.data for e in events(run)]) + json.dumps(session.failure) + (run.result or "")
     assert SECRET not in stored
     assert SECRET not in celery_worker_process.log_path.read_text(errors="replace")
@@ -273,3 +275,29 @@ def test_pattern_keywords_prompt_leak_and_json_schema_detectors_in_a_run(team_a,
     assert [(e["guardrail"], e["where"], e["action"]) for e in triggered(run)] == [
         ("g-words", "tool_arguments", "mask"), ("g-json", "model_answer", "warn"),
         ("g-leak", "model_answer", "warn"), ("g-pattern", "model_answer", "redact")]
+
+
+def test_an_answer_in_a_language_not_allowed_fails_the_session_and_one_in_english_passes(
+        team_a, celery_worker_process):
+    guardrail(team_a, "Answers in English", "applies_to: [model_answer]\ndetector:\n  type: language\n"
+                                            "  allowed: [en]\naction: block\ndefault: true\n")
+    agent(team_a, "Support")
+    french = ("Merci pour votre message au sujet de la facture de mars. Notre équipe a relu le rapport trimestriel "
+              "et le remboursement arrivera sur votre compte sous cinq jours ouvrés.")
+    english = ("Thanks for your message about the March invoice. Our team reviewed the quarterly report and the "
+               "refund will reach your account within five working days.")
+    blocked = finish(run_start(team=team_a, agent="support", input="Where is my refund?",
+                               script={"support": [{"text": french}]}))
+    answered = finish(run_start(team=team_a, agent="support", input="Where is my refund?",
+                                script={"support": [{"text": english}]}))
+
+    assert blocked.status == "failed"
+    session = Session.objects.get(run=blocked)
+    assert (session.failure["kind"], session.failure["message"]) == (
+        "guardrail", "guardrail 'Answers in English' (answers-in-english) blocked the model's answer")
+    assert triggered(blocked) == [{"guardrail": "answers-in-english", "where": "model_answer", "action": "block",
+                                   "excerpt": "[language]"}]
+    # The blocked answer is neither the run's result nor in its model response (billed, its text not kept).
+    assert blocked.result == ""
+    assert [(e.data["text"], e.data.get("blocked")) for e in events(blocked, "llm_response")] == [("", True)]
+    assert (answered.status, answered.result, triggered(answered)) == ("succeeded", english, [])

@@ -351,6 +351,10 @@ EVENTS = [
     ({"type": "guardrail_triggered", "agent": "a", "data": {"guardrail": "keep-secrets", "where": "model_answer",
                                                              "action": "block", "excerpt": "the key is [declared]"}},
      "guardrail keep-secrets blocked the model answer: the key is [declared]"),
+    ({"type": "guardrail_triggered", "agent": "", "data": {"guardrail": "no-cards-out", "where": "outgoing",
+                                                            "action": "redact", "event": "run_end",
+                                                            "excerpt": "Charge [card] today."}},
+     "guardrail no-cards-out redacted the outgoing notification (run_end): Charge [card] today."),
     ({"type": "something_new", "agent": "lead", "data": {"count": 3, "nested": {"a": 1}}},
      "lead · something new: count 3"),
 ]

@@ -17,6 +17,8 @@ from mas_core.guardrails import (
     DETECTORS,
     FENCE_BEGIN,
     FENCE_END,
+    LANGUAGE_BYTES,
+    LANGUAGES,
     MAX_TEXT_CHARS,
     PII_KINDS,
     SECRET_KINDS,
@@ -46,14 +48,17 @@ def found(detector, text: str, context: Context = Context()) -> list[tuple[str, 
 
 
 def test_the_public_names_are_as_the_kernel_expects_them():
-    assert DETECTORS == ("pattern", "keywords", "pii", "secrets", "prompt_leak", "injection", "json_schema", "length")
+    assert DETECTORS == ("pattern", "keywords", "pii", "secrets", "prompt_leak", "injection", "json_schema", "length",
+                         "language", "llm_judge", "webhook")
     assert ACTIONS == ("block", "redact", "mask", "warn", "fence", "ask")
     assert PII_KINDS == ("email", "phone", "card", "iban", "ip", "national_id")
     assert SECRET_KINDS == ("api_key", "private_key", "declared")
     assert [detector_build(one).type for one in (
         {"type": "pattern", "patterns": ["x"]}, {"type": "keywords", "words": ["x"]}, {"type": "pii"},
         {"type": "secrets"}, {"type": "prompt_leak"}, {"type": "injection"},
-        {"type": "json_schema", "schema": {"type": "object"}}, {"type": "length", "max_chars": 1})] == list(DETECTORS)
+        {"type": "json_schema", "schema": {"type": "object"}}, {"type": "length", "max_chars": 1},
+        {"type": "language", "allowed": ["en"]}, {"type": "llm_judge", "criterion": "rude"},
+        {"type": "webhook", "url": "https://guard.example.com/check"})] == list(DETECTORS)
 
 
 # -- settings refused ------------------------------------------------------------------------------------------------
@@ -510,3 +515,141 @@ def test_redact_never_leaves_a_card_that_was_found(before, after, body, separato
     redacted = redact(text, findings)
     assert [f for f in PII.find(redacted) if f.label == "card"] == []
     assert number not in redacted.replace(" ", "").replace("-", "")
+
+
+# -- language --------------------------------------------------------------------------------------------------------
+
+ENGLISH = ("Thanks for your message about the March invoice. Our team reviewed the quarterly report with the finance "
+           "group and the figures look right, although two of the shipping lines were booked twice.")
+FRENCH = ("Merci pour votre message au sujet de la facture de mars. Notre équipe a relu le rapport trimestriel avec le "
+          "service financier et les chiffres sont justes, même si deux lignes de livraison ont été comptées deux fois.")
+ENGLISH_ONLY = detector_build({"type": "language", "allowed": ["en"]})
+
+
+def test_a_text_in_an_allowed_language_is_no_finding_and_another_is_one_over_the_whole_text():
+    assert ENGLISH_ONLY.find(ENGLISH) == []
+    assert [(f.label, f.start, f.end, f.excerpt) for f in ENGLISH_ONLY.find(FRENCH)] == [
+        ("language", 0, len(FRENCH), "[language]")]
+    assert detector_build({"type": "language", "allowed": ["en", "fr"]}).find(FRENCH) == []
+    german = "Vielen Dank für Ihre Nachricht zur Rechnung vom März; wir prüfen die Zahlen bis Montag."
+    assert [f.label for f in detector_build({"type": "language", "allowed": ["en", "fr"]}).find(german)] == [
+        "language"]
+    # A finding about the whole text: mask leaves it as it is, redact replaces it all.
+    findings = ENGLISH_ONLY.find(FRENCH)
+    assert (mask(FRENCH, findings), redact(FRENCH, findings)) == (FRENCH, "[language]")
+
+
+def test_a_text_shorter_than_min_chars_is_not_judged():
+    bonjour = "Bonjour à tous, merci"  # 21 characters, French with a probability of 0.99
+    assert len(bonjour) == 21
+    assert [f.end for f in ENGLISH_ONLY.find(bonjour)] == [21]
+    assert ENGLISH_ONLY.find(bonjour[:19]) == []  # under the default min_chars, 20
+    assert [f.end for f in ENGLISH_ONLY.find(bonjour[:20])] == [20]
+    assert detector_build({"type": "language", "allowed": ["en"], "min_chars": 22}).find(bonjour) == []
+    assert ENGLISH_ONLY.find("") == []
+
+
+def test_a_language_found_under_the_threshold_or_no_language_at_all_is_not_judged():
+    unsure = "Le fichier est enregistré."  # French with a probability of 0.77
+    assert [f.label for f in ENGLISH_ONLY.find(unsure)] == ["language"]
+    assert detector_build({"type": "language", "allowed": ["en"], "threshold": 0.8}).find(unsure) == []
+    assert [f.label for f in detector_build({"type": "language", "allowed": ["en"], "threshold": 0.77}).find(
+        unsure)] == ["language"]
+    # py3langid's "no linguistic content" (zxx): not a language, whatever its probability.
+    lenient = detector_build({"type": "language", "allowed": ["en"], "threshold": 0.05})
+    assert lenient.find("0x1F 0x2A 0x3B 0x4C 0x5D 0x6E") == []
+    assert [f.label for f in lenient.find("Danke schön, bis morgen und gute Nacht!")] == ["language"]
+
+
+def test_a_text_is_judged_by_its_first_thousand_bytes():
+    assert LANGUAGE_BYTES == 1_000
+    english_first = ENGLISH * 6 + " " + FRENCH * 20
+    assert len(ENGLISH * 6) > LANGUAGE_BYTES
+    assert ENGLISH_ONLY.find(english_first) == []
+    french_first = FRENCH * 6 + " " + ENGLISH * 20
+    assert [(f.label, f.start, f.end) for f in ENGLISH_ONLY.find(french_first)] == [
+        ("language", 0, len(french_first))]
+    # Bytes, not characters: 1,000 characters of English, 333 of Chinese (three bytes each; the cut one is
+    # dropped). A lone surrogate stops nothing.
+    from mas_core.guardrails.language import language_identifier, language_of
+
+    chinese = "我们的团队已经审查了季度报告，数字看起来是正确的，尽管有两条运输线路被重复预订。" * 20
+    assert language_of(ENGLISH * 10) == language_identifier().classify((ENGLISH * 10)[:1000])
+    assert language_of(chinese) == language_identifier().classify(chinese[:333])
+    assert language_of(chinese) != language_identifier().classify(chinese[:400])
+    assert [f.label for f in ENGLISH_ONLY.find("\ud800 " + FRENCH)] == ["language"]
+
+
+def test_the_languages_are_the_models_and_other_scripts_are_told_apart():
+    from mas_core.guardrails.language import NO_LANGUAGE, language_identifier
+
+    assert set(LANGUAGES) == set(language_identifier().labels) - {NO_LANGUAGE}
+    assert len(LANGUAGES) == 139 and NO_LANGUAGE not in LANGUAGES
+    chinese = "我们的团队已经审查了季度报告，数字看起来是正确的，尽管有两条运输线路被重复预订。"
+    russian = "Наша команда рассмотрела квартальный отчёт, и цифры выглядят правильными."
+    assert detector_build({"type": "language", "allowed": ["zh", "ru"]}).find(chinese + " " + russian) == []
+    assert [f.label for f in ENGLISH_ONLY.find(chinese)] == ["language"]
+
+
+def test_the_model_is_loaded_by_the_first_check_once_whatever_the_threads():
+    script = (
+        "import sys, threading\n"
+        "from mas_core.guardrails import detector_build\n"
+        "detector = detector_build({'type': 'language', 'allowed': ['en']})\n"
+        "print('py3langid' in sys.modules)\n"
+        "from py3langid.langid import LanguageIdentifier\n"
+        "loads = []\n"
+        "load = LanguageIdentifier.from_model_file.__func__\n"
+        "LanguageIdentifier.from_model_file = classmethod(lambda cls, *a, **k: loads.append(1) or load(cls, *a, **k))\n"
+        "text = 'Merci pour votre message au sujet de la facture de mars, nous vous répondrons lundi.'\n"
+        "results = []\n"
+        "threads = [threading.Thread(target=lambda: results.append(len(detector.find(text)))) for _ in range(8)]\n"
+        "[thread.start() for thread in threads]\n"
+        "[thread.join() for thread in threads]\n"
+        "print(len(loads), results)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.stdout == "False\n1 [1, 1, 1, 1, 1, 1, 1, 1]\n"
+
+
+LANGUAGE_REFUSED = [
+    ("no allowed", {"type": "language"}, "detector.allowed", "must be a non-empty list of strings"),
+    ("empty allowed", {"type": "language", "allowed": []}, "detector.allowed", "must be a non-empty list of strings"),
+    ("allowed not a list", {"type": "language", "allowed": "en"}, "detector.allowed",
+     "must be a non-empty list of strings"),
+    ("unknown code", {"type": "language", "allowed": ["en", "english"]}, "detector.allowed[1]",
+     "'english' is not a language code the detector knows: ISO 639-1, in lower case, such as en, fr, de or zh"),
+    ("upper case code", {"type": "language", "allowed": ["EN"]}, "detector.allowed[0]",
+     "'EN' is not a language code the detector knows"),
+    ("no language is not a language", {"type": "language", "allowed": ["zxx"]}, "detector.allowed[0]",
+     "'zxx' is not a language code"),
+    ("blank code", {"type": "language", "allowed": ["en", " "]}, "detector.allowed[1]", "must be a non-empty string"),
+    ("min_chars zero", {"type": "language", "allowed": ["en"], "min_chars": 0}, "detector.min_chars",
+     "must be a whole number from 1 to 10,000, not 0"),
+    ("min_chars too many", {"type": "language", "allowed": ["en"], "min_chars": 10_001}, "detector.min_chars",
+     "must be a whole number from 1 to 10,000, not 10001"),
+    ("min_chars a bool", {"type": "language", "allowed": ["en"], "min_chars": True}, "detector.min_chars",
+     "must be a whole number from 1 to 10,000, not True"),
+    ("min_chars a fraction", {"type": "language", "allowed": ["en"], "min_chars": 2.5}, "detector.min_chars",
+     "must be a whole number from 1 to 10,000, not 2.5"),
+    ("threshold zero", {"type": "language", "allowed": ["en"], "threshold": 0}, "detector.threshold",
+     "must be a number above 0 and at most 1, not 0"),
+    ("threshold above one", {"type": "language", "allowed": ["en"], "threshold": 1.5}, "detector.threshold",
+     "must be a number above 0 and at most 1, not 1.5"),
+    ("unknown setting", {"type": "language", "allowed": ["en"], "languages": ["fr"]}, "detector.languages",
+     "is not a setting of a language detector (it has: allowed, min_chars, threshold)"),
+]
+
+
+@pytest.mark.parametrize(("case", "bad", "field", "message"), LANGUAGE_REFUSED,
+                         ids=[case[0] for case in LANGUAGE_REFUSED])
+def test_each_bad_language_setting_is_refused_naming_its_field(case, bad, field, message):
+    with pytest.raises(DetectorError) as refused:
+        detector_build(bad)
+    assert (refused.value.field, str(refused.value)[:len(message)]) == (field, message)
+
+
+def test_the_bounds_of_language_settings_are_accepted():
+    for edge in ({"min_chars": 1, "threshold": 1}, {"min_chars": 10_000, "threshold": 0.01}):
+        assert detector_build({"type": "language", "allowed": ["en", "en", "yue"], **edge}).type == "language"

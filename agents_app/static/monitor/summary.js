@@ -12,6 +12,8 @@ const describeEvent = (function () {
   // What a guardrail's action did to what it found (agents_app/execution/guardrails.py).
   const GUARDED = {block: "blocked", redact: "redacted", mask: "masked", warn: "flagged", fence: "fenced",
                    ask: "held for a person"};
+  // Where a guardrail checked, when its name with spaces does not read well.
+  const GUARDED_AT = {outgoing: "outgoing notification"};
   const bytes = (n) => (n >= 1024 * 1024 ? `${(n / 1048576).toFixed(1)} MB` : n >= 1024 ? `${(n / 1024).toFixed(1)} kB` : `${n} B`);
   const num = (n) => Number(n || 0).toLocaleString("en-US");
   const money = (v) => {
@@ -89,7 +91,7 @@ const describeEvent = (function () {
     blackboard_read: (e, d) => `${who(e)} read ${d.key} from the blackboard`,
     channel_publish: (e, d) => `${who(e)} published on ${d.channel}`,
     channel_subscribe: (e, d) => `${who(e)} subscribed to ${d.channel}`,
-    guardrail_triggered: (e, d) => `guardrail ${d.guardrail} ${GUARDED[d.action] || d.action} the ${(d.where || "").replace(/_/g, " ")}${d.tool ? ` of ${d.tool}` : ""}: ${clip(d.excerpt, 80)}`,
+    guardrail_triggered: (e, d) => `guardrail ${d.guardrail} ${GUARDED[d.action] || d.action} the ${GUARDED_AT[d.where] || (d.where || "").replace(/_/g, " ")}${d.event ? ` (${d.event})` : ""}${d.tool ? ` of ${d.tool}` : ""}: ${clip(d.excerpt, 80)}`,
   };
 
   return function describe(e) {

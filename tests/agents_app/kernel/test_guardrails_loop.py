@@ -3,7 +3,13 @@ streamed answer is held back and redacted (agents_app.execution.guardrails with 
 
 import asyncio
 
-from agents_app.execution.guardrails import STREAM_HOLD_CHARS, SessionGuard, rules_from
+from agents_app.execution.guardrails import (
+    MAX_ARGUMENT_DEPTH,
+    MAX_ARGUMENT_STRINGS,
+    STREAM_HOLD_CHARS,
+    SessionGuard,
+    rules_from,
+)
 from agents_app.kernel.loop import SessionConfig, ToolResult, run_session
 from mas_core.guardrails import Context
 from mas_core.llm_types import ToolSchema
@@ -61,7 +67,10 @@ def test_a_blocked_answer_is_not_recorded_nor_shown_and_the_session_fails_as_gua
         "guardrail", "guardrail 'G0' (g0) blocked the model's answer", False)
     assert outcome.result == ""
     kinds = [kind for kind, _ in store.events]
-    assert "llm_response" not in kinds and "stream_chunk" not in kinds
+    assert "stream_chunk" not in kinds
+    # The call is counted and billed; its answer is not recorded.
+    assert [(d["text"], d["tool_calls"], d["blocked"]) for kind, d in store.events if kind == "llm_response"] == [
+        ("", [], True)]
     assert EMAIL not in repr(store.events) + repr(store.checkpoints)
     assert fired(store) == [("g0", "model_answer", "block", None)]
 
@@ -87,6 +96,23 @@ def test_tool_arguments_are_redacted_before_the_call_is_recorded_and_run():
     assert tools.calls == [("vfs_write", {"path": "a.md", "content": ["to [email]", {"deep": "[email]"}]})]
     assert [d["arguments"] for kind, d in store.events if kind == "tool_call"] == [tools.calls[0][1]]
     assert fired(store) == [("g0", "tool_arguments", "redact", "vfs_write")] * 2
+
+
+def test_arguments_too_deep_or_with_too_many_strings_for_the_guardrails_are_refused_at_the_edge():
+    deep: object = "x"
+    for _ in range(MAX_ARGUMENT_DEPTH):  # the strings MAX_ARGUMENT_DEPTH levels down are checked
+        deep = [deep]
+    refusal = ("guardrail", "the arguments of vfs_write are too deep or hold too many strings for its guardrails "
+                            "to check")
+    for arguments, expected in [({"a": deep}, ("failed",) + refusal), ({"a": deep[0]}, ("ok", None, None)),
+                                ({"a": ["x"] * (MAX_ARGUMENT_STRINGS + 1)}, ("failed",) + refusal),
+                                ({"a": ["x"] * MAX_ARGUMENT_STRINGS}, ("ok", None, None))]:
+        store = Store()
+        outcome, tools = run(Model([calls(("vfs_write", arguments)), text("ok")]), store,
+                             guard(store, pii(["tool_arguments"], "block")))
+        failure = outcome.failure
+        assert (outcome.status, failure and failure.kind, failure and failure.message) == expected
+        assert len(tools.calls) == (1 if expected[0] == "ok" else 0)
 
 
 def test_a_guardrail_for_other_tools_does_not_look():
