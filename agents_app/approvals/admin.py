@@ -141,6 +141,8 @@ class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
             return f"Question: {question}"
         if obj.kind == RequestKind.GATE:
             return f"Gate: {obj.tool}"
+        if obj.kind == RequestKind.RESULT:
+            return f"Result of {obj.tool}"
         return obj.tool
 
     @admin.display(description="Arguments / choices")
@@ -311,6 +313,8 @@ def _describe(obj: ApprovalRequest) -> str:
         return f"Question from {obj.agent}"
     if obj.kind == RequestKind.GATE:
         return f"Gate: {obj.tool} ({obj.agent})"
+    if obj.kind == RequestKind.RESULT:
+        return f"Result of {obj.tool} for {obj.agent}"
     return f"{obj.tool} by {obj.agent}"
 
 

@@ -24,6 +24,11 @@ class ApprovalFailed(ToolAborted):
     """No one decided in time and the default outcome is to fail: the session fails, not retried."""
 
 
+# What a person may make of a held result: its text, edited or not.
+RESULT_SCHEMA = {"type": "object", "properties": {"result": {"type": "string", "maxLength": 1_000_000}},
+                 "required": ["result"], "additionalProperties": False}
+
+
 @dataclass(frozen=True)
 class Verdict:
     suspend: bool = False
@@ -37,7 +42,8 @@ def _decided(request) -> Verdict:
         return Verdict(suspend=True)
     decision = request.decision or {}
     message = decision.get("message") or ""
-    what = f"{request.tool} was not run" if request.kind == RequestKind.APPROVAL else "the step may not go on"
+    what = {RequestKind.APPROVAL: f"{request.tool} was not run",
+            RequestKind.RESULT: f"the result of {request.tool} was withheld"}.get(request.kind, "the step may not go on")
     if request.status == RequestStatus.CANCELLED:
         return Verdict(refusal=f"{what}: the run was cancelled while it waited for a person.")
     if request.status == RequestStatus.EXPIRED:
@@ -98,6 +104,26 @@ class Gate:
         if verdict.arguments is not None:
             await db(services.approval_consume)(request_id=request.id)
         return verdict
+
+    async def result(self, *, call_id: str) -> Verdict | None:
+        """What became of tool call ``call_id``'s result held for a person (:meth:`hold`): None when none was
+        held, else the verdict — its ``arguments["result"]`` is what the model may read (as the person may have
+        edited it)."""
+        request = await self._lookup(f"result:{call_id}")
+        if request is None:
+            return None
+        verdict = _decided(request)
+        if verdict.arguments is not None:
+            await db(services.approval_consume)(request_id=request.id)
+        return verdict
+
+    async def hold(self, *, call_id: str, name: str, content: str, reason: str) -> None:
+        """Hold tool call ``call_id``'s result (``content``) until a person lets the model read it, edited or
+        not, or withholds it: an approval request of kind ``result``."""
+        await db(services.approval_request)(run_id=self.run_id, session_id=self.session_id, agent=self.agent,
+                                            asked=services.Asked(kind=RequestKind.RESULT, call_id=f"result:{call_id}",
+                                                                 tool=name, arguments={"result": content},
+                                                                 schema=RESULT_SCHEMA, reason=reason))
 
     async def ask(self, *, call_id: str, question: str, choices: list[str]) -> tuple[bool, str]:
         """ask_human: (True, "") while waiting for the answer, then (False, the text the model reads)."""

@@ -166,7 +166,7 @@ def _check(request: ApprovalRequest, *, decision: str, arguments: Any, message: 
         return {"decision": "reject", "message": message or ""}
     recorded: dict[str, Any] = {"decision": "approve", "message": message or ""}
     if arguments is not None:
-        if request.kind != RequestKind.APPROVAL:
+        if request.kind == RequestKind.GATE:
             raise InvalidDecision("arguments: a gate has no arguments to edit")
         if not isinstance(arguments, dict):
             raise InvalidDecision("arguments: a JSON object, the call's arguments as they should run")

@@ -138,8 +138,8 @@ class SessionGuard:
     async def check(self, where: str, text: str, *, tool: str | None = None) -> str:
         """``text`` as it may go on after every rule for ``where`` (and ``tool``) looked at it."""
         for rule in self.rules:
-            if not text or not rule.applies(where, tool):
-                continue
+            if not text or not rule.applies(where, tool) or (rule.action == "ask" and where == "tool_result"):
+                continue  # a result a person is asked about is asked about by the tool caller (asking_result)
             findings = await self._find(rule, text, where, tool)
             if not findings:
                 continue
@@ -225,6 +225,23 @@ class SessionGuard:
 
     async def result(self, call: ToolCall, content: str) -> str:
         return await self.check("tool_result", content, tool=call.name)
+
+    def asks_results(self, tool: str) -> bool:
+        """Whether an ``ask`` guardrail looks at ``tool``'s results (the tool caller then holds them)."""
+        return any(rule.action == "ask" and rule.applies("tool_result", tool) for rule in self.rules)
+
+    async def asking_result(self, call: ToolCall, content: str) -> str | None:
+        """Why a person must read ``call``'s result (``content``, as the other guardrails left it) before the
+        model does, or None; emits the ``guardrail_triggered`` event."""
+        for rule in self.rules:
+            if rule.action != "ask" or not content or not rule.applies("tool_result", call.name):
+                continue
+            findings = await self._find(rule, content, "tool_result", call.name)
+            if findings:
+                await self.emit("guardrail_triggered", triggered(rule, "tool_result", call.name, content, findings))
+                return (f"guardrail {rule.name!r} ({rule.slug}) asks a person before the model reads this result: "
+                        f"{excerpt(content, findings)}")[:300]
+        return None
 
     def stream(self) -> "StreamGuard | None":
         return StreamGuard(self) if self.streamed or self.withheld else None

@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from agents_app.approvals.gate import ApprovalFailed, Gate
+from agents_app.approvals.gate import ApprovalFailed, Gate, Verdict
 from agents_app.approvals.policy import Rule, policy_rules
 from agents_app.execution.agents import AgentDefinition, agent_register
 from agents_app.execution.children import CHILD_KINDS, OUTCOME_KEYS, child_for_call, child_spawn, parent_signal
@@ -557,6 +557,11 @@ class ToolCaller:
     async def __call__(self, call: ToolCall) -> ToolResult:
         self.ids["current"], self.ids["call"] = f"{self.session_id}:{call.id}", call.id
         registry, gate = self.registry, self.gate
+        holds = self.guard is not None and self.guard.asks_results(call.name)
+        if holds:  # its result may be held for a person already: then the tool ran, and does not run again
+            held = await gate.result(call_id=call.id)
+            if held is not None:
+                return _held_result(held)
         with phases.timed("gate"):
             rule = gate.rule(call.name, registry.get(call.name)) if call.name in registry else None
             if rule is None and self.guard is not None and call.name in registry:
@@ -599,7 +604,25 @@ class ToolCaller:
             content = await result_kept(name=call.name, call_id=call.id, arguments=call.arguments,
                                         content=outcome.content, agent=self.agent, max_bytes=self.result_limit,
                                         write=self.store.file_write, scope=self.scope)
-        return ToolResult(ok=outcome.ok, content=content, error_kind=outcome.error_kind, rejected=rejected)
+        if holds:  # the other guardrails first: a person reads the result as the model would
+            content = await self.guard.result(call, content)
+            reason = await self.guard.asking_result(call, content)
+            if reason:
+                await self.store.flush()  # the guardrail's event before the request's
+                await gate.hold(call_id=call.id, name=call.name, content=content, reason=reason)
+                return ToolResult(ok=True, content="", suspended=True)
+        return ToolResult(ok=outcome.ok, content=content, error_kind=outcome.error_kind, rejected=rejected,
+                          guarded=holds)
+
+
+def _held_result(verdict: Verdict) -> ToolResult:
+    """A tool's result a person was asked about, as the model reads it: as they let it (edited or not), or why
+    it was withheld."""
+    if verdict.suspend:
+        return ToolResult(ok=True, content="", suspended=True)
+    if verdict.refusal is not None:
+        return ToolResult(ok=False, content=verdict.refusal, error_kind="rejected", guarded=True)
+    return ToolResult(ok=True, content=verdict.arguments["result"], guarded=True)
 
 
 @dataclass

@@ -32,6 +32,7 @@ class ToolResult:
     error_kind: str | None = None
     suspended: bool = False  # no result yet: it comes when the session resumes (see SessionState.waiting)
     rejected: str | None = None  # the value an ``invalid_output`` error refused (kept if the session fails on it)
+    guarded: bool = False  # the content passed the session's tool_result guardrails already (Guard.result)
 
 
 @dataclass
@@ -305,7 +306,7 @@ async def _blocked_answer(state: SessionState, store: SessionStore, model: Model
 async def _record(state: SessionState, store: SessionStore, call: ToolCall, result: ToolResult, *,
                   elapsed: float, guard: Guard | None = None) -> bool:
     """Append a tool's result to the history, emit it and checkpoint; True when the result is new."""
-    if guard is not None:
+    if guard is not None and not result.guarded:
         result.content = await guard.result(call, result.content)
     state.messages.append(Message(role="tool", content=result.content, tool_call_id=call.id, name=call.name))
     if result.error_kind == INVALID_OUTPUT:
@@ -484,7 +485,10 @@ async def run_session(
                 break
             if call.id in state.waiting:
                 # Started before the session suspended: ask again for its result, counted once.
-                result = await call_tool(call)
+                try:
+                    result = await call_tool(call)
+                except GuardrailTripped as tripped:  # its result, checked by the tool caller, was blocked
+                    return await fail("guardrail", str(tripped), retry=False)
                 if result.suspended:
                     continue
                 state.waiting.remove(call.id)
@@ -512,7 +516,10 @@ async def run_session(
                     content=f"Invalid arguments for {call.name}: not a JSON object: {call.raw_arguments[:500]}",
                 )
             else:
-                result = await call_tool(call)
+                try:
+                    result = await call_tool(call)
+                except GuardrailTripped as tripped:  # its result, checked by the tool caller, was blocked
+                    return await fail("guardrail", str(tripped), retry=False)
             if result.suspended:
                 state.waiting.append(call.id)
                 state.elapsed_s = elapsed_before + clock() - started

@@ -21,6 +21,7 @@ class RequestKind(models.TextChoices):
     APPROVAL = "approval"  # a tool call waits for approval
     QUESTION = "question"  # ask_human
     GATE = "gate"  # a workflow step's gate (before it starts or before its outputs are accepted)
+    RESULT = "result"  # a tool's result an ``ask`` guardrail holds until a person lets the model read it
 
 
 class RequestStatus(models.TextChoices):

@@ -115,6 +115,8 @@ def test_a_sync_imports_a_guardrail_before_the_agent_that_names_it(team_a):
 CATASTROPHIC = backtracking_problem("^(a+)+$")
 FENCE_REFUSED = ("fence marks a tool's result as untrusted data: it needs applies_to: [tool_result] and nothing "
                  "else")
+ASK_REFUSED = ("ask makes a tool call, or its result, wait for a person: it needs applies_to tool_arguments, "
+               "memory_write or tool_result, and nothing else")
 UNKNOWN_TYPE = f"'regex' is not a detector: one of {', '.join(DETECTORS)}"
 # What a POST sends instead of VALID's fields, where the refusal is (its loc) and what it says.
 BAD = {
@@ -125,9 +127,7 @@ BAD = {
     "unknown-type": ({"detector": {"type": "regex"}}, ["body", "detector", "type"], UNKNOWN_TYPE),
     "fence-not-on-tool-results": ({"applies_to": ["model_answer"], "action": "fence"}, ["body", "action"],
                                   FENCE_REFUSED),
-    "ask-on-tool-results": ({"applies_to": ["tool_result"], "action": "ask"}, ["body", "action"],
-                            "ask makes a tool call wait for a person: it needs applies_to tool_arguments or "
-                            "memory_write, and nothing else"),
+    "ask-on-answers": ({"applies_to": ["model_answer"], "action": "ask"}, ["body", "action"], ASK_REFUSED),
     "no-point": ({"applies_to": []}, ["body", "applies_to"],
                  "List should have at least 1 item after validation, not 0"),
     "a-point-twice": ({"applies_to": ["tool_result", "tool_result"]}, ["body", "applies_to"],
@@ -314,9 +314,7 @@ def test_an_outgoing_guardrail_round_trips_and_refuses_actions_that_are_not_for_
 
     head = "---\nname: Probe\napplies_to: [outgoing]\ndetector: {type: pii, kinds: [card]}\n"
     assert refused(GUARDRAIL, team_a, head + "action: fence\n---\n") == (5, "action", FENCE_REFUSED)
-    assert refused(GUARDRAIL, team_a, head + "action: ask\n---\n") == (
-        5, "action", "ask makes a tool call wait for a person: it needs applies_to tool_arguments or memory_write, "
-                     "and nothing else")
+    assert refused(GUARDRAIL, team_a, head + "action: ask\n---\n") == (5, "action", ASK_REFUSED)
     assert refused(GUARDRAIL, team_a, head + "tools: [web_fetch]\naction: warn\n---\n") == (
         5, "tools", "narrows only the tool_arguments, tool_result, memory_write points, and applies_to names none "
                     "of them")

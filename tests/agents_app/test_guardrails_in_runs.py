@@ -301,3 +301,74 @@ def test_an_answer_in_a_language_not_allowed_fails_the_session_and_one_in_englis
     assert blocked.result == ""
     assert [(e.data["text"], e.data.get("blocked")) for e in events(blocked, "llm_response")] == [("", True)]
     assert (answered.status, answered.result, triggered(answered)) == ("succeeded", english, [])
+
+
+class Contact(BaseHTTPRequestHandler):
+    hits = 0
+
+    def do_GET(self):
+        type(self).hits += 1
+        body = b"<html><body><p>Contact ann@example.org for the keys.</p></body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_ask_guardrail_holds_a_tool_result_until_a_person_lets_the_model_read_it(team_a, monkeypatch, api_for):
+    from mas_project.celery import app
+
+    guardrail(team_a, "Read pages first", "applies_to: [tool_result]\ntools: [web_fetch]\ndetector:\n  type: pii\n"
+                                          "  kinds: [email]\naction: ask\ndefault: true\n")
+    agent(team_a, "Reader", "tools: [web_fetch]\n")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Contact)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/contact"
+    queue = f"held-{os.getpid()}"
+    monkeypatch.setitem(app.conf, "task_default_queue", queue)
+    worker = start_worker(queue, queue=queue, env={"MAS_WEB_FETCH_ALLOW": "127.0.0.1"})
+    operator = api_for(team_a, "operator")
+
+    def held(run) -> ApprovalRequest:
+        return wait_until(lambda: ApprovalRequest.objects.filter(run=run, status="pending").first(), 60,
+                          "the held result's request")
+
+    try:
+        edited_run = run_start(team=team_a, agent="reader", input="Who has the keys?", script={"reader": [
+            call("web_fetch", url=url), {"text": "Ask the office.", "expect": ["Contact the office for the keys."]}]})
+        request = held(edited_run)
+        assert (request.kind, request.tool, request.call_id) == ("result", "web_fetch", "result:tc-1")
+        assert "Contact ann@example.org for the keys." in request.arguments["result"]
+        assert request.reason.startswith("guardrail 'Read pages first' (read-pages-first) asks a person before the "
+                                         "model reads this result: ")
+        assert "[email]" in request.reason and "ann@example.org" not in request.reason
+        # A person lets the model read it, edited.
+        assert operator.post(f"/api/approvals/{request.id}", {
+            "decision": "approve", "arguments": {"result": "Contact the office for the keys."}}).status_code == 200
+        edited_run = finish(edited_run)
+
+        withheld_run = run_start(team=team_a, agent="reader", input="Who has the keys?", script={"reader": [
+            call("web_fetch", url=url), {"text": "Unknown.", "expect": ["the result of web_fetch was withheld"]}]})
+        request = held(withheld_run)
+        assert operator.post(f"/api/approvals/{request.id}", {
+            "decision": "reject", "message": "not for the model"}).status_code == 200
+        withheld_run = finish(withheld_run)
+    finally:
+        stop_worker(worker)
+        server.shutdown()
+
+    # The page was fetched once per run: a resumed session reads the held result, it does not fetch again.
+    assert Contact.hits == 2
+    assert (edited_run.status, edited_run.result) == ("succeeded", "Ask the office.")
+    assert [e.data["content"] for e in events(edited_run, "tool_result")] == ["Contact the office for the keys."]
+    assert [(e["guardrail"], e["where"], e["action"], e["tool"]) for e in triggered(edited_run)] == [
+        ("read-pages-first", "tool_result", "ask", "web_fetch")]
+    assert (withheld_run.status, withheld_run.result) == ("succeeded", "Unknown.")
+    [result] = [e.data for e in events(withheld_run, "tool_result")]
+    assert result["content"].startswith("the result of web_fetch was withheld: ")
+    assert result["content"].endswith(" rejected it. Their message: not for the model")
+    assert "ann@example.org" not in json.dumps([e.data for e in events(withheld_run, "tool_result")])

@@ -183,3 +183,46 @@ def test_an_operator_answers_an_agents_question_with_one_of_its_choices(
         "status", "decided_by", "decision")) == [
         ("answered", olga.pk, {"decision": "answer", "answer": "us-east"}),
         ("answered", olga.pk, {"decision": "answer", "answer": "Tuesday at 9"})]
+
+
+def test_an_operator_edits_a_result_a_guardrail_holds_and_the_model_reads_the_edit(
+        team_a, make_member, make_token, celery_worker_process, asgi_server, chromium):  # noqa: F811
+    from agents_app.kinds import GUARDRAIL
+    from tests.runs import define
+
+    define(team_a, GUARDRAIL, "---\nname: Read notes first\napplies_to: [tool_result]\ntools: [vfs_read]\n"
+                              "detector:\n  type: pii\n  kinds: [email]\naction: ask\ndefault: true\n---\n")
+    agent(team_a, "Reader", "tools: [vfs_write, vfs_read]\n")
+    olga = make_member(team_a, role="operator", username="olga")
+    note = "Write to ann@example.org about the keys."
+    run_id = start(asgi_server.url, make_token(team_a, olga), "reader", {"reader": [
+        call("vfs_write", path="note.md", content=note), call("vfs_read", path="note.md"),
+        {"latency_ms": 800, "expect": "Write to the office about the keys.", "text": "Done."}]})
+
+    context = chromium.new_context(viewport={"width": 1300, "height": 1000})
+    try:
+        page = context.new_page()
+        sign_in(page, asgi_server.url, "olga", f"/runs/{run_id}/")
+        card = ".approval[data-kind=result]"
+        page.wait_for_selector(f"{card}[data-status=pending] button.approve", timeout=30_000)
+        assert page.text_content(f"{card} .what") == "reader holds the result of vfs_read"
+        assert page.text_content(f"{card} pre.result") == note
+        assert line(page, "approval_requested") == (
+            "holds the result of vfs_read for a person: guardrail 'Read notes first' (read-notes-first) asks a "
+            "person before the model reads this result: Write to [email] about the keys.")
+        page.click(f"{card} button.edit")
+        page.fill(f"{card} textarea.edit-result", "Write to the office about the keys.")
+        page.click(f"{card} button.approve-edited")
+        page.wait_for_selector(f"{card}[data-status=approved]", timeout=10_000)
+        page.wait_for_selector("#status.succeeded", timeout=30_000)
+        assert page.text_content("#result") == "Done."
+    finally:
+        context.close()
+        settle(run_id)
+
+    run = Run.objects.get(pk=run_id)
+    request = ApprovalRequest.objects.get(run=run)
+    assert (request.kind, request.status, request.decision) == ("result", "approved", {
+        "decision": "approve", "message": "", "arguments": {"result": "Write to the office about the keys."}})
+    assert [e.data["content"] for e in events(run, "tool_result") if e.data["name"] == "vfs_read"] == [
+        "Write to the office about the keys."]

@@ -36,10 +36,12 @@
       el.appendChild(head);
       el.appendChild(node("p", { class: "question" }, d.question));
     } else {
-      head.appendChild(document.createTextNode(d.kind === "gate" ? " waits at a gate: " : " wants to call "));
+      head.appendChild(document.createTextNode(d.kind === "gate" ? " waits at a gate: "
+        : d.kind === "result" ? " holds the result of " : " wants to call "));
       head.appendChild(node("code", { class: "tool" }, d.call?.name || ""));
       el.appendChild(head);
-      el.appendChild(node("pre", { class: "arguments" }, JSON.stringify(d.arguments ?? {}, null, 2)));
+      el.appendChild(d.kind === "result" ? node("pre", { class: "result" }, d.arguments?.result ?? "")
+        : node("pre", { class: "arguments" }, JSON.stringify(d.arguments ?? {}, null, 2)));
     }
     const deadline = d.deadline ? new Date(d.deadline).toLocaleString() : "";
     el.appendChild(node("p", { class: "why" }, `${d.reason || ""}${deadline ? ` · deadline ${deadline}, then ${d.default}` : ""}`));
@@ -48,6 +50,23 @@
     el.appendChild(node("p", { class: "outcome", hidden: true }));
     el.appendChild(node("p", { class: "error", hidden: true }));
     cards.set(d.request, el); list.appendChild(el); box.hidden = false;
+  }
+
+  // A button that opens an editor of ``value``, and the editor: its approve button gives ``approve`` the text.
+  function editing(label, cls, value, approveLabel, approve) {
+    const edit = node("button", { type: "button", class: "edit secondary" }, label);
+    const editor = node("div", { class: "editor", hidden: true });
+    const text = node("textarea", { class: cls, rows: 8, spellcheck: false });
+    text.value = value;
+    const approveEdited = node("button", { type: "button", class: "approve-edited" }, approveLabel);
+    approveEdited.addEventListener("click", () => approve(text.value));
+    edit.setAttribute("aria-expanded", "false");
+    edit.addEventListener("click", () => {
+      editor.hidden = !editor.hidden; edit.setAttribute("aria-expanded", String(!editor.hidden));
+      if (!editor.hidden) text.focus();
+    });
+    editor.append(text, approveEdited);
+    return [edit, editor];
   }
 
   function actions(d) {
@@ -71,23 +90,15 @@
       approve.addEventListener("click", () => decide({ decision: "approve" }));
       bar.appendChild(approve);
       if (d.kind === "approval") {
-        const edit = node("button", { type: "button", class: "edit secondary" }, "Edit arguments");
-        const editor = node("div", { class: "editor", hidden: true });
-        const text = node("textarea", { class: "edit-arguments", rows: 8, spellcheck: false });
-        text.value = JSON.stringify(d.arguments ?? {}, null, 2);
-        const approveEdited = node("button", { type: "button", class: "approve-edited" }, "Approve with these arguments");
-        approveEdited.addEventListener("click", () => {
-          let args;
-          try { args = JSON.parse(text.value); } catch (err) { return showError(bar, `The arguments are not JSON: ${err.message}`); }
-          decide({ decision: "approve", arguments: args });
-        });
-        edit.setAttribute("aria-expanded", "false");
-        edit.addEventListener("click", () => {
-          editor.hidden = !editor.hidden; edit.setAttribute("aria-expanded", String(!editor.hidden));
-          if (!editor.hidden) text.focus();
-        });
-        editor.append(text, approveEdited);
-        bar.append(edit, editor);
+        bar.append(...editing("Edit arguments", "edit-arguments", JSON.stringify(d.arguments ?? {}, null, 2),
+          "Approve with these arguments", (value) => {
+            let args;
+            try { args = JSON.parse(value); } catch (err) { return showError(bar, `The arguments are not JSON: ${err.message}`); }
+            decide({ decision: "approve", arguments: args });
+          }));
+      } else if (d.kind === "result") {  // the person may let the model read the result changed
+        bar.append(...editing("Edit the result", "edit-result", d.arguments?.result ?? "", "Let the model read this",
+          (value) => decide({ decision: "approve", arguments: { result: value } })));
       }
     }
     const reject = node("div", { class: "reject" });
@@ -161,8 +172,9 @@
     const d = e.data || {};
     switch (e.type) {
       case "approval_requested":
-        return d.kind === "gate" ? `waits at ${d.call?.name} for approval: ${d.reason}`
-          : `asks to call ${d.call?.name} ${compact(d.arguments)} — ${d.reason}`;
+        if (d.kind === "gate") return `waits at ${d.call?.name} for approval: ${d.reason}`;
+        if (d.kind === "result") return `holds the result of ${d.call?.name} for a person: ${d.reason}`;
+        return `asks to call ${d.call?.name} ${compact(d.arguments)} — ${d.reason}`;
       case "human_question":
         return `asks a person: ${quote(d.question || "")}${(d.choices || []).length ? ` [${d.choices.join(" | ")}]` : ""}`;
       case "approval_decided": return outcomeText(d);
