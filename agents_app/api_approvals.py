@@ -39,20 +39,21 @@ RequestStatusName = Literal["pending", "approved", "rejected", "answered", "expi
 
 
 class ApprovalOut(BaseModel):
-    """A request for a person: a tool call to approve, a question to answer, a workflow step's gate, or a tool's
-    result an ``ask`` guardrail holds until a person lets the model read it."""
+    """A request for a person: a tool call to approve, a question to answer, a workflow step's gate, or content an
+    ``ask`` guardrail holds until a person lets it go on: a tool's result, a session's final answer."""
 
     id: str
     run: str
     run_status: str
     session: str
     agent: str
-    kind: Literal["approval", "question", "gate", "result"]
+    kind: Literal["approval", "question", "gate", "result", "answer"]
     tool: str = Field(description="The tool whose call (or result) waits (ask_human for a question, 'step …' for a "
                                   "gate).")
     call_id: str
     arguments: dict[str, Any] = Field(description="The call's arguments as the model gave them; for a result, "
-                                                  "{\"result\": the text the model would read}.")
+                                                  "{\"result\": the text the model would read}; for an answer, "
+                                                  "{\"answer\": the text}.")
     question: str
     choices: list[str]
     reason: str
@@ -73,7 +74,8 @@ class DecisionIn(BaseModel):
     decision: Literal["approve", "reject", "answer"]
     arguments: dict[str, Any] | None = Field(default=None, description=(
         "approve only: the arguments to run the call with instead (checked against the tool's parameters); for a "
-        "result, {\"result\": the text the model reads instead}."))
+        "result, {\"result\": the text the model reads instead}; for an answer, {\"answer\": the text that "
+        "leaves instead}."))
     message: str = Field(default="", max_length=MAX_MESSAGE_CHARS, description=(
         "reject: what the model reads as the tool's result (why, what to do instead)."))
     answer: str | None = Field(default=None, max_length=MAX_ANSWER_CHARS, description=(
@@ -82,7 +84,7 @@ class DecisionIn(BaseModel):
 
 class ApprovalFilters(BaseModel):
     status: RequestStatusName | None = None
-    kind: Literal["approval", "question", "gate", "result"] | None = None
+    kind: Literal["approval", "question", "gate", "result", "answer"] | None = None
     run: uuid.UUID | None = None
     limit: int = Field(default=50, ge=1, le=500)
     offset: int = Field(default=0, ge=0, le=10_000_000)

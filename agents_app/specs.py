@@ -270,8 +270,8 @@ class GuardrailSpec(Strict):
         "What a finding does: block (the session fails as guardrail), redact or mask the content (the original is "
         "never stored), warn (an event, nothing changed), fence (a tool result wrapped as untrusted data; "
         "applies_to tool_result only), ask (the tool call waits for a person's approval, as an approval policy's "
-        "would, or its result waits until a person lets the model read it; applies_to tool_arguments, memory_write "
-        "or tool_result only)."))
+        "would, its result waits until a person lets the model read it, the answer until a person lets it out; "
+        "applies_to tool_arguments, memory_write, tool_result or model_answer only)."))
     default: bool = Field(default=False, description=(
         "A team default: checks every run of the team, without being named by an agent, a step or the run."))
 
@@ -294,9 +294,10 @@ class GuardrailSpec(Strict):
 
     @model_validator(mode="after")
     def _action_fits(self) -> "GuardrailSpec":
-        if self.action == "ask" and not set(self.applies_to) <= {"tool_arguments", "memory_write", "tool_result"}:
-            raise ValueError("action: ask makes a tool call, or its result, wait for a person: it needs applies_to "
-                             "tool_arguments, memory_write or tool_result, and nothing else")
+        if self.action == "ask" and not set(self.applies_to) <= {"tool_arguments", "memory_write", "tool_result",
+                                                                 "model_answer"}:
+            raise ValueError("action: ask makes a tool call, its result or the answer wait for a person: it needs "
+                             "applies_to tool_arguments, memory_write, tool_result or model_answer, and nothing else")
         if self.action == "fence" and self.applies_to != ["tool_result"]:
             raise ValueError("action: fence marks a tool's result as untrusted data: it needs applies_to: "
                              "[tool_result] and nothing else")

@@ -143,6 +143,8 @@ class ApprovalRequestAdmin(ReadOnlyTeamAdmin):
             return f"Gate: {obj.tool}"
         if obj.kind == RequestKind.RESULT:
             return f"Result of {obj.tool}"
+        if obj.kind == RequestKind.ANSWER:
+            return "Answer"
         return obj.tool
 
     @admin.display(description="Arguments / choices")
@@ -315,6 +317,8 @@ def _describe(obj: ApprovalRequest) -> str:
         return f"Gate: {obj.tool} ({obj.agent})"
     if obj.kind == RequestKind.RESULT:
         return f"Result of {obj.tool} for {obj.agent}"
+    if obj.kind == RequestKind.ANSWER:
+        return f"Answer of {obj.agent}"
     return f"{obj.tool} by {obj.agent}"
 
 

@@ -24,9 +24,10 @@ class ApprovalFailed(ToolAborted):
     """No one decided in time and the default outcome is to fail: the session fails, not retried."""
 
 
-# What a person may make of a held result: its text, edited or not.
-RESULT_SCHEMA = {"type": "object", "properties": {"result": {"type": "string", "maxLength": 1_000_000}},
-                 "required": ["result"], "additionalProperties": False}
+# What a person may make of a held result (or answer): its text, edited or not.
+HELD_SCHEMAS = {kind: {"type": "object", "properties": {key: {"type": "string", "maxLength": 1_000_000}},
+                       "required": [key], "additionalProperties": False}
+                for kind, key in ((RequestKind.RESULT, "result"), (RequestKind.ANSWER, "answer"))}
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ def _decided(request) -> Verdict:
     decision = request.decision or {}
     message = decision.get("message") or ""
     what = {RequestKind.APPROVAL: f"{request.tool} was not run",
-            RequestKind.RESULT: f"the result of {request.tool} was withheld"}.get(request.kind, "the step may not go on")
+            RequestKind.RESULT: f"the result of {request.tool} was withheld",
+            RequestKind.ANSWER: "your answer was withheld"}.get(request.kind, "the step may not go on")
     if request.status == RequestStatus.CANCELLED:
         return Verdict(refusal=f"{what}: the run was cancelled while it waited for a person.")
     if request.status == RequestStatus.EXPIRED:
@@ -105,11 +107,10 @@ class Gate:
             await db(services.approval_consume)(request_id=request.id)
         return verdict
 
-    async def result(self, *, call_id: str) -> Verdict | None:
-        """What became of tool call ``call_id``'s result held for a person (:meth:`hold`): None when none was
-        held, else the verdict — its ``arguments["result"]`` is what the model may read (as the person may have
-        edited it)."""
-        request = await self._lookup(f"result:{call_id}")
+    async def held(self, key: str) -> Verdict | None:
+        """What became of the content held as ``key`` (:meth:`hold`): None when none was held, else the
+        verdict — its ``arguments`` hold the text that may go on (as the person may have edited it)."""
+        request = await self._lookup(key)
         if request is None:
             return None
         verdict = _decided(request)
@@ -117,13 +118,14 @@ class Gate:
             await db(services.approval_consume)(request_id=request.id)
         return verdict
 
-    async def hold(self, *, call_id: str, name: str, content: str, reason: str) -> None:
-        """Hold tool call ``call_id``'s result (``content``) until a person lets the model read it, edited or
-        not, or withholds it: an approval request of kind ``result``."""
+    async def hold(self, *, key: str, kind: str, name: str, content: str, reason: str) -> None:
+        """Hold ``content`` until a person lets it go on, edited or not, or withholds it: an approval request of
+        ``kind`` result (a tool's result, ``name`` the tool's) or answer (the session's final answer), named
+        ``key`` in the session, whose arguments are ``{kind: content}``."""
         await db(services.approval_request)(run_id=self.run_id, session_id=self.session_id, agent=self.agent,
-                                            asked=services.Asked(kind=RequestKind.RESULT, call_id=f"result:{call_id}",
-                                                                 tool=name, arguments={"result": content},
-                                                                 schema=RESULT_SCHEMA, reason=reason))
+                                            asked=services.Asked(kind=kind, call_id=key, tool=name,
+                                                                 arguments={kind: content}, schema=HELD_SCHEMAS[kind],
+                                                                 reason=reason))
 
     async def ask(self, *, call_id: str, question: str, choices: list[str]) -> tuple[bool, str]:
         """ask_human: (True, "") while waiting for the answer, then (False, the text the model reads)."""

@@ -17,14 +17,17 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agents_app.kernel.loop import GuardrailTripped
+from agents_app.kernel.loop import GuardrailTripped, Held
 from mas_core.guardrails import Context, Detector, Finding, detector_build, excerpt, fence, mask, redact
 from mas_core.guardrails.language import language_loaded
 from mas_core.llm_types import Message, ToolCall
 from mas_core.patterns import off_loop
 from mas_core.secrets import team_values
+
+if TYPE_CHECKING:
+    from agents_app.approvals.gate import Gate
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +36,8 @@ MEMORY_TOOLS = frozenset({"memory_store", "knowledge_contribute", "blackboard_wr
 # Texts longer than this are checked on the CPU pool, not on the worker's event loop (so is the first language check
 # of a process, which loads its model).
 OFF_LOOP_CHARS = 20_000
+# Where an ``ask`` guardrail holds the content itself for a person (elsewhere it makes a tool call wait).
+HELD_POINTS = frozenset({"tool_result", "model_answer"})
 # Of a streamed answer, the last characters are held back until the next chunk (or the end): a match may
 # begin in one chunk and end in the next.
 STREAM_HOLD_CHARS = 256
@@ -124,13 +129,19 @@ def rows_read(value: str | None) -> list[dict[str, Any]]:
 class SessionGuard:
     """The kernel loop's :class:`~agents_app.kernel.loop.Guard` for one session's rules."""
 
-    def __init__(self, rules: list[Rule], *, context: Context, emit: Emit, ask: Ask | None = None) -> None:
+    def __init__(self, rules: list[Rule], *, context: Context, emit: Emit, ask: Ask | None = None,
+                 gate: Gate | None = None, flush: Callable[[], Awaitable[None]] | None = None) -> None:
         self.rules, self.context, self.emit, self.ask = rules, context, emit, ask
+        # What holds an answer for a person (the session's approval gate), and what writes the session's
+        # events before the request's.
+        self.gate, self.flush = gate, flush
+        self.holding = [rule for rule in rules if rule.action == "ask" and "model_answer" in rule.where]
         self.streamed = [rule for rule in rules if "model_answer" in rule.where and rule.detector.remote is None
                          and rule.detector.type not in WHOLE_TEXT and rule.action != "warn"]
         # A remote detector judges the whole answer, once (asking a model or a service at each chunk would cost
         # a call per chunk): until it has, nothing of the answer is shown, so nothing streams.
-        self.withheld = any("model_answer" in rule.where and rule.detector.remote is not None
+        # So for an answer an ask guardrail may hold for a person.
+        self.withheld = any("model_answer" in rule.where and (rule.detector.remote is not None or rule.action == "ask")
                             and rule.action != "warn" for rule in rules)
         self.requested = any("model_request" in rule.where for rule in rules)
         self.sent: dict[str, str] = {}  # model_request: a message's content -> as the provider saw it
@@ -138,8 +149,8 @@ class SessionGuard:
     async def check(self, where: str, text: str, *, tool: str | None = None) -> str:
         """``text`` as it may go on after every rule for ``where`` (and ``tool``) looked at it."""
         for rule in self.rules:
-            if not text or not rule.applies(where, tool) or (rule.action == "ask" and where == "tool_result"):
-                continue  # a result a person is asked about is asked about by the tool caller (asking_result)
+            if not text or not rule.applies(where, tool) or (rule.action == "ask" and where in HELD_POINTS):
+                continue  # content a person is asked about: asked where it is held (asking_result, held)
             findings = await self._find(rule, text, where, tool)
             if not findings:
                 continue
@@ -225,6 +236,28 @@ class SessionGuard:
 
     async def result(self, call: ToolCall, content: str) -> str:
         return await self.check("tool_result", content, tool=call.name)
+
+    async def held(self, text: str, key: str) -> Held | None:
+        if not self.holding or self.gate is None:
+            return None
+        verdict = await self.gate.held(key)
+        if verdict is None:
+            for rule in self.holding:
+                findings = await self._find(rule, text, "model_answer")
+                if findings:
+                    await self.emit("guardrail_triggered", triggered(rule, "model_answer", None, text, findings))
+                    if self.flush is not None:
+                        await self.flush()  # the guardrail's event before the request's
+                    reason = (f"guardrail {rule.name!r} ({rule.slug}) asks a person before the answer leaves: "
+                              f"{excerpt(text, findings)}")[:300]
+                    await self.gate.hold(key=key, kind="answer", name="answer", content=text, reason=reason)
+                    return Held(waiting=True)
+            return None
+        if verdict.suspend:
+            return Held(waiting=True)
+        if verdict.refusal is not None:
+            return Held(refusal=verdict.refusal)
+        return Held(text=verdict.arguments["answer"])
 
     def asks_results(self, tool: str) -> bool:
         """Whether an ``ask`` guardrail looks at ``tool``'s results (the tool caller then holds them)."""
@@ -352,15 +385,17 @@ def input_checked(*, team, named: list[str], text: str) -> tuple[str, list[dict[
 
 
 def session_guard(*, rows: list[dict[str, Any]], team: str, system_prompt: str, emit: Emit,
-                  ask: Callable[[], Ask] | None = None) -> SessionGuard | None:
+                  ask: Callable[[], Ask] | None = None, gate: Gate | None = None,
+                  flush: Callable[[], Awaitable[None]] | None = None) -> SessionGuard | None:
     """The guard of a session of team ``team`` (a slug) whose guardrail rows are ``rows``; None when there are
-    none. ``ask`` makes the asker of remote detectors, called only when a rule has one."""
+    none. ``ask`` makes the asker of remote detectors, called only when a rule has one; ``gate`` and ``flush``:
+    see :class:`SessionGuard`."""
     rules = rules_from(rows)
     if not rules:
         return None
     remote = ask is not None and any(rule.detector.remote is not None for rule in rules)
     return SessionGuard(rules, context=context_for(rules, team=team, system_prompt=system_prompt), emit=emit,
-                        ask=ask() if remote else None)
+                        ask=ask() if remote else None, gate=gate, flush=flush)
 
 
 def outgoing_checked(*, team_id: int, team: str, run_id, event: str, data: dict[str, Any]) -> dict[str, Any] | None:

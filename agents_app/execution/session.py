@@ -559,7 +559,7 @@ class ToolCaller:
         registry, gate = self.registry, self.gate
         holds = self.guard is not None and self.guard.asks_results(call.name)
         if holds:  # its result may be held for a person already: then the tool ran, and does not run again
-            held = await gate.result(call_id=call.id)
+            held = await gate.held(f"result:{call.id}")
             if held is not None:
                 return _held_result(held)
         with phases.timed("gate"):
@@ -609,7 +609,7 @@ class ToolCaller:
             reason = await self.guard.asking_result(call, content)
             if reason:
                 await self.store.flush()  # the guardrail's event before the request's
-                await gate.hold(call_id=call.id, name=call.name, content=content, reason=reason)
+                await gate.hold(key=f"result:{call.id}", kind="result", name=call.name, content=content, reason=reason)
                 return ToolResult(ok=True, content="", suspended=True)
         return ToolResult(ok=outcome.ok, content=content, error_kind=outcome.error_kind, rejected=rejected,
                           guarded=holds)
@@ -704,8 +704,9 @@ async def _begin(activation_id: str) -> SessionStart | None:
 
 async def _prepare(start: SessionStart) -> SessionWork | None:
     """Everything the loop needs, in this order: what it reads from the database (skills, the model, the
-    team's rules, the execution context: one hop), the history, the tools, the approval gate, what runs a
-    tool call, the loop's configuration. None when the model cannot be resolved."""
+    team's rules, the execution context: one hop), the approval gate and the guardrails (which hold content
+    for a person through it), the history, the tools, what runs a tool call, the loop's configuration. None
+    when the model cannot be resolved."""
     run, session, activation, agent = start.run, start.session, start.activation, start.agent
     cursor = MemoryCursor(dict(run.script_cursor))
     store = DatabaseStore(run_id=run.id, session_id=session.id, agent=agent.slug, tier="", cursor=cursor,
@@ -716,8 +717,10 @@ async def _prepare(start: SessionStart) -> SessionWork | None:
         return None
     resolved, skills, rules = reads.resolved, reads.skills, reads.rules
     store.tier = resolved.tier or ""  # the budget counts the model called, by its row's tier
+    gate = _prepare_gate(start, team_policy=rules.approval_policy)
     guard = session_guard(rows=rules.guardrails, team=rules.team, system_prompt=agent.body, emit=store.emit,
-                          ask=lambda: RemoteChecks(run=run, cursor=cursor, store=store, team=rules.team))
+                          ask=lambda: RemoteChecks(run=run, cursor=cursor, store=store, team=rules.team),
+                          gate=gate, flush=store.flush)
     try:
         state = await _prepare_context(start, store, skills=skills, execution=reads.execution, guard=guard)
     except GuardrailTripped as tripped:  # the task itself was blocked: the session fails, settled at once
@@ -726,7 +729,6 @@ async def _prepare(start: SessionStart) -> SessionWork | None:
     model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor, span=telemetry.session_span(
         run_id=run.id, session_id=session.id, agent=agent.slug, attempt=session.attempt))
     registry, mcp = await _prepare_tools(start, store, team_tools=reads.team_tools)
-    gate = _prepare_gate(start, team_policy=rules.approval_policy)
     outputs_set = set(activation.ctx.outputs or {})
     call_tool, offered = await _prepare_calls(start, store, registry=registry, gate=gate, skills=skills,
                                               outputs_set=outputs_set, span=model.span, rules=rules, guard=guard)

@@ -152,6 +152,16 @@ class GuardrailTripped(Exception):
     response: ModelResponse | None = None
 
 
+@dataclass(frozen=True)
+class Held:
+    """What became of a final answer a guardrail held for a person: still waiting (the session suspends), let
+    out (``text``: as it may leave, maybe edited), or withheld (``refusal``: what the model reads next)."""
+
+    waiting: bool = False
+    text: str | None = None
+    refusal: str | None = None
+
+
 class StreamCheck(Protocol):
     """One model call's streamed text, checked in chunks: ``feed`` returns what may be shown now (a tail that
     could still be the start of a match is held back), ``end`` the rest once the answer is complete."""
@@ -177,6 +187,10 @@ class Guard(Protocol):
         ...
     def stream(self) -> StreamCheck | None:
         """A check of one call's streamed text, or None when no guardrail looks at the answer."""
+        ...
+    async def held(self, text: str, key: str) -> Held | None:
+        """The final answer ``text`` as a person decided on it, when a guardrail holds it for one (``key`` names
+        it in the session: the same on a resume); None when none does."""
         ...
 
 
@@ -379,6 +393,18 @@ async def run_session(
         if state.corrections > config.max_corrections:
             return await invalid()
         answer = state.final_answer()
+        if answer is not None and config.guard is not None:
+            held = await config.guard.held(answer, f"answer:{state.steps}")
+            if held is not None and held.waiting:  # a person decides first: the session holds nothing meanwhile
+                state.elapsed_s = elapsed_before + clock() - started
+                await store.checkpoint(state)
+                return SessionOutcome(status="suspended", result="", meta=meta())
+            if held is not None and held.refusal is not None:  # the model reads why, and answers again
+                state.messages.append(Message(role="user", content=held.refusal))
+                await store.checkpoint(state)
+                answer = None
+            elif held is not None:
+                answer = held.text  # the history keeps the model's own words; the session's result is this
         if answer is not None:
             # Recorded (checkpointed) before it is judged, so a resumed session judges it the same way.
             errors = config.output_check(answer) if config.output_check else None

@@ -22,6 +22,7 @@ class RequestKind(models.TextChoices):
     QUESTION = "question"  # ask_human
     GATE = "gate"  # a workflow step's gate (before it starts or before its outputs are accepted)
     RESULT = "result"  # a tool's result an ``ask`` guardrail holds until a person lets the model read it
+    ANSWER = "answer"  # a session's final answer an ``ask`` guardrail holds until a person lets it out
 
 
 class RequestStatus(models.TextChoices):

@@ -115,8 +115,8 @@ def test_a_sync_imports_a_guardrail_before_the_agent_that_names_it(team_a):
 CATASTROPHIC = backtracking_problem("^(a+)+$")
 FENCE_REFUSED = ("fence marks a tool's result as untrusted data: it needs applies_to: [tool_result] and nothing "
                  "else")
-ASK_REFUSED = ("ask makes a tool call, or its result, wait for a person: it needs applies_to tool_arguments, "
-               "memory_write or tool_result, and nothing else")
+ASK_REFUSED = ("ask makes a tool call, its result or the answer wait for a person: it needs applies_to "
+               "tool_arguments, memory_write, tool_result or model_answer, and nothing else")
 UNKNOWN_TYPE = f"'regex' is not a detector: one of {', '.join(DETECTORS)}"
 # What a POST sends instead of VALID's fields, where the refusal is (its loc) and what it says.
 BAD = {
@@ -127,7 +127,7 @@ BAD = {
     "unknown-type": ({"detector": {"type": "regex"}}, ["body", "detector", "type"], UNKNOWN_TYPE),
     "fence-not-on-tool-results": ({"applies_to": ["model_answer"], "action": "fence"}, ["body", "action"],
                                   FENCE_REFUSED),
-    "ask-on-answers": ({"applies_to": ["model_answer"], "action": "ask"}, ["body", "action"], ASK_REFUSED),
+    "ask-on-requests": ({"applies_to": ["model_request"], "action": "ask"}, ["body", "action"], ASK_REFUSED),
     "no-point": ({"applies_to": []}, ["body", "applies_to"],
                  "List should have at least 1 item after validation, not 0"),
     "a-point-twice": ({"applies_to": ["tool_result", "tool_result"]}, ["body", "applies_to"],

@@ -372,3 +372,44 @@ def test_an_ask_guardrail_holds_a_tool_result_until_a_person_lets_the_model_read
     assert result["content"].startswith("the result of web_fetch was withheld: ")
     assert result["content"].endswith(" rejected it. Their message: not for the model")
     assert "ann@example.org" not in json.dumps([e.data for e in events(withheld_run, "tool_result")])
+
+
+def test_an_ask_guardrail_holds_the_answer_until_a_person_lets_it_out_or_withholds_it(
+        team_a, celery_worker_process, api_for):
+    guardrail(team_a, "Check addresses out", "applies_to: [model_answer]\ndetector:\n  type: pii\n  kinds: [email]\n"
+                                             "action: ask\ndefault: true\n")
+    agent(team_a, "Helper")
+    operator = api_for(team_a, "operator")
+    answer = "Write to ann@example.org, she has the keys."
+
+    def held(run) -> ApprovalRequest:
+        return wait_until(lambda: ApprovalRequest.objects.filter(run=run, status="pending").first(), 60,
+                          "the held answer's request")
+
+    edited_run = run_start(team=team_a, agent="helper", input="Who has the keys?",
+                           script={"helper": [{"text": answer}]})
+    request = held(edited_run)
+    assert (request.kind, request.tool, request.call_id, request.arguments) == (
+        "answer", "answer", "answer:1", {"answer": answer})
+    assert request.reason == ("guardrail 'Check addresses out' (check-addresses-out) asks a person before the "
+                              "answer leaves: Write to [email], she has the keys.")
+    assert Run.objects.get(pk=edited_run.pk).status == "waiting"
+    assert operator.post(f"/api/approvals/{request.id}", {
+        "decision": "approve", "arguments": {"answer": "Ask the office, they have the keys."}}).status_code == 200
+    edited_run = finish(edited_run)
+
+    withheld_run = run_start(team=team_a, agent="helper", input="Who has the keys?", script={"helper": [
+        {"text": answer},
+        {"text": "Ask the office.", "expect": ["your answer was withheld", "Their message: no addresses"]}]})
+    request = held(withheld_run)
+    assert operator.post(f"/api/approvals/{request.id}", {
+        "decision": "reject", "message": "no addresses"}).status_code == 200
+    withheld_run = finish(withheld_run)
+
+    assert (edited_run.status, edited_run.result) == ("succeeded", "Ask the office, they have the keys.")
+    assert [(e["guardrail"], e["where"], e["action"]) for e in triggered(edited_run)] == [
+        ("check-addresses-out", "model_answer", "ask")]
+    # Held answers are not streamed: they show whole once a person let them out.
+    assert events(edited_run, "stream_chunk") == []
+    assert (withheld_run.status, withheld_run.result) == ("succeeded", "Ask the office.")
+    assert ApprovalRequest.objects.filter(run=withheld_run).count() == 1  # the second answer held nothing

@@ -35,6 +35,10 @@
       head.appendChild(document.createTextNode(" asks: "));
       el.appendChild(head);
       el.appendChild(node("p", { class: "question" }, d.question));
+    } else if (d.kind === "answer") {
+      head.appendChild(document.createTextNode(" holds its answer"));
+      el.appendChild(head);
+      el.appendChild(node("pre", { class: "result" }, d.arguments?.answer ?? ""));
     } else {
       head.appendChild(document.createTextNode(d.kind === "gate" ? " waits at a gate: "
         : d.kind === "result" ? " holds the result of " : " wants to call "));
@@ -96,9 +100,11 @@
             try { args = JSON.parse(value); } catch (err) { return showError(bar, `The arguments are not JSON: ${err.message}`); }
             decide({ decision: "approve", arguments: args });
           }));
-      } else if (d.kind === "result") {  // the person may let the model read the result changed
-        bar.append(...editing("Edit the result", "edit-result", d.arguments?.result ?? "", "Let the model read this",
-          (value) => decide({ decision: "approve", arguments: { result: value } })));
+      } else if (d.kind === "result" || d.kind === "answer") {  // the person may let the content go on changed
+        const key = d.kind;
+        bar.append(...editing(`Edit the ${key}`, "edit-result", d.arguments?.[key] ?? "",
+          key === "result" ? "Let the model read this" : "Let this answer out",
+          (value) => decide({ decision: "approve", arguments: { [key]: value } })));
       }
     }
     const reject = node("div", { class: "reject" });
@@ -174,6 +180,7 @@
       case "approval_requested":
         if (d.kind === "gate") return `waits at ${d.call?.name} for approval: ${d.reason}`;
         if (d.kind === "result") return `holds the result of ${d.call?.name} for a person: ${d.reason}`;
+        if (d.kind === "answer") return `holds its answer for a person: ${d.reason}`;
         return `asks to call ${d.call?.name} ${compact(d.arguments)} — ${d.reason}`;
       case "human_question":
         return `asks a person: ${quote(d.question || "")}${(d.choices || []).length ? ` [${d.choices.join(" | ")}]` : ""}`;
