@@ -52,6 +52,17 @@ def charged(team, **start) -> Run:
                             script={"clerk": [{"text": ANSWER}]}, **start))
 
 
+def delivered(team, api_for, settings) -> tuple[Run, Receiver]:
+    """A finished run of the team's clerk (:func:`charged`) and the receiver once its run end has arrived."""
+    receiver = receiving(team, api_for, settings)
+    try:
+        run = charged(team)
+        wait_until(lambda: receiver.received, 30, "the run end's webhook")
+    finally:
+        receiver.close()
+    return run, receiver
+
+
 def run_end(run: Run, result: str) -> dict:
     return {"run": str(run.id), "agent": "clerk", "workflow": "", "status": "succeeded", "result": result,
             "error": ""}
@@ -63,12 +74,7 @@ def run_end(run: Run, result: str) -> dict:
 def test_a_card_number_in_a_run_end_reaches_the_webhook_redacted(team_a, webhook_worker, api_for, settings):
     guardrail(team_a, "No cards out", f"applies_to: [outgoing]\n{CARDS}action: redact\ndefault: true\n")
     agent(team_a, "Clerk")
-    receiver = receiving(team_a, api_for, settings)
-    try:
-        run = charged(team_a)
-        wait_until(lambda: receiver.received, 30, "the run end's webhook")
-    finally:
-        receiver.close()
+    run, receiver = delivered(team_a, api_for, settings)
 
     # The run keeps its result: only what leaves is checked.
     assert (run.status, run.result) == ("succeeded", ANSWER)
@@ -108,12 +114,7 @@ def test_guardrails_of_other_points_or_of_another_team_leave_the_notification_as
     guardrail(team_a, "Cards in answers", f"applies_to: [model_answer]\n{CARDS}action: warn\ndefault: true\n")
     guardrail(team_b, "Hold cards", f"applies_to: [outgoing]\n{CARDS}action: block\ndefault: true\n")
     agent(team_a, "Clerk")
-    receiver = receiving(team_a, api_for, settings)
-    try:
-        run = charged(team_a)
-        wait_until(lambda: receiver.received, 30, "the run end's webhook")
-    finally:
-        receiver.close()
+    run, receiver = delivered(team_a, api_for, settings)
 
     assert [json.loads(body)["data"] for _, body in receiver.received] == [run_end(run, ANSWER)]
     assert [(fired["guardrail"], fired["where"]) for fired in triggered(run)] == [("cards-in-answers",
