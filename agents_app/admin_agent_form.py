@@ -48,6 +48,7 @@ SPEC_FIELDS: dict[str, str] = {
     "timeout_s": "limits.timeout_s",
     "memory_enabled": "memory.enabled",
     "memory_k": "memory.k",
+    "expose": "expose",
 }
 FIELD_OF_KEY = {key: field for field, key in SPEC_FIELDS.items()}
 FIELD_OF_KEY["approval"] = "approval"
@@ -132,6 +133,8 @@ class AgentForm(FieldsEditorForm):
         "Tool calls that wait for a person's approval (the team's rules apply as well). A deadline and a default "
         "outcome here override the team's for what the rule matches."))
     memory_enabled = forms.BooleanField(required=False, label="Long-term memory")
+    expose = forms.BooleanField(required=False, label="Reachable through the doors", help_text=(
+        "The team's tokens may call it through the OpenAI-compatible endpoint (/v1/chat/completions)."))
     memory_k = forms.IntegerField(required=False, min_value=1, max_value=100, label="Memories recalled (k)",
                                   help_text="Default 5.")
     prompt = forms.CharField(
@@ -262,7 +265,7 @@ class AgentForm(FieldsEditorForm):
                 value = list(value or []) or None
             elif field in ("agent_name", "agent_description"):
                 value = value or ("" if field == "agent_name" else None)
-            elif field == "memory_enabled":
+            elif field in ("memory_enabled", "expose"):
                 value = True if value else None
             elif value == "":
                 value = None

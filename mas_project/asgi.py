@@ -15,6 +15,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
 from agents_app.consumers import NoSuchSocketConsumer, RunEventsConsumer, TeamRunsConsumer  # noqa: E402
+from agents_app.doors import openai_compat  # noqa: E402
 from mas_project.http_limits import UrlLengthLimit, answer_overlong_lines  # noqa: E402
 
 answer_overlong_lines()
@@ -28,7 +29,16 @@ websocket_urlpatterns = [
     re_path(r"", NoSuchSocketConsumer.as_asgi()),  # anything else: 4404, not the router's exception
 ]
 
+
+async def http_app(scope, receive, send):
+    """The doors beside MAS's own API (``agents_app.doors``: ``/v1/``, the OpenAI-compatible endpoint), and
+    Django for everything else."""
+    if scope["path"] == "/v1" or scope["path"].startswith("/v1/"):
+        return await openai_compat.app(scope, receive, send)
+    return await django_asgi_app(scope, receive, send)
+
+
 application = UrlLengthLimit(ProtocolTypeRouter({
-    "http": django_asgi_app,
+    "http": http_app,
     "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
 }))

@@ -16,24 +16,10 @@ after, outside the gate. Websockets do not pass it (their reads have their own t
 
 from __future__ import annotations
 
-import asyncio
-
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 
-from mas_core.loops import loop_local
-
-
-class _Gate:
-    """A loop's places (a web process has one loop; tests run several, one after another)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.places = asyncio.Semaphore(settings.MAS_WEB_CONCURRENCY)
-
-
-_gates: dict[int, _Gate] = {}
+from mas_core.webgate import gate_places
 
 
 class GatedASGIHandler(ASGIHandler):
@@ -52,5 +38,5 @@ class GatedASGIHandler(ASGIHandler):
         self._in_thread = sync_to_async(self.get_response, thread_sensitive=True)
 
     async def get_response_async(self, request):
-        async with loop_local(_gates, _Gate).places:
+        async with gate_places():
             return await self._in_thread(request)

@@ -145,6 +145,8 @@ MAS_HEALTH_EMBED_RECHECK_S = float(os.environ.get("MAS_HEALTH_EMBED_RECHECK_S", 
 # per team, in a minute.
 MAS_AUTH_FAILURES_PER_MIN = int(os.environ.get("MAS_AUTH_FAILURES_PER_MIN", 10))
 MAS_RUNS_PER_MIN = int(os.environ.get("MAS_RUNS_PER_MIN", 120))
+# How long a door (the OpenAI-compatible endpoint) waits for its run before it answers 422 (the run goes on).
+MAS_DOORS_WAIT_S = float(os.environ.get("MAS_DOORS_WAIT_S", 600))
 # Password sign-ins (mas_project/sign_in.py, the admin's and the site's login): failures counted per account
 # and per client address for MAS_LOGIN_WINDOW_S from the first; at a limit, sign-ins wait until it ends.
 MAS_LOGIN_FAILURES_PER_ACCOUNT = int(os.environ.get("MAS_LOGIN_FAILURES_PER_ACCOUNT", 10))

@@ -87,13 +87,13 @@ def test_adding_an_agent_with_the_form(team_with_things, make_member):
     client = client_for(make_member(team_with_things, "editor"))
     data = form_data(client.get(ADD).context, team=team_with_things.pk, agent_name="Reviewer",
                      agent_description="Reviews drafts", agent_model="local:m2", tools=["vfs_read", "shout"],
-                     skills=["cite"], max_steps="7", prompt="You review.\n\nBe kind.")
+                     skills=["cite"], max_steps="7", expose="on", prompt="You review.\n\nBe kind.")
     response = client.post(ADD, data)
     assert response.status_code == 302, response.context["adminform"].form.errors
     agent = Agent.objects.get(team=team_with_things, slug="reviewer")
     assert agent.content == ("---\nname: Reviewer\ndescription: Reviews drafts\nmodel: local:m2\ntier: medium\n"
-                             "tools:\n- vfs_read\n- shout\nlimits:\n  max_steps: 7\nskills:\n- cite\n---\n\n"
-                             "You review.\n\nBe kind.\n")
+                             "tools:\n- vfs_read\n- shout\nlimits:\n  max_steps: 7\nskills:\n- cite\nexpose: true\n"
+                             "---\n\nYou review.\n\nBe kind.\n")
     assert (team_defs_dir(team_with_things) / "agents" / "reviewer.md").read_text() == agent.content
 
 
@@ -295,6 +295,7 @@ def test_switching_to_the_form_reads_the_unsaved_markdown_and_saves_nothing(team
         "agent_tier": "large", "escalation": "", "temperature": None, "max_tokens": 900,
         "tools": ["vfs_read", "shout"], "mcp_servers": ["docs"], "skills": ["cite"],
         "max_steps": None, "max_tool_calls": None, "timeout_s": None, "memory_enabled": None, "memory_k": None,
+        "expose": None,
         "approval": [{"was": "0", "values": {"tool": "vfs_*", "deadline_s": "", "default": "approve", "reason": ""}}],
         "prompt": "You edit."}
     # A model no provider of the team has is offered as the page would offer it on a reload.

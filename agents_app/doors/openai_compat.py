@@ -1,0 +1,405 @@
+"""The OpenAI-compatible door (issue 25): an exposed agent answers ``POST /v1/chat/completions`` as a model would.
+
+``GET /v1/models`` lists the team's exposed agents (``expose: true``) the token may call; ``POST
+/v1/chat/completions`` with ``model`` = one of their slugs starts a run of it — through ``run_start``, as
+``POST /api/runs`` does: the same token check and role (run), the team's rate limit, budgets, guardrails and
+approvals — whose task is the conversation's messages, and answers with the run's result: whole, or as it
+streams (``"stream": true``: Server-Sent Events of ``chat.completion.chunk`` deltas of the root agent's text,
+then ``data: [DONE]``). The run shows on the monitor like any other (its id is the completion's, after
+``chatcmpl-``, and the ``X-MAS-Run`` header). Errors have OpenAI's shape, ``{"error": {"message", "type",
+"param", "code"}}``.
+
+An ASGI app beside Django's (``mas_project.asgi`` sends it ``/v1/``): a caller waiting for a run holds a
+coroutine, not a thread (:class:`~agents_app.doors.follow.RunFollower`); its database work passes the web
+process's gate as Django's requests do. A caller that goes away cancels its run. A run that fails, is
+cancelled or has not finished after ``MAS_DOORS_WAIT_S`` (it goes on: the monitor has it) is answered 422
+(``type: run_error``), which OpenAI's clients do not retry: a retry would start another run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from contextlib import aclosing
+from typing import Any, Literal
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agents_app.doors.follow import RunFollower
+
+MAX_MESSAGES = 1_000
+OBJECT_PREFIX = "chatcmpl-"
+CONTENT_TYPE = (b"content-type", b"application/json")
+
+
+class _Gone(Exception):
+    """The caller went away (its run, if started, is cancelled): nothing is answered."""
+
+
+class DoorError(Exception):
+    """An answer in OpenAI's error shape: ``status``, ``type`` and ``code`` as OpenAI's API uses them."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.type, self.code, self.param = status, type, code, param
+        self.headers = headers or []
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": str(self), "type": self.type, "param": self.param, "code": self.code}}
+
+
+# -- what a caller sends --------------------------------------------------------------------------
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["text", "input_text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+
+
+class ChatCompletionIn(BaseModel):
+    """A chat completion request; the sampling settings a client sends (temperature, …) are the agent's to
+    choose and are not read."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1, max_length=200)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(default=1, ge=1, le=1)
+
+
+def task_of(messages: list[ChatMessage]) -> str:
+    """The run's task: the last user message, after the conversation before it (and the caller's
+    instructions) when there is one."""
+    texts = [(message.role, _text(message)) for message in messages]
+    last = next((index for index in range(len(texts) - 1, -1, -1) if texts[index][0] == "user"), None)
+    if last is None:
+        raise DoorError(400, "messages: at least one message must have the role user", param="messages")
+    instructions = [text for role, text in texts[:last] if role in ("system", "developer") and text]
+    earlier = [f"{role.capitalize()}: {text}" for role, text in texts[:last] if role not in ("system", "developer")
+               and text]
+    parts = []
+    if instructions:
+        parts.append("The caller's instructions:\n" + "\n\n".join(instructions))
+    if earlier:
+        parts.append("The conversation so far:\n" + "\n\n".join(earlier))
+    if not parts:
+        return texts[last][1]
+    return "\n\n".join(parts + ["The message to answer:\n" + texts[last][1]])
+
+
+def _text(message: ChatMessage) -> str:
+    if message.content is None or isinstance(message.content, str):
+        return message.content or ""
+    return "\n".join(part.text for part in message.content)
+
+
+# -- the database side (in threads) -----------------------------------------------------------------
+
+
+def _actor(token: str | None, capability: str, address: str):
+    from mas_core import ratelimit
+    from mas_core.permissions import Actor
+    from mas_core.teams import api_token_authenticate
+
+    row = api_token_authenticate(token) if token else None
+    if row is None:
+        wait = ratelimit.token_failure(address) if token else None
+        if wait is not None:
+            raise DoorError(429, f"too many failed token authentications from your address; retry in {wait} s",
+                            type="rate_limit_error", code="rate_limit_exceeded",
+                            headers=[(b"retry-after", str(wait).encode())])
+        raise DoorError(401, "a valid API token is required: Authorization: Bearer <the team's token>",
+                        type="invalid_request_error", code="invalid_api_key")
+    actor = Actor(user=row.user, team=row.team, role=row.role)
+    if not actor.can(capability):
+        raise DoorError(403, f"role {actor.role} in team {actor.team.slug} does not allow {capability}",
+                        type="permission_error", code="insufficient_permissions")
+    return actor
+
+
+def _exposed(team) -> list[tuple[str, int]]:
+    """The team's exposed agents: (slug, when it was made, in seconds)."""
+    from agents_app.models import Agent
+
+    return [(slug, int(created.timestamp())) for slug, created in Agent.objects.filter(
+        team=team, spec__expose=True).order_by("slug").values_list("slug", "created_at")]
+
+
+def _start(actor, model: str, task: str) -> tuple[str, str]:
+    """Start the run; (its id, the root agent's slug)."""
+    from agents_app.execution.errors import InputBlocked, RunError
+    from agents_app.execution.runs import run_start
+    from agents_app.models import Agent
+    from agents_app.schemas_runs import MAX_INPUT_CHARS
+    from mas_core import ratelimit
+
+    if not Agent.objects.filter(team=actor.team, slug=model, spec__expose=True).exists():
+        raise DoorError(404, f"the model {model!r} does not exist or the token may not call it: GET /v1/models "
+                             "lists what it may", param="model", code="model_not_found")
+    if len(task) > MAX_INPUT_CHARS:
+        raise DoorError(400, f"messages: the conversation is {len(task):,} characters; a run's task holds at most "
+                             f"{MAX_INPUT_CHARS:,}", param="messages", code="context_length_exceeded")
+    try:
+        ratelimit.run_start_check(actor.team)
+    except ratelimit.RateLimited as limited:
+        raise DoorError(429, str(limited), type="rate_limit_error", code="rate_limit_exceeded",
+                        headers=[(b"retry-after", str(limited.retry_after).encode())]) from None
+    try:
+        run = run_start(team=actor.team, agent=model, input=task, user=actor.user)
+    except InputBlocked as blocked:
+        raise DoorError(400, str(blocked), param="messages", code="content_filter") from None
+    except RunError as error:
+        raise DoorError(400, str(error), param="model", code="run_refused") from None
+    return str(run.id), run.agent
+
+
+def _ended(run_id: str) -> dict[str, Any]:
+    from agents_app.models import Run
+
+    return Run.objects.filter(pk=run_id).values("status", "result", "error", "prompt_tokens",
+                                                "completion_tokens", "created_at").get()
+
+
+def _cancel(run_id: str) -> None:
+    from django.db import transaction
+
+    from agents_app.execution.runs import run_cancel
+    from agents_app.models import Run
+
+    with transaction.atomic():
+        run_cancel(run=Run.objects.get(pk=run_id))
+
+
+async def _db(function, *args):
+    """``function(*args)`` in a thread, past the web process's gate (as Django's requests pass it)."""
+    from mas_core.webgate import gate_places
+
+    async with gate_places():
+        return await sync_to_async(_closing(function), thread_sensitive=False)(*args)
+
+
+def _closing(function):
+    def call(*args):
+        from django.db import connection
+
+        try:
+            return function(*args)
+        finally:
+            connection.close()
+    return call
+
+
+# -- the ASGI app -----------------------------------------------------------------------------------
+
+
+async def app(scope, receive, send) -> None:
+    """``/v1/models`` and ``/v1/chat/completions``; anything else under ``/v1/`` is a 404 in OpenAI's shape."""
+    try:
+        path, method = scope["path"].rstrip("/"), scope["method"]
+        if path == "/v1/models" and method == "GET":
+            actor = await _db(_actor, _bearer(scope), "view", _address(scope))
+            await _json(send, 200, {"object": "list", "data": [
+                {"id": slug, "object": "model", "created": created, "owned_by": actor.team.slug}
+                for slug, created in await _db(_exposed, actor.team)]})
+        elif path == "/v1/chat/completions" and method == "POST":
+            await _chat(scope, receive, send)
+        elif path in ("/v1/models", "/v1/chat/completions"):
+            raise DoorError(405, f"{method} is not allowed on {path}", code="method_not_allowed")
+        else:
+            raise DoorError(404, f"no route {method} {path}: this server answers GET /v1/models and POST "
+                                 "/v1/chat/completions", code="not_found")
+    except DoorError as error:
+        await _json(send, error.status, error.body(), headers=error.headers)
+    except _Gone:
+        pass
+
+
+async def _chat(scope, receive, send) -> None:
+    actor = await _db(_actor, _bearer(scope), "run", _address(scope))
+    body = await _body(receive)
+    try:
+        from mas_core.api_errors import load_json
+
+        request = ChatCompletionIn.model_validate(load_json(body))
+    except ValidationError as invalid:
+        first = invalid.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise DoorError(400, f"{where}: {first['msg']}", param=where) from None
+    except ValueError as error:  # not JSON, too deep, unstorable
+        raise DoorError(400, f"the body is not a JSON object this endpoint takes: {error}") from None
+    run_id, agent = await _db(_start, actor, request.model, task_of(request.messages))
+    if request.stream:
+        await _stream(send, receive, run_id=run_id, request=request)
+    else:
+        await _whole(send, receive, run_id=run_id, request=request)
+
+
+async def _whole(send, receive, *, run_id: str, request: ChatCompletionIn) -> None:
+    async def ended() -> dict[str, Any]:
+        async with aclosing(RunFollower(run_id).events()) as events:
+            async for _ in events:
+                pass  # to its run_complete
+        return await _db(_ended, run_id)
+
+    run = await _until_done(receive, run_id, ended())
+    if run["status"] != "succeeded":
+        raise _failed(run_id, run)
+    await _json(send, 200, {
+        "id": OBJECT_PREFIX + run_id, "object": "chat.completion", "created": int(run["created_at"].timestamp()),
+        "model": request.model, "system_fingerprint": None,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": run["result"], "refusal": None},
+                     "logprobs": None, "finish_reason": "stop"}],
+        "usage": _usage(run)}, headers=[(b"x-mas-run", run_id.encode())])
+
+
+async def _stream(send, receive, *, run_id: str, request: ChatCompletionIn) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+        (b"x-mas-run", run_id.encode())]})
+    created = int(time.time())
+
+    async def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict | None = None) -> None:
+        data = {"id": OBJECT_PREFIX + run_id, "object": "chat.completion.chunk", "created": created,
+                "model": request.model, "system_fingerprint": None,
+                "choices": [] if usage is not None else [{"index": 0, "delta": delta, "logprobs": None,
+                                                          "finish_reason": finish}]}
+        if usage is not None:
+            data["usage"] = usage
+        await _event(send, data)
+
+    async def relay() -> dict[str, Any]:
+        roots: set[str] = set()
+        streamed: list[str] = []
+        await chunk({"role": "assistant", "content": ""})
+        async with aclosing(RunFollower(run_id).events()) as events:
+            async for event in events:
+                kind, data = event["type"], event.get("data") or {}
+                if kind == "session_start" and data.get("kind") == "root":
+                    roots.add(event["session"])
+                elif kind == "stream_chunk" and event["session"] in roots and data.get("text"):
+                    streamed.append(data["text"])
+                    await chunk({"content": data["text"]})
+        run = await _db(_ended, run_id)
+        if run["status"] == "succeeded":
+            # What did not stream (an answer a guardrail held, a cached one) comes whole, once.
+            sent = "".join(streamed)
+            if run["result"].startswith(sent) and len(run["result"]) > len(sent):
+                await chunk({"content": run["result"][len(sent):]})
+        return run
+
+    try:
+        run = await _until_done(receive, run_id, relay())
+    except DoorError as error:
+        await _event(send, error.body())
+    except _Gone:
+        return
+    else:
+        if run["status"] == "succeeded":
+            await chunk({}, finish="stop")
+            if request.stream_options is not None and request.stream_options.include_usage:
+                await chunk({}, usage=_usage(run))
+        else:
+            await _event(send, _failed(run_id, run).body())
+    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+
+
+async def _until_done(receive, run_id: str, work) -> Any:
+    """``work``'s outcome; the caller going away cancels the run; past MAS_DOORS_WAIT_S, a 504."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        done, _ = await asyncio.wait({task, gone}, timeout=settings.MAS_DOORS_WAIT_S,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        if gone in done:
+            await _db(_cancel, run_id)
+            raise _Gone
+        raise DoorError(422, f"run {run_id} has not finished after {settings.MAS_DOORS_WAIT_S:g} s; it goes on "
+                             f"(GET /api/runs/{run_id})", type="run_error", code="timeout")
+    finally:
+        for pending in (task, gone):
+            pending.cancel()
+
+
+async def _disconnected(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _failed(run_id: str, run: dict[str, Any]) -> DoorError:
+    """A run that ended without an answer: 422, which clients do not retry (a retry would start another run)."""
+    if run["status"] == "cancelled":
+        return DoorError(422, f"run {run_id} was cancelled", type="run_error", code="run_cancelled")
+    return DoorError(422, f"run {run_id} failed: {run['error'] or 'no result'}", type="run_error", code="run_failed")
+
+
+def _usage(run: dict[str, Any]) -> dict[str, int]:
+    return {"prompt_tokens": run["prompt_tokens"], "completion_tokens": run["completion_tokens"],
+            "total_tokens": run["prompt_tokens"] + run["completion_tokens"]}
+
+
+# -- HTTP ---------------------------------------------------------------------------------------
+
+
+def _bearer(scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    return None
+
+
+def _address(scope) -> str:
+    client = scope.get("client")
+    return client[0] if client else "unknown"
+
+
+async def _body(receive) -> bytes:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Gone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise DoorError(413, f"the request body is over {limit} bytes", code="request_too_large")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _json(send, status: int, body: dict[str, Any], *, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    data = json.dumps(body, default=str).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        CONTENT_TYPE, (b"content-length", str(len(data)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def _event(send, data: dict[str, Any]) -> None:
+    await send({"type": "http.response.body", "body": f"data: {json.dumps(data, default=str)}\n\n".encode(),
+                "more_body": True})

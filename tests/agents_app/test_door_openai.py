@@ -1,0 +1,174 @@
+"""The OpenAI-compatible door, driven by the official ``openai`` Python SDK against a real daphne and a real
+worker: the agent's model is a local server speaking OpenAI's wire format, so the whole way runs — client, door,
+run, worker, provider, events, door, client.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from agents_app.kinds import PROVIDER
+from agents_app.models import Run
+from tests.agents_app.llm.fake_servers import FakeServer, hang, json_reply, openai_error, openai_stream, sse
+from tests.runs import agent, define, events, wait_until
+from tests.web import WebServer
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+
+@pytest.fixture(scope="module")
+def web(django_db_setup, django_db_blocker):
+    server = WebServer(label="openai-door")
+    server.start()
+    yield f"http://127.0.0.1:{server.port}"
+    server.stop()
+
+
+@pytest.fixture
+def provider(team_a):
+    """The team's model: a local server speaking OpenAI's wire format (replies queued by each test)."""
+    server = FakeServer().start()
+    define(team_a, PROVIDER, f"---\nname: Fake\ntype: openai\nbase_url: {server.url}/v1\nmodels:\n"
+                             "- name: m-medium\n  tier: medium\n---\n")
+    yield server
+    server.stop()
+
+
+def client(web: str, token: str) -> openai.OpenAI:
+    # No retries: a retried request would start another run (the door answers what a retry must not repeat 422).
+    return openai.OpenAI(base_url=f"{web}/v1", api_key=token, max_retries=0, timeout=60)
+
+
+def token_of(team, role, make_member, make_token) -> str:
+    return make_token(team, make_member(team, role))
+
+
+def test_the_models_are_the_teams_exposed_agents_and_nothing_else_is_reachable(
+        web, team_a, team_b, make_member, make_token):
+    agent(team_a, "Helper", "expose: true\n")
+    agent(team_a, "Hidden")
+    agent(team_b, "Other", "expose: true\n")
+    operator = client(web, token_of(team_a, "operator", make_member, make_token))
+    viewer = client(web, token_of(team_a, "viewer", make_member, make_token))
+    other_team = client(web, token_of(team_b, "operator", make_member, make_token))
+
+    listed = operator.models.list()
+    assert [(m.id, m.object, m.owned_by) for m in listed.data] == [("helper", "model", team_a.slug)]
+    assert [m.id for m in viewer.models.list().data] == ["helper"]
+    assert [m.id for m in other_team.models.list().data] == ["other"]
+
+    said = {"role": "user", "content": "Hi"}
+    for who, model in ((operator, "hidden"), (operator, "other"), (other_team, "helper")):
+        with pytest.raises(openai.NotFoundError) as missing:
+            who.chat.completions.create(model=model, messages=[said])
+        assert missing.value.body == {
+            "message": f"the model {model!r} does not exist or the token may not call it: GET /v1/models lists what "
+                       "it may", "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
+    with pytest.raises(openai.PermissionDeniedError) as denied:
+        viewer.chat.completions.create(model="helper", messages=[said])
+    assert denied.value.body["message"] == f"role viewer in team {team_a.slug} does not allow run"
+    with pytest.raises(openai.AuthenticationError) as unknown:
+        client(web, "mas_not-a-token").models.list()
+    assert unknown.value.body["code"] == "invalid_api_key"
+    with pytest.raises(openai.BadRequestError) as bad:
+        operator.chat.completions.create(model="helper", messages=[])
+    assert (bad.value.body["param"], bad.value.body["message"]) == (
+        "messages", "messages: List should have at least 1 item after validation, not 0")
+    with pytest.raises(openai.BadRequestError) as no_user:
+        operator.chat.completions.create(model="helper", messages=[{"role": "system", "content": "Be brief."}])
+    assert no_user.value.body["message"] == "messages: at least one message must have the role user"
+    answer = httpx.post(f"{web}/v1/embeddings", json={}, headers={"Authorization": "Bearer x"})
+    assert (answer.status_code, answer.json()["error"]["code"]) == (404, "not_found")
+    assert Run.objects.count() == 0  # nothing refused started a run
+
+
+def test_a_completion_is_a_run_of_the_agent_with_the_conversation_as_its_task(
+        web, team_a, provider, make_member, make_token, celery_worker_process, api_for):
+    agent(team_a, "Helper", "expose: true\ntier: medium\n")
+    provider.add(sse(openai_stream(text=["Paris ", "is the capital."], usage=(12, 4))))
+    answer = client(web, token_of(team_a, "operator", make_member, make_token)).chat.completions.create(
+        model="helper", messages=[{"role": "system", "content": "Be brief."},
+                                  {"role": "user", "content": "Capital of Spain?"},
+                                  {"role": "assistant", "content": "Madrid."},
+                                  {"role": "user", "content": [{"type": "text", "text": "And of France?"}]}],
+        temperature=0.2)
+
+    run = Run.objects.get()
+    assert answer.id == f"chatcmpl-{run.id}"
+    assert (answer.model, answer.object, answer.choices[0].message.role) == ("helper", "chat.completion", "assistant")
+    assert (answer.choices[0].message.content, answer.choices[0].finish_reason) == ("Paris is the capital.", "stop")
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens, answer.usage.total_tokens) == (12, 4, 16)
+    assert (run.agent, run.status, run.result) == ("helper", "succeeded", "Paris is the capital.")
+    assert run.input == ("The caller's instructions:\nBe brief.\n\nThe conversation so far:\nUser: Capital of "
+                         "Spain?\n\nAssistant: Madrid.\n\nThe message to answer:\nAnd of France?")
+    # The monitor's API shows it as any run.
+    shown = api_for(team_a, "viewer").get(f"/api/runs/{run.id}").json()
+    assert (shown["status"], shown["result"], shown["created_by"]) == ("succeeded", "Paris is the capital.",
+                                                                        run.created_by.get_username())
+
+
+def test_a_streamed_completion_sends_the_agents_text_as_it_comes_then_the_usage(
+        web, team_a, provider, make_member, make_token, celery_worker_process):
+    agent(team_a, "Helper", "expose: true\ntier: medium\n")
+    # Three pieces of 200 characters: the worker sends a stream chunk each 200 characters (stream_flush_chars).
+    pieces = [f"{word} " * 40 for word in ("Paris", "Lyon!", "Nice.")]
+    provider.add(sse(openai_stream(text=pieces, usage=(12, 4)), event_delay_s=0.3))
+    stream = client(web, token_of(team_a, "operator", make_member, make_token)).chat.completions.create(
+        model="helper", messages=[{"role": "user", "content": "Capital of France?"}], stream=True,
+        stream_options={"include_usage": True})
+    chunks = list(stream)
+
+    run = Run.objects.get()
+    assert {chunk.id for chunk in chunks} == {f"chatcmpl-{run.id}"}
+    assert chunks[0].choices[0].delta.role == "assistant"
+    texts = [chunk.choices[0].delta.content for chunk in chunks if chunk.choices and chunk.choices[0].delta.content]
+    assert "".join(texts) == "".join(pieces) == run.result
+    # Sent as the worker streamed it: a delta per stream chunk, more than one (the provider paused between them).
+    assert texts == [e.data["text"] for e in events(run, "stream_chunk")] and len(texts) > 1
+    assert [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices][-1] == "stop"
+    assert (chunks[-1].choices, chunks[-1].usage.total_tokens) == ([], 16)
+
+
+def test_a_failed_run_is_a_422_the_client_does_not_retry_and_a_caller_gone_cancels_its_run(
+        web, team_a, provider, make_member, make_token, celery_worker_process):
+    agent(team_a, "Helper", "expose: true\ntier: medium\n")
+    token = token_of(team_a, "operator", make_member, make_token)
+    provider.add(json_reply(400, openai_error(400, "this model refuses")))
+    with pytest.raises(openai.UnprocessableEntityError) as failed:
+        client(web, token).chat.completions.create(model="helper", messages=[{"role": "user", "content": "Hi"}])
+    run = Run.objects.get()
+    assert failed.value.body["code"] == "run_failed"
+    assert failed.value.body["message"].startswith(f"run {run.id} failed: ")
+    assert run.status == "failed"
+
+    provider.add(hang(30))
+    with httpx.stream("POST", f"{web}/v1/chat/completions", timeout=30, headers={"Authorization": f"Bearer {token}"},
+                      json={"model": "helper", "stream": True, "messages": [{"role": "user", "content": "Hi"}]}) as r:
+        first = next(r.iter_lines())
+        assert json.loads(first.removeprefix("data: "))["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+        gone = Run.objects.exclude(pk=run.pk).get()
+    # The client closed the stream: the run is cancelled.
+    assert wait_until(lambda: Run.objects.get(pk=gone.pk).status == "cancelled", 30, "the run cancelled")
+    assert events(gone, "llm_response") == []  # it had no answer, and asks for none now
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/reference/openai-compatible.md"])
+def test_the_manuals_example_calls_an_exposed_agent_with_openais_sdk(
+        name, web, team_a, provider, make_member, make_token, celery_worker_process, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.manual import example
+
+    agent(team_a, "Helper", "expose: true\ntier: medium\n")
+    provider.add(sse(openai_stream(text=["Paris."], usage=(9, 2))))
+    program = tmp_path / "call.py"
+    program.write_text(example(name, language="python", containing="OpenAI(base_url").text)
+    done = subprocess.run([sys.executable, str(program), web, token_of(team_a, "operator", make_member, make_token)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (0, "['helper']\nParis.\n"), done.stderr
+    assert Run.objects.get().result == "Paris."
