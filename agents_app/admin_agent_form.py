@@ -134,7 +134,8 @@ class AgentForm(FieldsEditorForm):
         "outcome here override the team's for what the rule matches."))
     memory_enabled = forms.BooleanField(required=False, label="Long-term memory")
     expose = forms.BooleanField(required=False, label="Reachable through the doors", help_text=(
-        "The team's tokens may call it through the OpenAI-compatible endpoint (/v1/chat/completions)."))
+        "The team's tokens may call it through the OpenAI-compatible endpoint (/v1/chat/completions, "
+        "/v1/responses)."))
     memory_k = forms.IntegerField(required=False, min_value=1, max_value=100, label="Memories recalled (k)",
                                   help_text="Default 5.")
     prompt = forms.CharField(

@@ -108,7 +108,7 @@ class AgentSpec(Strict):
         "that does not gets one corrective turn, then the session fails as validation_failed."))
     expose: bool = Field(default=False, description=(
         "Reachable through the doors beside MAS's own API, by the team's tokens: the OpenAI-compatible endpoint "
-        "(/v1/chat/completions, model = the agent's slug)."))
+        "(/v1/chat/completions and /v1/responses, model = the agent's slug)."))
     guardrails: list[str] = Field(default_factory=list, max_length=MAX_GUARDRAILS, description=(
         "Slugs of the team's guardrails that check this agent's sessions, on top of the team's defaults (and a "
         "workflow step's and a run's): each must be one of the team's guardrails when the agent is saved."))

@@ -1,13 +1,16 @@
-"""The OpenAI-compatible door (issue 25): an exposed agent answers ``POST /v1/chat/completions`` as a model would.
+"""The OpenAI-compatible door (issue 25): an exposed agent answers OpenAI's Chat Completions and Responses APIs
+as a model would.
 
 ``GET /v1/models`` lists the team's exposed agents (``expose: true``) the token may call; ``POST
-/v1/chat/completions`` with ``model`` = one of their slugs starts a run of it — through ``run_start``, as
-``POST /api/runs`` does: the same token check and role (run), the team's rate limit, budgets, guardrails and
-approvals — whose task is the conversation's messages, and answers with the run's result: whole, or as it
-streams (``"stream": true``: Server-Sent Events of ``chat.completion.chunk`` deltas of the root agent's text,
-then ``data: [DONE]``). The run shows on the monitor like any other (its id is the completion's, after
-``chatcmpl-``, and the ``X-MAS-Run`` header). Errors have OpenAI's shape, ``{"error": {"message", "type",
-"param", "code"}}``.
+/v1/chat/completions`` and ``POST /v1/responses`` with ``model`` = one of their slugs start a run of it —
+through ``run_start``, as ``POST /api/runs`` does: the same token check and role (run), the team's rate
+limit, budgets, guardrails and approvals — whose task is the conversation (:func:`task_of`), and answer with
+the run's result: whole, or as it streams (``"stream": true``: Server-Sent Events of the root agent's text,
+as ``chat.completion.chunk`` deltas or ``response.output_text.delta`` events). A response may continue an
+earlier one of the team (``previous_response_id``): its run starts from that run's conversation
+(``Run.door_turns``) and answer. The run shows on the monitor like any other (its id is the completion's after
+``chatcmpl-``, the response's after ``resp_``, and the ``X-MAS-Run`` header's). Errors have OpenAI's shape,
+``{"error": {"message", "type", "param", "code"}}``.
 
 An ASGI app beside Django's (``mas_project.asgi`` sends it ``/v1/``): a caller waiting for a run holds a
 coroutine, not a thread (:class:`~agents_app.doors.follow.RunFollower`); its database work passes the web
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, Literal
 
@@ -32,6 +36,8 @@ from agents_app.doors.follow import RunFollower
 
 MAX_MESSAGES = 1_000
 OBJECT_PREFIX = "chatcmpl-"
+RESPONSE_PREFIX = "resp_"
+MESSAGE_PREFIX = "msg_"
 CONTENT_TYPE = (b"content-type", b"application/json")
 
 
@@ -89,30 +95,70 @@ class ChatCompletionIn(BaseModel):
     n: int = Field(default=1, ge=1, le=1)
 
 
-def task_of(messages: list[ChatMessage]) -> str:
-    """The run's task: the last user message, after the conversation before it (and the caller's
-    instructions) when there is one."""
-    texts = [(message.role, _text(message)) for message in messages]
-    last = next((index for index in range(len(texts) - 1, -1, -1) if texts[index][0] == "user"), None)
+class InputPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["input_text", "output_text", "text"]
+    text: str
+
+
+class InputMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["message"] = "message"
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[InputPart]
+
+
+class ResponseIn(BaseModel):
+    """A response request; as for a chat completion, the sampling settings are the agent's."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1, max_length=200)
+    input: str | list[InputMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    instructions: str | None = None
+    previous_response_id: str | None = Field(default=None, max_length=100)
+    stream: bool = False
+
+
+Turn = tuple[str, str]  # (role, text): a message of a conversation
+
+
+def chat_turns(messages: list[ChatMessage]) -> list[Turn]:
+    return [(message.role, _text(message.content)) for message in messages]
+
+
+def response_turns(request: ResponseIn) -> list[Turn]:
+    if isinstance(request.input, str):
+        return [("user", request.input)]
+    return [(message.role, _text(message.content)) for message in request.input]
+
+
+def task_of(turns: list[Turn], *, instructions: str = "") -> str:
+    """The run's task: the last user message, after the caller's instructions and the conversation before it
+    when there are some."""
+    last = next((index for index in range(len(turns) - 1, -1, -1) if turns[index][0] == "user"), None)
     if last is None:
-        raise DoorError(400, "messages: at least one message must have the role user", param="messages")
-    instructions = [text for role, text in texts[:last] if role in ("system", "developer") and text]
-    earlier = [f"{role.capitalize()}: {text}" for role, text in texts[:last] if role not in ("system", "developer")
+        raise DoorError(400, "at least one message must have the role user", param="messages")
+    told = [instructions] if instructions else []
+    told += [text for role, text in turns[:last] if role in ("system", "developer") and text]
+    earlier = [f"{role.capitalize()}: {text}" for role, text in turns[:last] if role not in ("system", "developer")
                and text]
     parts = []
-    if instructions:
-        parts.append("The caller's instructions:\n" + "\n\n".join(instructions))
+    if told:
+        parts.append("The caller's instructions:\n" + "\n\n".join(told))
     if earlier:
         parts.append("The conversation so far:\n" + "\n\n".join(earlier))
     if not parts:
-        return texts[last][1]
-    return "\n\n".join(parts + ["The message to answer:\n" + texts[last][1]])
+        return turns[last][1]
+    return "\n\n".join(parts + ["The message to answer:\n" + turns[last][1]])
 
 
-def _text(message: ChatMessage) -> str:
-    if message.content is None or isinstance(message.content, str):
-        return message.content or ""
-    return "\n".join(part.text for part in message.content)
+def _text(content: str | list | None) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "\n".join(part.text for part in content)
 
 
 # -- the database side (in threads) -----------------------------------------------------------------
@@ -147,8 +193,9 @@ def _exposed(team) -> list[tuple[str, int]]:
         team=team, spec__expose=True).order_by("slug").values_list("slug", "created_at")]
 
 
-def _start(actor, model: str, task: str) -> tuple[str, str]:
-    """Start the run; (its id, the root agent's slug)."""
+def _start(actor, model: str, turns: list[Turn], instructions: str = "", previous: str | None = None) -> str:
+    """Start the run of ``model`` answering ``turns`` (after the conversation of the run ``previous`` names, a
+    response of the team's): its id."""
     from agents_app.execution.errors import InputBlocked, RunError
     from agents_app.execution.runs import run_start
     from agents_app.models import Agent
@@ -158,6 +205,9 @@ def _start(actor, model: str, task: str) -> tuple[str, str]:
     if not Agent.objects.filter(team=actor.team, slug=model, spec__expose=True).exists():
         raise DoorError(404, f"the model {model!r} does not exist or the token may not call it: GET /v1/models "
                              "lists what it may", param="model", code="model_not_found")
+    if previous is not None:
+        turns = _continued(actor.team, previous) + turns
+    task = task_of(turns, instructions=instructions)
     if len(task) > MAX_INPUT_CHARS:
         raise DoorError(400, f"messages: the conversation is {len(task):,} characters; a run's task holds at most "
                              f"{MAX_INPUT_CHARS:,}", param="messages", code="context_length_exceeded")
@@ -167,12 +217,40 @@ def _start(actor, model: str, task: str) -> tuple[str, str]:
         raise DoorError(429, str(limited), type="rate_limit_error", code="rate_limit_exceeded",
                         headers=[(b"retry-after", str(limited.retry_after).encode())]) from None
     try:
-        run = run_start(team=actor.team, agent=model, input=task, user=actor.user)
+        run = run_start(team=actor.team, agent=model, input=task, user=actor.user,
+                        door_turns=[list(turn) for turn in turns])
     except InputBlocked as blocked:
         raise DoorError(400, str(blocked), param="messages", code="content_filter") from None
     except RunError as error:
         raise DoorError(400, str(error), param="model", code="run_refused") from None
-    return str(run.id), run.agent
+    return str(run.id)
+
+
+def _continued(team, previous: str) -> list[Turn]:
+    """The conversation a response continues: the turns of the run ``previous`` names, and its answer."""
+    from agents_app.models import Run
+
+    run_id = previous.removeprefix(RESPONSE_PREFIX)
+    row = (Run.objects.filter(pk=run_id, team=team).exclude(door_turns=[]).values_list("door_turns", "result", "status")
+           .first() if _uuid(run_id) else None)
+    if row is None:
+        raise DoorError(404, f"no response {previous!r} of this team", param="previous_response_id",
+                        code="previous_response_not_found")
+    turns, result, status = row
+    if status != "succeeded":
+        raise DoorError(400, f"response {previous!r} has no answer to continue from (its run {status})",
+                        param="previous_response_id", code="previous_response_unanswered")
+    return [(role, text) for role, text in turns] + [("assistant", result)]
+
+
+def _uuid(text: str) -> bool:
+    import uuid
+
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _ended(run_id: str) -> dict[str, Any]:
@@ -213,9 +291,12 @@ def _closing(function):
 
 # -- the ASGI app -----------------------------------------------------------------------------------
 
+ROUTES = ("/v1/models", "/v1/chat/completions", "/v1/responses")
+
 
 async def app(scope, receive, send) -> None:
-    """``/v1/models`` and ``/v1/chat/completions``; anything else under ``/v1/`` is a 404 in OpenAI's shape."""
+    """``/v1/models``, ``/v1/chat/completions`` and ``/v1/responses``; anything else under ``/v1/`` is a 404 in
+    OpenAI's shape."""
     try:
         path, method = scope["path"].rstrip("/"), scope["method"]
         if path == "/v1/models" and method == "GET":
@@ -224,39 +305,43 @@ async def app(scope, receive, send) -> None:
                 {"id": slug, "object": "model", "created": created, "owned_by": actor.team.slug}
                 for slug, created in await _db(_exposed, actor.team)]})
         elif path == "/v1/chat/completions" and method == "POST":
-            await _chat(scope, receive, send)
-        elif path in ("/v1/models", "/v1/chat/completions"):
+            actor = await _db(_actor, _bearer(scope), "run", _address(scope))
+            request = _parsed(ChatCompletionIn, await _body(receive))
+            run_id = await _db(_start, actor, request.model, chat_turns(request.messages))
+            await (_chat_stream if request.stream else _chat_whole)(send, receive, run_id=run_id, request=request)
+        elif path == "/v1/responses" and method == "POST":
+            actor = await _db(_actor, _bearer(scope), "run", _address(scope))
+            request = _parsed(ResponseIn, await _body(receive))
+            run_id = await _db(_start, actor, request.model, response_turns(request), request.instructions or "",
+                               request.previous_response_id)
+            await (_response_stream if request.stream else _response_whole)(send, receive, run_id=run_id,
+                                                                              request=request)
+        elif path in ROUTES:
             raise DoorError(405, f"{method} is not allowed on {path}", code="method_not_allowed")
         else:
-            raise DoorError(404, f"no route {method} {path}: this server answers GET /v1/models and POST "
-                                 "/v1/chat/completions", code="not_found")
+            raise DoorError(404, f"no route {method} {path}: this server answers GET /v1/models, POST "
+                                 "/v1/chat/completions and POST /v1/responses", code="not_found")
     except DoorError as error:
         await _json(send, error.status, error.body(), headers=error.headers)
     except _Gone:
         pass
 
 
-async def _chat(scope, receive, send) -> None:
-    actor = await _db(_actor, _bearer(scope), "run", _address(scope))
-    body = await _body(receive)
-    try:
-        from mas_core.api_errors import load_json
+def _parsed(model: type[BaseModel], body: bytes):
+    from mas_core.api_errors import load_json
 
-        request = ChatCompletionIn.model_validate(load_json(body))
+    try:
+        return model.model_validate(load_json(body))
     except ValidationError as invalid:
         first = invalid.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise DoorError(400, f"{where}: {first['msg']}", param=where) from None
     except ValueError as error:  # not JSON, too deep, unstorable
         raise DoorError(400, f"the body is not a JSON object this endpoint takes: {error}") from None
-    run_id, agent = await _db(_start, actor, request.model, task_of(request.messages))
-    if request.stream:
-        await _stream(send, receive, run_id=run_id, request=request)
-    else:
-        await _whole(send, receive, run_id=run_id, request=request)
 
 
-async def _whole(send, receive, *, run_id: str, request: ChatCompletionIn) -> None:
+async def _answer(receive, run_id: str) -> dict[str, Any]:
+    """The run once it has ended (the caller gone: cancelled; too long: a 422)."""
     async def ended() -> dict[str, Any]:
         async with aclosing(RunFollower(run_id).events()) as events:
             async for _ in events:
@@ -266,6 +351,60 @@ async def _whole(send, receive, *, run_id: str, request: ChatCompletionIn) -> No
     run = await _until_done(receive, run_id, ended())
     if run["status"] != "succeeded":
         raise _failed(run_id, run)
+    return run
+
+
+async def _texts(run_id: str, ended: list[dict[str, Any]]) -> AsyncIterator[str]:
+    """The root agent's text as its model streams it, then what did not stream of the run's result (an answer
+    a guardrail held, a cached one); the run, once ended, is put in ``ended``."""
+    roots: set[str] = set()
+    streamed: list[str] = []
+    async with aclosing(RunFollower(run_id).events()) as events:
+        async for event in events:
+            kind, data = event["type"], event.get("data") or {}
+            if kind == "session_start" and data.get("kind") == "root":
+                roots.add(event["session"])
+            elif kind == "stream_chunk" and event["session"] in roots and data.get("text"):
+                streamed.append(data["text"])
+                yield data["text"]
+    run = await _db(_ended, run_id)
+    sent = "".join(streamed)
+    if run["status"] == "succeeded" and run["result"].startswith(sent) and len(run["result"]) > len(sent):
+        yield run["result"][len(sent):]
+    ended.append(run)
+
+
+async def _streamed(send, receive, run_id: str, write) -> dict[str, Any] | None:
+    """Relay the run's text through ``write(delta)``: the run once ended, or None when its caller went away (the
+    run cancelled). A run without an answer, or too long, is a :class:`DoorError`."""
+    ended: list[dict[str, Any]] = []
+
+    async def relay() -> None:
+        async with aclosing(_texts(run_id, ended)) as texts:
+            async for text in texts:
+                await write(text)
+
+    try:
+        await _until_done(receive, run_id, relay())
+    except _Gone:
+        return None
+    run = ended[0]
+    if run["status"] != "succeeded":
+        raise _failed(run_id, run)
+    return run
+
+
+async def _sse_start(send, run_id: str) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+        (b"x-mas-run", run_id.encode())]})
+
+
+# -- chat completions -------------------------------------------------------------------------------
+
+
+async def _chat_whole(send, receive, *, run_id: str, request: ChatCompletionIn) -> None:
+    run = await _answer(receive, run_id)
     await _json(send, 200, {
         "id": OBJECT_PREFIX + run_id, "object": "chat.completion", "created": int(run["created_at"].timestamp()),
         "model": request.model, "system_fingerprint": None,
@@ -274,10 +413,8 @@ async def _whole(send, receive, *, run_id: str, request: ChatCompletionIn) -> No
         "usage": _usage(run)}, headers=[(b"x-mas-run", run_id.encode())])
 
 
-async def _stream(send, receive, *, run_id: str, request: ChatCompletionIn) -> None:
-    await send({"type": "http.response.start", "status": 200, "headers": [
-        (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-        (b"x-mas-run", run_id.encode())]})
+async def _chat_stream(send, receive, *, run_id: str, request: ChatCompletionIn) -> None:
+    await _sse_start(send, run_id)
     created = int(time.time())
 
     async def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict | None = None) -> None:
@@ -289,44 +426,95 @@ async def _stream(send, receive, *, run_id: str, request: ChatCompletionIn) -> N
             data["usage"] = usage
         await _event(send, data)
 
-    async def relay() -> dict[str, Any]:
-        roots: set[str] = set()
-        streamed: list[str] = []
-        await chunk({"role": "assistant", "content": ""})
-        async with aclosing(RunFollower(run_id).events()) as events:
-            async for event in events:
-                kind, data = event["type"], event.get("data") or {}
-                if kind == "session_start" and data.get("kind") == "root":
-                    roots.add(event["session"])
-                elif kind == "stream_chunk" and event["session"] in roots and data.get("text"):
-                    streamed.append(data["text"])
-                    await chunk({"content": data["text"]})
-        run = await _db(_ended, run_id)
-        if run["status"] == "succeeded":
-            # What did not stream (an answer a guardrail held, a cached one) comes whole, once.
-            sent = "".join(streamed)
-            if run["result"].startswith(sent) and len(run["result"]) > len(sent):
-                await chunk({"content": run["result"][len(sent):]})
-        return run
-
+    await chunk({"role": "assistant", "content": ""})
     try:
-        run = await _until_done(receive, run_id, relay())
+        run = await _streamed(send, receive, run_id, lambda text: chunk({"content": text}))
     except DoorError as error:
         await _event(send, error.body())
-    except _Gone:
-        return
     else:
-        if run["status"] == "succeeded":
-            await chunk({}, finish="stop")
-            if request.stream_options is not None and request.stream_options.include_usage:
-                await chunk({}, usage=_usage(run))
-        else:
-            await _event(send, _failed(run_id, run).body())
+        if run is None:
+            return
+        await chunk({}, finish="stop")
+        if request.stream_options is not None and request.stream_options.include_usage:
+            await chunk({}, usage=_usage(run))
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
 
+# -- responses ------------------------------------------------------------------------------------
+
+
+def _response(run_id: str, request: ResponseIn, *, created: int, status: str, text: str | None = None,
+              run: dict[str, Any] | None = None, error: DoorError | None = None) -> dict[str, Any]:
+    """A Response object: ``status`` in_progress (no output yet), completed (``text``, ``run``'s usage) or
+    failed (``error``)."""
+    output = [] if text is None else [_message(run_id, text, "completed")]
+    return {
+        "id": RESPONSE_PREFIX + run_id, "object": "response", "created_at": created, "status": status,
+        "model": request.model, "output": output, "instructions": request.instructions,
+        "previous_response_id": request.previous_response_id, "parallel_tool_calls": False, "tool_choice": "auto",
+        "tools": [], "metadata": {}, "incomplete_details": None, "text": {"format": {"type": "text"}},
+        "error": None if error is None else {"code": error.code, "message": str(error)},
+        "usage": None if run is None else {
+            "input_tokens": run["prompt_tokens"], "output_tokens": run["completion_tokens"],
+            "total_tokens": run["prompt_tokens"] + run["completion_tokens"],
+            "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}},
+    }
+
+
+def _message(run_id: str, text: str, status: str) -> dict[str, Any]:
+    return {"type": "message", "id": MESSAGE_PREFIX + run_id, "status": status, "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}] if status == "completed" else []}
+
+
+async def _response_whole(send, receive, *, run_id: str, request: ResponseIn) -> None:
+    run = await _answer(receive, run_id)
+    await _json(send, 200, _response(run_id, request, created=int(run["created_at"].timestamp()),
+                                     status="completed", text=run["result"], run=run),
+                headers=[(b"x-mas-run", run_id.encode())])
+
+
+async def _response_stream(send, receive, *, run_id: str, request: ResponseIn) -> None:
+    await _sse_start(send, run_id)
+    created, numbered = int(time.time()), iter(range(1_000_000_000))
+    item = MESSAGE_PREFIX + run_id
+    part = {"item_id": item, "output_index": 0, "content_index": 0}
+    texts: list[str] = []
+
+    async def event(kind: str, **data: Any) -> None:
+        await send({"type": "http.response.body", "more_body": True, "body": (
+            f"event: {kind}\ndata: "
+            f"{json.dumps({'type': kind, 'sequence_number': next(numbered), **data}, default=str)}\n\n").encode()})
+
+    async def delta(text: str) -> None:
+        texts.append(text)
+        await event("response.output_text.delta", **part, delta=text, logprobs=[])
+
+    started = _response(run_id, request, created=created, status="in_progress")
+    await event("response.created", response=started)
+    await event("response.in_progress", response=started)
+    await event("response.output_item.added", output_index=0, item=_message(run_id, "", "in_progress"))
+    await event("response.content_part.added", **part, part={"type": "output_text", "text": "", "annotations": []})
+    try:
+        run = await _streamed(send, receive, run_id, delta)
+    except DoorError as error:
+        await event("response.failed", response=_response(run_id, request, created=created, status="failed",
+                                                           error=error))
+    else:
+        if run is None:
+            return
+        text = "".join(texts)
+        await event("response.output_text.done", **part, text=text, logprobs=[])
+        await event("response.content_part.done", **part, part={"type": "output_text", "text": text,
+                                                                 "annotations": []})
+        await event("response.output_item.done", output_index=0, item=_message(run_id, text, "completed"))
+        await event("response.completed", response=_response(run_id, request, created=created, status="completed",
+                                                             text=text, run=run))
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 async def _until_done(receive, run_id: str, work) -> Any:
-    """``work``'s outcome; the caller going away cancels the run; past MAS_DOORS_WAIT_S, a 504."""
+    """``work``'s outcome; the caller going away cancels the run (:class:`_Gone`); past MAS_DOORS_WAIT_S, a
+    422 (the run goes on)."""
     task = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(_disconnected(receive))
     try:

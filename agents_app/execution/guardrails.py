@@ -354,24 +354,30 @@ class StreamGuard:
         return text
 
 
-def input_checked(*, team, named: list[str], text: str) -> tuple[str, list[dict[str, Any]]]:
-    """A run's input as its ``run_input`` guardrails let it be kept (the team's defaults and those ``named``: the
-    root agent's and the run's), with the ``guardrail_triggered`` events' data; :class:`InputBlocked` for a block.
+def input_checker(*, team, named: list[str]) -> Callable[[str], tuple[str, list[dict[str, Any]]]]:
+    """What checks a run's input, its guardrails read once (for an input and the texts kept with it: a door's
+    conversation, ``Run.door_turns``): a text as its ``run_input`` guardrails let it be kept (the team's defaults
+    and those ``named``: the root agent's and the run's), with the ``guardrail_triggered`` events' data;
+    :class:`InputBlocked` for a block.
 
     Checked before the run is saved, so a redacted or masked input is never stored, in the run nor its events.
     """
     from django.db.models import Q
 
-    from agents_app.execution.errors import InputBlocked
     from agents_app.models import Guardrail
 
     rows = [{"slug": slug, "spec": spec} for slug, spec in Guardrail.objects.filter(team=team).filter(
         Q(default=True) | Q(slug__in=named)).order_by("-default", "slug").values_list("slug", "spec")
         if "run_input" in spec.get("applies_to", ())]
-    if not rows:
-        return text, []
-    rules, fired = rules_from(rows), []
-    context = context_for(rules, team=team.slug)
+    rules = rules_from(rows)
+    context = context_for(rules, team=team.slug) if rules else Context()
+    return lambda text: _input_checked(rules, context, text)
+
+
+def _input_checked(rules: list[Rule], context: Context, text: str) -> tuple[str, list[dict[str, Any]]]:
+    from agents_app.execution.errors import InputBlocked
+
+    fired = []
     for rule in rules:
         findings = rule.detector.find(text, context)
         if not findings:

@@ -28,7 +28,7 @@ from agents_app.models.runs import (
     SessionStatus,
 )
 from agents_app.scheduler import DEFAULT_MAX_CONCURRENCY, ready_notify, run_end_notify
-from agents_app.execution.guardrails import input_checked
+from agents_app.execution.guardrails import input_checker
 from agents_app.selectors_guardrails import guardrail_slugs
 from agents_app.specs import unknown_guardrails
 from mas_core.eventlog import Entry, entry, event_append as event_emit, events_append
@@ -74,7 +74,7 @@ def run_start(
     *, team: Team, agent: str, input: str, user=None, limits: dict[str, Any] | None = None,
     budget: dict[str, Any] | None = None, provider: str = "", script: dict[str, Any] | None = None,
     approvals: list[Any] | None = None, versions: dict[str, int] | None = None, is_eval: bool = False,
-    eval_real_models: bool = False, guardrails: list[str] | None = None,
+    eval_real_models: bool = False, guardrails: list[str] | None = None, door_turns: list[list[str]] | None = None,
 ) -> Run:
     """Create a run with its root activation and send that to a worker (after commit). The run returned holds
     that activation as ``root``, as created (its caller shows the new run without reading it back).
@@ -85,7 +85,8 @@ def run_start(
     marks a case of an eval, and ``eval_real_models`` lets its unscripted agents call the team's real models.
     ``guardrails``: slugs of the team's guardrails that check every session of the run, on top of the team's
     defaults and the definitions' (a run adds guardrails, never removes one); another slug is refused
-    (:class:`UnknownGuardrails`).
+    (:class:`UnknownGuardrails`). ``door_turns``: the conversation a door's run answers (``Run.door_turns``),
+    checked by the run's input guardrails as its input is.
     """
     from agents_app.approvals.policy import entries_check
 
@@ -103,13 +104,14 @@ def run_start(
             raise UnknownGuardrails(unknown_guardrails(unknown, known))
     root_row, fired = rows.get(agent), []
     if root_row is not None and root_row.inputs_guarded:  # else no statement more for a run's start
-        input, fired = input_checked(team=team, named=[*(root_row.spec.get("guardrails") or []), *guardrails],
-                                     text=input)
+        check = input_checker(team=team, named=[*(root_row.spec.get("guardrails") or []), *guardrails])
+        input, fired = check(input)
+        door_turns = [[role, check(text)[0]] for role, text in door_turns or []]  # their firings: the input's
     run = Run(
         team=team, agent=agent, input=input, created_by=user if getattr(user, "pk", None) else None,
         limits={**DEFAULT_LIMITS, **(limits or {})}, budget=budget or {}, provider=provider, script=script,
         approvals=approvals, guardrails=guardrails, versions=dict(versions or {}), is_eval=is_eval,
-        eval_real_models=is_eval and eval_real_models,
+        eval_real_models=is_eval and eval_real_models, door_turns=door_turns or [],
     )
     # Exists? (The run is not saved yet: it has no workspace file of its own, and pins the current version.)
     agent_found(run=run, slug=agent, local=None, rows={agent: rows.get(agent)})
@@ -130,7 +132,7 @@ def run_start(
 
 def _agent_rows(*, team: Team, slugs: set[str]) -> dict[str, Agent]:
     """The team's agents ``slugs`` as :func:`agent_found` reads them (those that exist), in one query; each says
-    whether some guardrail of the team checks run inputs (``inputs_guarded``: then :func:`input_checked` reads
+    whether some guardrail of the team checks run inputs (``inputs_guarded``: then :func:`input_checker` reads
     which apply)."""
     guarded = Guardrail.objects.filter(team=team, spec__applies_to__contains=["run_input"])
     return {row.slug: row for row in Agent.objects.filter(team=team, slug__in=slugs).defer("content", "description")

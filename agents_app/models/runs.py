@@ -47,6 +47,9 @@ class Run(models.Model):
                                  "definitions'")
     guardrails = models.JSONField(default=list, blank=True, help_text="Slugs of the team's guardrails added at "
                                   "start, beyond the team's defaults and the definitions'")
+    door_turns = models.JSONField(default=list, blank=True, help_text="A run started through a door "
+                                  "(agents_app.doors): the conversation it answers, [[role, text], …]; a response "
+                                  "that continues it (previous_response_id) starts from it and the run's result")
     versions = models.JSONField(default=dict, blank=True, help_text="Definition versions this run used")
     is_eval = models.BooleanField(
         default=False, db_index=True,

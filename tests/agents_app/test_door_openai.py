@@ -80,7 +80,7 @@ def test_the_models_are_the_teams_exposed_agents_and_nothing_else_is_reachable(
         "messages", "messages: List should have at least 1 item after validation, not 0")
     with pytest.raises(openai.BadRequestError) as no_user:
         operator.chat.completions.create(model="helper", messages=[{"role": "system", "content": "Be brief."}])
-    assert no_user.value.body["message"] == "messages: at least one message must have the role user"
+    assert no_user.value.body["message"] == "at least one message must have the role user"
     answer = httpx.post(f"{web}/v1/embeddings", json={}, headers={"Authorization": "Bearer x"})
     assert (answer.status_code, answer.json()["error"]["code"]) == (404, "not_found")
     assert Run.objects.count() == 0  # nothing refused started a run
@@ -172,3 +172,64 @@ def test_the_manuals_example_calls_an_exposed_agent_with_openais_sdk(
                           capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout) == (0, "['helper']\nParis.\n"), done.stderr
     assert Run.objects.get().result == "Paris."
+
+
+def test_a_response_continues_an_earlier_one_of_the_team_and_streams_its_events(
+        web, team_a, team_b, provider, make_member, make_token, celery_worker_process):
+    agent(team_a, "Helper", "expose: true\ntier: medium\n")
+    agent(team_b, "Helper", "expose: true\n")
+    calls = client(web, token_of(team_a, "operator", make_member, make_token))
+    provider.add(sse(openai_stream(text=["Madrid."], usage=(10, 2))),
+                 sse(openai_stream(text=["Paris", " is the capital of France."], usage=(20, 6)), event_delay_s=0.1))
+    first = calls.responses.create(model="helper", input="Capital of Spain?", instructions="Be brief.")
+    first_run = Run.objects.get()
+    assert (first.id, first.status, first.output_text) == (f"resp_{first_run.id}", "completed", "Madrid.")
+    assert (first.usage.input_tokens, first.usage.output_tokens, first.usage.total_tokens) == (10, 2, 12)
+    assert first_run.input == "The caller's instructions:\nBe brief.\n\nThe message to answer:\nCapital of Spain?"
+
+    stream = calls.responses.create(model="helper", input=[{"role": "user", "content": "And of France?"}],
+                                    previous_response_id=first.id, stream=True)
+    seen = list(stream)
+    second_run = Run.objects.exclude(pk=first_run.pk).get()
+    # The earlier conversation and its answer come first; the instructions were the first response's only.
+    assert second_run.input == ("The conversation so far:\nUser: Capital of Spain?\n\nAssistant: Madrid.\n\n"
+                                "The message to answer:\nAnd of France?")
+    assert second_run.door_turns == [["user", "Capital of Spain?"], ["assistant", "Madrid."],
+                                     ["user", "And of France?"]]
+    kinds = [event.type for event in seen]
+    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"]
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                          "response.completed"]
+    assert [event.sequence_number for event in seen] == list(range(len(seen)))
+    assert "".join(event.delta for event in seen if event.type == "response.output_text.delta") == (
+        "Paris is the capital of France.")
+    done = seen[-1].response
+    assert (done.id, done.output_text, done.usage.total_tokens, done.previous_response_id) == (
+        f"resp_{second_run.id}", "Paris is the capital of France.", 26, first.id)
+
+    # Another team's token cannot continue this team's response.
+    other = client(web, token_of(team_b, "operator", make_member, make_token))
+    with pytest.raises(openai.NotFoundError) as missing:
+        other.responses.create(model="helper", input="And of Italy?", previous_response_id=first.id)
+    assert missing.value.body == {"message": f"no response {first.id!r} of this team", "type": "invalid_request_error",
+                                  "param": "previous_response_id", "code": "previous_response_not_found"}
+    assert Run.objects.count() == 2
+
+
+def test_a_doors_conversation_is_kept_as_the_runs_input_guardrails_let_its_input_be(
+        web, team_a, provider, make_member, make_token, celery_worker_process):
+    from agents_app.kinds import GUARDRAIL
+
+    define(team_a, GUARDRAIL, "---\nname: No cards\napplies_to: [run_input]\ndetector:\n  type: pii\n  kinds: [card]\n"
+                              "action: redact\ndefault: true\n---\n")
+    agent(team_a, "Helper", "expose: true\ntier: medium\n")
+    provider.add(sse(openai_stream(text=["Noted."], usage=(5, 1))))
+    answer = client(web, token_of(team_a, "operator", make_member, make_token)).chat.completions.create(
+        model="helper", messages=[{"role": "user", "content": "My card is 4242 4242 4242 4242."},
+                                  {"role": "assistant", "content": "Thanks."},
+                                  {"role": "user", "content": "Remember it."}])
+    run = Run.objects.get()
+    assert answer.choices[0].message.content == "Noted."
+    assert run.door_turns == [["user", "My card is [card]."], ["assistant", "Thanks."], ["user", "Remember it."]]
+    assert "4242" not in run.input and "4242" not in json.dumps(provider.requests[0].body)
