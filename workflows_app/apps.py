@@ -21,5 +21,6 @@ class WorkflowsAppConfig(AppConfig):
                       activation_settled=services.workflow_activation_settled, run_steps=services.workflow_steps,
                       run_graph=services.workflow_graph, run_fork=workflow_fork,
                       workflow_choices=services.workflow_start_choices,
+                      workflows_exposed=services.workflows_exposed,
                       workflow_start=services.workflow_start_by_hand)
         channel_published_connect(channel_message_published)

@@ -141,6 +141,15 @@ def workflow_start_choices(*, team: Team) -> list[StartChoice]:
             for slug, name, description, spec in rows[:MAX_CHOICES]]
 
 
+def workflows_exposed(*, team: Team) -> list[tuple[str, int, tuple[str, ...]]]:
+    """The team's workflows with ``expose: true`` (run hook ``workflows_exposed``): (slug, when made in seconds,
+    the inputs it declares), by slug."""
+    rows = Workflow.objects.filter(team=team, spec__expose=True).order_by("slug").values_list("slug", "created_at",
+                                                                                              "spec")
+    return [(slug, int(created.timestamp()), tuple(str(name) for name in (spec or {}).get("inputs") or []))
+            for slug, created, spec in rows[:MAX_CHOICES]]
+
+
 def workflow_start_by_hand(*, team: Team, workflow: str, inputs: dict[str, Any], user=None) -> Run:
     """A person's start of the team's workflow ``workflow`` (its slug), from the monitor's start form (run hook
     ``workflow_start``): a ``manual`` trigger, as ``POST /api/workflows/{slug}/runs``."""

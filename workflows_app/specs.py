@@ -73,6 +73,9 @@ class WorkflowSpec(Strict):
     schedule: str | None = None
     channel: str | None = None
     inputs: list[str] = Field(default_factory=list)
+    expose: bool = Field(default=False, description=(
+        "Reachable through the doors beside MAS's own API, by the team's tokens: the OpenAI-compatible endpoint "
+        "(model = workflow:<slug>)."))
     on_failure: Literal["stop", "continue"] = "stop"
     steps: list[WorkflowStep] = Field(min_length=1)
     loops: list[WorkflowLoop] = Field(default_factory=list, max_length=10, description=(

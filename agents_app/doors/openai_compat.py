@@ -38,6 +38,7 @@ MAX_MESSAGES = 1_000
 OBJECT_PREFIX = "chatcmpl-"
 RESPONSE_PREFIX = "resp_"
 MESSAGE_PREFIX = "msg_"
+WORKFLOW_PREFIX = "workflow:"
 CONTENT_TYPE = (b"content-type", b"application/json")
 
 
@@ -186,11 +187,33 @@ def _actor(token: str | None, capability: str, address: str):
 
 
 def _exposed(team) -> list[tuple[str, int]]:
-    """The team's exposed agents: (slug, when it was made, in seconds)."""
+    """The team's exposed agents and workflows, as models: (slug or ``workflow:<slug>``, when it was made, in
+    seconds)."""
+    from agents_app.execution.hooks import RUN_HOOKS
     from agents_app.models import Agent
 
-    return [(slug, int(created.timestamp())) for slug, created in Agent.objects.filter(
+    agents = [(slug, int(created.timestamp())) for slug, created in Agent.objects.filter(
         team=team, spec__expose=True).order_by("slug").values_list("slug", "created_at")]
+    return agents + [(WORKFLOW_PREFIX + slug, created) for slug, created, _ in RUN_HOOKS.workflows_exposed(team=team)]
+
+
+def _workflow_inputs(declared: tuple[str, ...], turns: list[Turn], instructions: str) -> dict[str, Any]:
+    """A workflow's inputs from a conversation: its one input is the task; with several, the last user message
+    is a JSON object of them; with none, nothing."""
+    if not declared:
+        return {}
+    task = task_of(turns, instructions=instructions)
+    if len(declared) == 1:
+        return {declared[0]: task}
+    last = next(text for role, text in reversed(turns) if role == "user")
+    try:
+        values = json.loads(last)
+    except ValueError:
+        values = None
+    if not isinstance(values, dict):
+        raise DoorError(400, f"the workflow takes the inputs {', '.join(declared)}: send them as a JSON object in "
+                             "the last user message", param="messages", code="invalid_inputs")
+    return values
 
 
 def _start(actor, model: str, turns: list[Turn], instructions: str = "", previous: str | None = None) -> str:
@@ -200,22 +223,18 @@ def _start(actor, model: str, turns: list[Turn], instructions: str = "", previou
     from agents_app.execution.runs import run_start
     from agents_app.models import Agent
     from agents_app.schemas_runs import MAX_INPUT_CHARS
-    from mas_core import ratelimit
 
+    if model.startswith(WORKFLOW_PREFIX):
+        return _start_workflow(actor, model.removeprefix(WORKFLOW_PREFIX), turns, instructions, previous)
     if not Agent.objects.filter(team=actor.team, slug=model, spec__expose=True).exists():
-        raise DoorError(404, f"the model {model!r} does not exist or the token may not call it: GET /v1/models "
-                             "lists what it may", param="model", code="model_not_found")
+        raise _unknown(model)
     if previous is not None:
         turns = _continued(actor.team, previous) + turns
     task = task_of(turns, instructions=instructions)
     if len(task) > MAX_INPUT_CHARS:
         raise DoorError(400, f"messages: the conversation is {len(task):,} characters; a run's task holds at most "
                              f"{MAX_INPUT_CHARS:,}", param="messages", code="context_length_exceeded")
-    try:
-        ratelimit.run_start_check(actor.team)
-    except ratelimit.RateLimited as limited:
-        raise DoorError(429, str(limited), type="rate_limit_error", code="rate_limit_exceeded",
-                        headers=[(b"retry-after", str(limited.retry_after).encode())]) from None
+    _count_start(actor.team)
     try:
         run = run_start(team=actor.team, agent=model, input=task, user=actor.user,
                         door_turns=[list(turn) for turn in turns])
@@ -224,6 +243,41 @@ def _start(actor, model: str, turns: list[Turn], instructions: str = "", previou
     except RunError as error:
         raise DoorError(400, str(error), param="model", code="run_refused") from None
     return str(run.id)
+
+
+def _start_workflow(actor, slug: str, turns: list[Turn], instructions: str, previous: str | None) -> str:
+    from agents_app.execution.errors import RunError
+    from agents_app.execution.hooks import RUN_HOOKS
+
+    found = [inputs for exposed, _, inputs in RUN_HOOKS.workflows_exposed(team=actor.team) if exposed == slug]
+    if not found:
+        raise _unknown(WORKFLOW_PREFIX + slug)
+    if previous is not None:
+        raise DoorError(400, "a workflow's response cannot continue another (previous_response_id): a workflow "
+                             "answers one request", param="previous_response_id", code="unsupported")
+    inputs = _workflow_inputs(found[0], turns, instructions)
+    _count_start(actor.team)
+    try:
+        run = RUN_HOOKS.workflow_start(team=actor.team, workflow=slug, inputs=inputs, user=actor.user)
+    except RunError as error:
+        raise DoorError(400, str(error), param="messages", code="run_refused") from None
+    return str(run.id)
+
+
+def _unknown(model: str) -> DoorError:
+    return DoorError(404, f"the model {model!r} does not exist or the token may not call it: GET /v1/models lists "
+                          "what it may", param="model", code="model_not_found")
+
+
+def _count_start(team) -> None:
+    """A run start of ``team`` counted against ``MAS_RUNS_PER_MIN`` (a 429 past it)."""
+    from mas_core import ratelimit
+
+    try:
+        ratelimit.run_start_check(team)
+    except ratelimit.RateLimited as limited:
+        raise DoorError(429, str(limited), type="rate_limit_error", code="rate_limit_exceeded",
+                        headers=[(b"retry-after", str(limited.retry_after).encode())]) from None
 
 
 def _continued(team, previous: str) -> list[Turn]:

@@ -53,6 +53,9 @@ class RunHooks:
     # Start a run of the team's workflow (keyword arguments team, workflow (its slug), inputs, user), as
     # POST /api/workflows/{slug}/runs does; raises agents_app.execution.errors.RunError when it cannot.
     workflow_start: Callable[..., Any] = _no_workflow_start
+    # The team's workflows its tokens may call through the doors (keyword argument team): (slug, when made in
+    # seconds, the inputs it declares) each.
+    workflows_exposed: Callable[..., list[Any]] = _no_workflows
 
 
 RUN_HOOKS = RunHooks()

@@ -233,3 +233,37 @@ def test_a_doors_conversation_is_kept_as_the_runs_input_guardrails_let_its_input
     assert answer.choices[0].message.content == "Noted."
     assert run.door_turns == [["user", "My card is [card]."], ["assistant", "Thanks."], ["user", "Remember it."]]
     assert "4242" not in run.input and "4242" not in json.dumps(provider.requests[0].body)
+
+
+def test_an_exposed_workflow_is_a_model_its_one_input_the_conversation(
+        web, team_a, provider, make_member, make_token, celery_worker_process):
+    from workflows_app.kinds import WORKFLOW
+
+    agent(team_a, "Writer", "tier: medium\n")
+    define(team_a, WORKFLOW, "---\nname: Brief\nexpose: true\ninputs: [topic]\nsteps:\n- id: write\n  agent: writer\n"
+                             "  prompt: 'Write a brief on {topic}'\n  outputs: [brief]\n---\n")
+    define(team_a, WORKFLOW, "---\nname: Pair\nexpose: true\ninputs: [a, b]\nsteps:\n- id: write\n  agent: writer\n"
+                             "  prompt: 'Compare {a} and {b}'\n---\n")
+    define(team_a, WORKFLOW, "---\nname: Internal\ninputs: [topic]\nsteps:\n- id: write\n  agent: writer\n"
+                             "  prompt: '{topic}'\n---\n")
+    calls = client(web, token_of(team_a, "operator", make_member, make_token))
+    assert [m.id for m in calls.models.list().data] == ["workflow:brief", "workflow:pair"]
+
+    provider.add(sse(openai_stream(tool_calls=[("c1", "set_output", ['{"name": "brief", "value": "Tides follow '
+                                                                     'the moon."}'])], usage=(7, 5))),
+                 sse(openai_stream(text=["Done."], usage=(9, 1))))
+    answer = calls.chat.completions.create(model="workflow:brief", messages=[{"role": "user", "content": "tides"}])
+    run = Run.objects.get()
+    assert (run.workflow, run.status, run.input) == ("brief", "succeeded", "topic: tides")
+    # The workflow's result, its last step's output: what a workflow run answers.
+    assert (answer.id, answer.choices[0].message.content) == (f"chatcmpl-{run.id}", "Tides follow the moon.")
+    assert provider.requests[0].body["messages"][-1]["content"].startswith("Write a brief on tides")
+
+    with pytest.raises(openai.BadRequestError) as plain:
+        calls.chat.completions.create(model="workflow:pair", messages=[{"role": "user", "content": "tides"}])
+    assert plain.value.body["message"] == ("the workflow takes the inputs a, b: send them as a JSON object in the "
+                                           "last user message")
+    for model in ("workflow:internal", "workflow:nothing"):
+        with pytest.raises(openai.NotFoundError):
+            calls.chat.completions.create(model=model, messages=[{"role": "user", "content": "tides"}])
+    assert Run.objects.count() == 1
