@@ -28,35 +28,31 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, Literal
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents_app.doors.common import (
+    RESPONSE_PREFIX,
+    WORKFLOW_PREFIX,
+    DoorError,
+    Gone,
+    Turn,
+    actor_of,
+    address_of,
+    bearer,
+    in_thread,
+    run_cancel_by_door,
+    run_ended,
+    start_agent,
+    start_workflow,
+    task_of,
+)
 from agents_app.doors.follow import RunFollower
 
 MAX_MESSAGES = 1_000
 OBJECT_PREFIX = "chatcmpl-"
-RESPONSE_PREFIX = "resp_"
 MESSAGE_PREFIX = "msg_"
-WORKFLOW_PREFIX = "workflow:"
 CONTENT_TYPE = (b"content-type", b"application/json")
-
-
-class _Gone(Exception):
-    """The caller went away (its run, if started, is cancelled): nothing is answered."""
-
-
-class DoorError(Exception):
-    """An answer in OpenAI's error shape: ``status``, ``type`` and ``code`` as OpenAI's API uses them."""
-
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None,
-                 param: str | None = None, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.type, self.code, self.param = status, type, code, param
-        self.headers = headers or []
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": str(self), "type": self.type, "param": self.param, "code": self.code}}
 
 
 # -- what a caller sends --------------------------------------------------------------------------
@@ -123,9 +119,6 @@ class ResponseIn(BaseModel):
     stream: bool = False
 
 
-Turn = tuple[str, str]  # (role, text): a message of a conversation
-
-
 def chat_turns(messages: list[ChatMessage]) -> list[Turn]:
     return [(message.role, _text(message.content)) for message in messages]
 
@@ -134,26 +127,6 @@ def response_turns(request: ResponseIn) -> list[Turn]:
     if isinstance(request.input, str):
         return [("user", request.input)]
     return [(message.role, _text(message.content)) for message in request.input]
-
-
-def task_of(turns: list[Turn], *, instructions: str = "") -> str:
-    """The run's task: the last user message, after the caller's instructions and the conversation before it
-    when there are some."""
-    last = next((index for index in range(len(turns) - 1, -1, -1) if turns[index][0] == "user"), None)
-    if last is None:
-        raise DoorError(400, "at least one message must have the role user", param="messages")
-    told = [instructions] if instructions else []
-    told += [text for role, text in turns[:last] if role in ("system", "developer") and text]
-    earlier = [f"{role.capitalize()}: {text}" for role, text in turns[:last] if role not in ("system", "developer")
-               and text]
-    parts = []
-    if told:
-        parts.append("The caller's instructions:\n" + "\n\n".join(told))
-    if earlier:
-        parts.append("The conversation so far:\n" + "\n\n".join(earlier))
-    if not parts:
-        return turns[last][1]
-    return "\n\n".join(parts + ["The message to answer:\n" + turns[last][1]])
 
 
 def _text(content: str | list | None) -> str:
@@ -165,27 +138,6 @@ def _text(content: str | list | None) -> str:
 # -- the database side (in threads) -----------------------------------------------------------------
 
 
-def _actor(token: str | None, capability: str, address: str):
-    from mas_core import ratelimit
-    from mas_core.permissions import Actor
-    from mas_core.teams import api_token_authenticate
-
-    row = api_token_authenticate(token) if token else None
-    if row is None:
-        wait = ratelimit.token_failure(address) if token else None
-        if wait is not None:
-            raise DoorError(429, f"too many failed token authentications from your address; retry in {wait} s",
-                            type="rate_limit_error", code="rate_limit_exceeded",
-                            headers=[(b"retry-after", str(wait).encode())])
-        raise DoorError(401, "a valid API token is required: Authorization: Bearer <the team's token>",
-                        type="invalid_request_error", code="invalid_api_key")
-    actor = Actor(user=row.user, team=row.team, role=row.role)
-    if not actor.can(capability):
-        raise DoorError(403, f"role {actor.role} in team {actor.team.slug} does not allow {capability}",
-                        type="permission_error", code="insufficient_permissions")
-    return actor
-
-
 def _exposed(team) -> list[tuple[str, int]]:
     """The team's exposed agents and workflows, as models: (slug or ``workflow:<slug>``, when it was made, in
     seconds)."""
@@ -195,6 +147,17 @@ def _exposed(team) -> list[tuple[str, int]]:
     agents = [(slug, int(created.timestamp())) for slug, created in Agent.objects.filter(
         team=team, spec__expose=True).order_by("slug").values_list("slug", "created_at")]
     return agents + [(WORKFLOW_PREFIX + slug, created) for slug, created, _ in RUN_HOOKS.workflows_exposed(team=team)]
+
+
+def _start(actor, model: str, turns: list[Turn], instructions: str = "", previous: str | None = None) -> str:
+    """A run of the agent or workflow (``workflow:<slug>``) ``model`` names, answering ``turns``."""
+    if not model.startswith(WORKFLOW_PREFIX):
+        return start_agent(actor, model, turns, instructions, previous)
+    if previous is not None:
+        raise DoorError(400, "a workflow's response cannot continue another (previous_response_id): a workflow "
+                             "answers one request", param="previous_response_id", code="unsupported")
+    return start_workflow(actor, model.removeprefix(WORKFLOW_PREFIX),
+                          lambda declared: _workflow_inputs(declared, turns, instructions))
 
 
 def _workflow_inputs(declared: tuple[str, ...], turns: list[Turn], instructions: str) -> dict[str, Any]:
@@ -216,133 +179,6 @@ def _workflow_inputs(declared: tuple[str, ...], turns: list[Turn], instructions:
     return values
 
 
-def _start(actor, model: str, turns: list[Turn], instructions: str = "", previous: str | None = None) -> str:
-    """Start the run of ``model`` answering ``turns`` (after the conversation of the run ``previous`` names, a
-    response of the team's): its id."""
-    from agents_app.execution.errors import InputBlocked, RunError
-    from agents_app.execution.runs import run_start
-    from agents_app.models import Agent
-    from agents_app.schemas_runs import MAX_INPUT_CHARS
-
-    if model.startswith(WORKFLOW_PREFIX):
-        return _start_workflow(actor, model.removeprefix(WORKFLOW_PREFIX), turns, instructions, previous)
-    if not Agent.objects.filter(team=actor.team, slug=model, spec__expose=True).exists():
-        raise _unknown(model)
-    if previous is not None:
-        turns = _continued(actor.team, previous) + turns
-    task = task_of(turns, instructions=instructions)
-    if len(task) > MAX_INPUT_CHARS:
-        raise DoorError(400, f"messages: the conversation is {len(task):,} characters; a run's task holds at most "
-                             f"{MAX_INPUT_CHARS:,}", param="messages", code="context_length_exceeded")
-    _count_start(actor.team)
-    try:
-        run = run_start(team=actor.team, agent=model, input=task, user=actor.user,
-                        door_turns=[list(turn) for turn in turns])
-    except InputBlocked as blocked:
-        raise DoorError(400, str(blocked), param="messages", code="content_filter") from None
-    except RunError as error:
-        raise DoorError(400, str(error), param="model", code="run_refused") from None
-    return str(run.id)
-
-
-def _start_workflow(actor, slug: str, turns: list[Turn], instructions: str, previous: str | None) -> str:
-    from agents_app.execution.errors import RunError
-    from agents_app.execution.hooks import RUN_HOOKS
-
-    found = [inputs for exposed, _, inputs in RUN_HOOKS.workflows_exposed(team=actor.team) if exposed == slug]
-    if not found:
-        raise _unknown(WORKFLOW_PREFIX + slug)
-    if previous is not None:
-        raise DoorError(400, "a workflow's response cannot continue another (previous_response_id): a workflow "
-                             "answers one request", param="previous_response_id", code="unsupported")
-    inputs = _workflow_inputs(found[0], turns, instructions)
-    _count_start(actor.team)
-    try:
-        run = RUN_HOOKS.workflow_start(team=actor.team, workflow=slug, inputs=inputs, user=actor.user)
-    except RunError as error:
-        raise DoorError(400, str(error), param="messages", code="run_refused") from None
-    return str(run.id)
-
-
-def _unknown(model: str) -> DoorError:
-    return DoorError(404, f"the model {model!r} does not exist or the token may not call it: GET /v1/models lists "
-                          "what it may", param="model", code="model_not_found")
-
-
-def _count_start(team) -> None:
-    """A run start of ``team`` counted against ``MAS_RUNS_PER_MIN`` (a 429 past it)."""
-    from mas_core import ratelimit
-
-    try:
-        ratelimit.run_start_check(team)
-    except ratelimit.RateLimited as limited:
-        raise DoorError(429, str(limited), type="rate_limit_error", code="rate_limit_exceeded",
-                        headers=[(b"retry-after", str(limited.retry_after).encode())]) from None
-
-
-def _continued(team, previous: str) -> list[Turn]:
-    """The conversation a response continues: the turns of the run ``previous`` names, and its answer."""
-    from agents_app.models import Run
-
-    run_id = previous.removeprefix(RESPONSE_PREFIX)
-    row = (Run.objects.filter(pk=run_id, team=team).exclude(door_turns=[]).values_list("door_turns", "result", "status")
-           .first() if _uuid(run_id) else None)
-    if row is None:
-        raise DoorError(404, f"no response {previous!r} of this team", param="previous_response_id",
-                        code="previous_response_not_found")
-    turns, result, status = row
-    if status != "succeeded":
-        raise DoorError(400, f"response {previous!r} has no answer to continue from (its run {status})",
-                        param="previous_response_id", code="previous_response_unanswered")
-    return [(role, text) for role, text in turns] + [("assistant", result)]
-
-
-def _uuid(text: str) -> bool:
-    import uuid
-
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _ended(run_id: str) -> dict[str, Any]:
-    from agents_app.models import Run
-
-    return Run.objects.filter(pk=run_id).values("status", "result", "error", "prompt_tokens",
-                                                "completion_tokens", "created_at").get()
-
-
-def _cancel(run_id: str) -> None:
-    from django.db import transaction
-
-    from agents_app.execution.runs import run_cancel
-    from agents_app.models import Run
-
-    with transaction.atomic():
-        run_cancel(run=Run.objects.get(pk=run_id))
-
-
-async def _db(function, *args):
-    """``function(*args)`` in a thread, past the web process's gate (as Django's requests pass it)."""
-    from mas_core.webgate import gate_places
-
-    async with gate_places():
-        return await sync_to_async(_closing(function), thread_sensitive=False)(*args)
-
-
-def _closing(function):
-    def call(*args):
-        from django.db import connection
-
-        try:
-            return function(*args)
-        finally:
-            connection.close()
-    return call
-
-
 # -- the ASGI app -----------------------------------------------------------------------------------
 
 ROUTES = ("/v1/models", "/v1/chat/completions", "/v1/responses")
@@ -354,19 +190,19 @@ async def app(scope, receive, send) -> None:
     try:
         path, method = scope["path"].rstrip("/"), scope["method"]
         if path == "/v1/models" and method == "GET":
-            actor = await _db(_actor, _bearer(scope), "view", _address(scope))
+            actor = await in_thread(actor_of, bearer(scope), "view", address_of(scope))
             await _json(send, 200, {"object": "list", "data": [
                 {"id": slug, "object": "model", "created": created, "owned_by": actor.team.slug}
-                for slug, created in await _db(_exposed, actor.team)]})
+                for slug, created in await in_thread(_exposed, actor.team)]})
         elif path == "/v1/chat/completions" and method == "POST":
-            actor = await _db(_actor, _bearer(scope), "run", _address(scope))
+            actor = await in_thread(actor_of, bearer(scope), "run", address_of(scope))
             request = _parsed(ChatCompletionIn, await _body(receive))
-            run_id = await _db(_start, actor, request.model, chat_turns(request.messages))
+            run_id = await in_thread(_start, actor, request.model, chat_turns(request.messages))
             await (_chat_stream if request.stream else _chat_whole)(send, receive, run_id=run_id, request=request)
         elif path == "/v1/responses" and method == "POST":
-            actor = await _db(_actor, _bearer(scope), "run", _address(scope))
+            actor = await in_thread(actor_of, bearer(scope), "run", address_of(scope))
             request = _parsed(ResponseIn, await _body(receive))
-            run_id = await _db(_start, actor, request.model, response_turns(request), request.instructions or "",
+            run_id = await in_thread(_start, actor, request.model, response_turns(request), request.instructions or "",
                                request.previous_response_id)
             await (_response_stream if request.stream else _response_whole)(send, receive, run_id=run_id,
                                                                               request=request)
@@ -377,7 +213,7 @@ async def app(scope, receive, send) -> None:
                                  "/v1/chat/completions and POST /v1/responses", code="not_found")
     except DoorError as error:
         await _json(send, error.status, error.body(), headers=error.headers)
-    except _Gone:
+    except Gone:
         pass
 
 
@@ -400,7 +236,7 @@ async def _answer(receive, run_id: str) -> dict[str, Any]:
         async with aclosing(RunFollower(run_id).events()) as events:
             async for _ in events:
                 pass  # to its run_complete
-        return await _db(_ended, run_id)
+        return await in_thread(run_ended, run_id)
 
     run = await _until_done(receive, run_id, ended())
     if run["status"] != "succeeded":
@@ -421,7 +257,7 @@ async def _texts(run_id: str, ended: list[dict[str, Any]]) -> AsyncIterator[str]
             elif kind == "stream_chunk" and event["session"] in roots and data.get("text"):
                 streamed.append(data["text"])
                 yield data["text"]
-    run = await _db(_ended, run_id)
+    run = await in_thread(run_ended, run_id)
     sent = "".join(streamed)
     if run["status"] == "succeeded" and run["result"].startswith(sent) and len(run["result"]) > len(sent):
         yield run["result"][len(sent):]
@@ -440,7 +276,7 @@ async def _streamed(send, receive, run_id: str, write) -> dict[str, Any] | None:
 
     try:
         await _until_done(receive, run_id, relay())
-    except _Gone:
+    except Gone:
         return None
     run = ended[0]
     if run["status"] != "succeeded":
@@ -448,7 +284,7 @@ async def _streamed(send, receive, run_id: str, write) -> dict[str, Any] | None:
     return run
 
 
-async def _sse_start(send, run_id: str) -> None:
+async def _ssestart_agent(send, run_id: str) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": [
         (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
         (b"x-mas-run", run_id.encode())]})
@@ -468,7 +304,7 @@ async def _chat_whole(send, receive, *, run_id: str, request: ChatCompletionIn) 
 
 
 async def _chat_stream(send, receive, *, run_id: str, request: ChatCompletionIn) -> None:
-    await _sse_start(send, run_id)
+    await _ssestart_agent(send, run_id)
     created = int(time.time())
 
     async def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict | None = None) -> None:
@@ -528,7 +364,7 @@ async def _response_whole(send, receive, *, run_id: str, request: ResponseIn) ->
 
 
 async def _response_stream(send, receive, *, run_id: str, request: ResponseIn) -> None:
-    await _sse_start(send, run_id)
+    await _ssestart_agent(send, run_id)
     created, numbered = int(time.time()), iter(range(1_000_000_000))
     item = MESSAGE_PREFIX + run_id
     part = {"item_id": item, "output_index": 0, "content_index": 0}
@@ -567,7 +403,7 @@ async def _response_stream(send, receive, *, run_id: str, request: ResponseIn) -
 
 
 async def _until_done(receive, run_id: str, work) -> Any:
-    """``work``'s outcome; the caller going away cancels the run (:class:`_Gone`); past MAS_DOORS_WAIT_S, a
+    """``work``'s outcome; the caller going away cancels the run (:class:`Gone`); past MAS_DOORS_WAIT_S, a
     422 (the run goes on)."""
     task = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(_disconnected(receive))
@@ -577,8 +413,8 @@ async def _until_done(receive, run_id: str, work) -> Any:
         if task in done:
             return task.result()
         if gone in done:
-            await _db(_cancel, run_id)
-            raise _Gone
+            await in_thread(run_cancel_by_door, run_id)
+            raise Gone
         raise DoorError(422, f"run {run_id} has not finished after {settings.MAS_DOORS_WAIT_S:g} s; it goes on "
                              f"(GET /api/runs/{run_id})", type="run_error", code="timeout")
     finally:
@@ -606,26 +442,13 @@ def _usage(run: dict[str, Any]) -> dict[str, int]:
 # -- HTTP ---------------------------------------------------------------------------------------
 
 
-def _bearer(scope) -> str | None:
-    for name, value in scope.get("headers", []):
-        if name == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-    return None
-
-
-def _address(scope) -> str:
-    client = scope.get("client")
-    return client[0] if client else "unknown"
-
-
 async def _body(receive) -> bytes:
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     chunks, size = [], 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise _Gone
+            raise Gone
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
