@@ -338,7 +338,7 @@ def test_the_api_reference_lists_every_route_with_its_methods():
 
 
 MAS_COMMANDS = ["create_team", "create_api_token", "setup_demo", "demo_scenario", "sync_markdown", "run_agent",
-                "run_workflow", "eval", "prune_runs"]
+                "run_workflow", "eval", "prune_runs", "mcp_serve"]
 
 
 def test_every_command_of_mas_is_in_the_cli_reference():
