@@ -183,3 +183,32 @@ def test_the_manuals_example_lists_and_calls_the_tools(name, printed, web, team_
                           capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout) == (0, printed), done.stderr
     assert Run.objects.get().result == "Paris."
+
+
+def test_an_agents_object_output_is_structured_content_and_an_approval_keeps_the_call_waiting(
+        web, team_a, provider, make_member, make_token, celery_worker_process, api_for):
+    from agents_app.models import ApprovalRequest
+
+    schema = "output_schema:\n  type: object\n  required: [city]\n  properties:\n    city: {type: string}\n"
+    agent(team_a, "Locator", "expose: true\ntier: medium\ntools: [vfs_write]\napproval: [vfs_write]\n" + schema)
+    provider.add(sse(openai_stream(tool_calls=[("c1", "vfs_write", ['{"path": "a.md", "content": "Paris"}'])],
+                                   usage=(5, 5))),
+                 sse(openai_stream(text=['{"city": "Paris"}'], usage=(6, 3))))
+    operator = api_for(team_a, "operator")
+
+    def approve():
+        request = wait_until(lambda: ApprovalRequest.objects.filter(status="pending").first(), 60, "the approval")
+        assert operator.post(f"/api/approvals/{request.id}", {"decision": "approve"}).status_code == 200
+
+    async def work(session):
+        listed = await session.list_tools()
+        call = asyncio.ensure_future(session.call_tool("locator", {"task": "Where?"}))
+        await asyncio.to_thread(approve)  # the call waits meanwhile: decided in MAS
+        return listed, await call
+
+    listed, result = with_session(web, token_of(team_a, "operator", make_member, make_token), work)
+    assert listed.tools[0].output_schema == {"type": "object", "required": ["city"],
+                                             "properties": {"city": {"type": "string"}}}
+    assert (result.is_error, result.structured_content, result.content[0].text) == (
+        False, {"city": "Paris"}, '{"city": "Paris"}')
+    assert Run.objects.get().status == "succeeded"
