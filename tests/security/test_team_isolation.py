@@ -678,3 +678,79 @@ def test_an_agents_tools_reach_nothing_of_another_team(team_a, team_b, celery_wo
             theirs_before = [r for r in rows if MARK in json.dumps(r) or str(theirs.id) in json.dumps(r)]
             theirs_after = [r for r in after[label] if MARK in json.dumps(r) or str(theirs.id) in json.dumps(r)]
             assert theirs_after == theirs_before, label
+
+
+# -- the doors beside the API: team A's token reaches nothing of team B's ------------------------------------
+
+DOOR_PATHS = {"/v1": "openai", "/mcp": "mcp"}
+
+
+def test_every_door_is_classified():
+    import inspect
+
+    from mas_project import asgi
+
+    source = inspect.getsource(asgi.http_app)
+    assert sorted(set(re.findall(r'"(/[a-z0-9]+)[/"]', source))) == sorted(DOOR_PATHS), (
+        "classify the door in DOOR_PATHS and test it below")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_door_lets_team_a_call_or_see_team_b(team_a, team_b, make_member, make_token):
+    from asgiref.sync import async_to_sync
+    from asgiref.testing import ApplicationCommunicator
+
+    from agents_app.models import Run
+    from mas_project.asgi import application
+
+    for team, name in ((team_a, "Alpha"), (team_b, "Bravo")):
+        text = f"---\nname: {name}\nexpose: true\n---\n\n{MARK if team == team_b else 'Ours.'}\n"
+        definition_save(kind=AGENT, team=team, parsed=definition_parse(kind=AGENT, team=team, text=text))
+    theirs = Run.objects.create(team=team_b, agent="bravo", input=f"task {MARK}", status="succeeded",
+                                result=f"answer {MARK}", door_turns=[["user", f"task {MARK}"]])
+    token = make_token(team_a, make_member(team_a, "admin"))
+    before = Run.objects.count()
+
+    async def call(method: str, path: str, body: dict | None = None) -> tuple[int, str]:
+        headers = [(b"authorization", f"Bearer {token}".encode()), (b"host", b"testserver"),
+                   (b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
+        data = json.dumps(body).encode() if body is not None else b""
+        app = ApplicationCommunicator(application, {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "path": path,
+            "raw_path": path.encode(), "query_string": b"", "headers": headers, "client": ("127.0.0.1", 1),
+            "server": ("testserver", 80), "scheme": "http"})
+        await app.send_input({"type": "http.request", "body": data, "more_body": False})
+        start = await app.receive_output(timeout=10)
+        chunks = []
+        while True:
+            message = await app.receive_output(timeout=10)
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        await app.wait(timeout=5)
+        return start["status"], b"".join(chunks).decode()
+
+    async def go():
+        said = []
+        status, body = await call("GET", "/v1/models")
+        assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == ["alpha"]
+        said.append(body)
+        for path, payload in (("/v1/chat/completions", {"model": "bravo", "messages": [{"role": "user", "content": "x"}]}),
+                              ("/v1/responses", {"model": "bravo", "input": "x"}),
+                              ("/v1/responses", {"model": "alpha", "input": "x",
+                                                 "previous_response_id": f"resp_{theirs.id}"})):
+            status, body = await call("POST", path, payload)
+            assert status == 404, body
+            said.append(body)
+        status, body = await call("POST", "/mcp/", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert status == 200, body
+        tools = json.loads(body.split("data: ", 1)[1]) if body.startswith("event:") else json.loads(body)
+        assert [tool["name"] for tool in tools["result"]["tools"]] == ["alpha"]
+        status, body = await call("POST", "/mcp/", {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                                    "params": {"name": "bravo", "arguments": {"task": "x"}}})
+        assert status == 200 and '"isError":true' in body.replace(" ", ""), body
+        said += [body]
+        assert MARK not in "".join(said)
+
+    async_to_sync(go)()
+    assert Run.objects.count() == before  # nothing started
