@@ -28,6 +28,7 @@ from agents_app.execution.runs import activation_create, DEFAULT_LIMITS, script_
 from agents_app.scheduler import dispatch
 from agents_app.starts import MAX_CHOICES, StartChoice
 from mas_core.eventlog import event_append as event_emit
+from mas_core.telemetry import RunTrace
 from agents_app.models import Activation, ActivationContext, Agent, Run, Team
 from agents_app.models.runs import ActivationStatus, RunStatus
 from agents_app.money import money_display, money_str
@@ -92,12 +93,13 @@ def workflow_run_start(
     *, team: Team, workflow: Workflow | str, inputs: dict[str, Any], user=None, trigger: str = "manual",
     limits: dict[str, Any] | None = None, budget: dict[str, Any] | None = None, provider: str = "",
     script: dict[str, Any] | None = None, versions: dict[str, int] | None = None, is_eval: bool = False,
-    eval_real_models: bool = False,
+    eval_real_models: bool = False, trace: RunTrace | None = None,
 ) -> Run:
     """Start a run of the team's workflow: its first ready steps are sent to workers after commit.
 
     ``versions`` pins agents at other versions than their current ones; ``is_eval`` marks a case of an eval,
-    and ``eval_real_models`` lets its unscripted agents call the team's real models.
+    and ``eval_real_models`` lets its unscripted agents call the team's real models. ``trace``: where the run's
+    trace starts (a door's run), kept in its ``run_start`` event.
     """
     row = workflow_resolve(team=team, workflow=workflow)
     spec = workflow_spec(team=team, row=row)
@@ -119,7 +121,8 @@ def workflow_run_start(
                                       spec={"on_failure": spec.on_failure, "steps": steps, "loops": loops},
                                       state=engine.to_dict())
     event_emit(run_id=run.id, type="run_start", agent="", data={
-        "workflow": row.slug, "input": run.input, "limits": run.limits, "budget": run.budget})
+        "workflow": row.slug, "input": run.input, "limits": run.limits, "budget": run.budget,
+        **(trace.to_json() if trace else {})})
     event_emit(run_id=run.id, type="workflow_start", agent="", data={
         "workflow": row.slug, "version": row.version, "trigger": trigger, "inputs": values,
         "on_failure": spec.on_failure,
@@ -150,10 +153,12 @@ def workflows_exposed(*, team: Team) -> list[tuple[str, int, tuple[str, ...]]]:
             for slug, created, spec in rows[:MAX_CHOICES]]
 
 
-def workflow_start_by_hand(*, team: Team, workflow: str, inputs: dict[str, Any], user=None) -> Run:
-    """A person's start of the team's workflow ``workflow`` (its slug), from the monitor's start form (run hook
-    ``workflow_start``): a ``manual`` trigger, as ``POST /api/workflows/{slug}/runs``."""
-    return workflow_run_start(team=team, workflow=workflow, inputs=inputs, user=user, trigger="manual")
+def workflow_start_by_hand(*, team: Team, workflow: str, inputs: dict[str, Any], user=None,
+                           trace: RunTrace | None = None) -> Run:
+    """A person's start of the team's workflow ``workflow`` (its slug), from the monitor's start form or a door
+    (run hook ``workflow_start``; ``trace``: the door's, see :class:`~mas_core.telemetry.RunTrace`): a ``manual``
+    trigger, as ``POST /api/workflows/{slug}/runs``."""
+    return workflow_run_start(team=team, workflow=workflow, inputs=inputs, user=user, trigger="manual", trace=trace)
 
 
 def _agent_versions(team: Team, slugs: set[str]) -> dict[str, int]:

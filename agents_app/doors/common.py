@@ -5,10 +5,14 @@ exposed agents and workflows), starting a run of one the way ``POST /api/runs`` 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from mas_core.telemetry import RunTrace
 
 RESPONSE_PREFIX = "resp_"
 WORKFLOW_PREFIX = "workflow:"
@@ -75,9 +79,10 @@ def actor_of(token: str | None, capability: str, address: str):
     return actor
 
 
-def start_agent(actor, model: str, turns: list[Turn], instructions: str = "", previous: str | None = None) -> str:
+def start_agent(actor, model: str, turns: list[Turn], instructions: str = "", previous: str | None = None,
+                trace: RunTrace | None = None) -> str:
     """Start the run of ``model`` answering ``turns`` (after the conversation of the run ``previous`` names, a
-    response of the team's): its id."""
+    response of the team's), its trace starting at the door ``trace`` names (:func:`trace_of`): its id."""
     from agents_app.execution.errors import InputBlocked, RunError
     from agents_app.execution.runs import run_start
     from agents_app.models import Agent
@@ -94,7 +99,7 @@ def start_agent(actor, model: str, turns: list[Turn], instructions: str = "", pr
     count_start(actor.team)
     try:
         run = run_start(team=actor.team, agent=model, input=task, user=actor.user,
-                        door_turns=[list(turn) for turn in turns])
+                        door_turns=[list(turn) for turn in turns], trace=trace)
     except InputBlocked as blocked:
         raise DoorError(400, str(blocked), param="messages", code="content_filter") from None
     except RunError as error:
@@ -102,9 +107,10 @@ def start_agent(actor, model: str, turns: list[Turn], instructions: str = "", pr
     return str(run.id)
 
 
-def start_workflow(actor, slug: str, inputs_of: Callable[[tuple[str, ...]], dict[str, Any]]) -> str:
+def start_workflow(actor, slug: str, inputs_of: Callable[[tuple[str, ...]], dict[str, Any]],
+                   trace: RunTrace | None = None) -> str:
     """Start a run of the team's exposed workflow ``slug`` with the inputs ``inputs_of(its declared inputs)``
-    gives: its id."""
+    gives, its trace starting at the door ``trace`` names (:func:`trace_of`): its id."""
     from agents_app.execution.errors import RunError
     from agents_app.execution.hooks import RUN_HOOKS
 
@@ -114,7 +120,7 @@ def start_workflow(actor, slug: str, inputs_of: Callable[[tuple[str, ...]], dict
     inputs = inputs_of(found[0])
     count_start(actor.team)
     try:
-        run = RUN_HOOKS.workflow_start(team=actor.team, workflow=slug, inputs=inputs, user=actor.user)
+        run = RUN_HOOKS.workflow_start(team=actor.team, workflow=slug, inputs=inputs, user=actor.user, trace=trace)
     except RunError as error:
         raise DoorError(400, str(error), param="messages", code="run_refused") from None
     return str(run.id)
@@ -142,7 +148,7 @@ def continued(team, previous: str) -> list[Turn]:
 
     run_id = previous.removeprefix(RESPONSE_PREFIX)
     row = (Run.objects.filter(pk=run_id, team=team).exclude(door_turns=[]).values_list("door_turns", "result", "status")
-           .first() if _uuid(run_id) else None)
+           .first() if is_uuid(run_id) else None)
     if row is None:
         raise DoorError(404, f"no response {previous!r} of this team", param="previous_response_id",
                         code="previous_response_not_found")
@@ -153,7 +159,7 @@ def continued(team, previous: str) -> list[Turn]:
     return [(role, text) for role, text in turns] + [("assistant", result)]
 
 
-def _uuid(text: str) -> bool:
+def is_uuid(text: str) -> bool:
     import uuid
 
     try:
@@ -213,3 +219,53 @@ def address_of(scope) -> str:
     return client[0] if client else "unknown"
 
 
+def trace_of(door: str, scope=None, traceparent: str | None = None) -> RunTrace:
+    """Where the trace of a run started at ``door`` begins: in the caller's trace when the request carries a
+    W3C ``traceparent`` (given, as an MCP call's ``_meta`` has it, or the HTTP request's header in ``scope``)."""
+    if traceparent is None:
+        traceparent = next((value.decode("latin-1") for name, value in (scope or {}).get("headers", [])
+                            if name == b"traceparent"), None)
+    return RunTrace.at_door(door, traceparent)
+
+
+async def until_done(receive, run_id: str, work, *, cancel: bool = True) -> Any:
+    """``work``'s outcome; the caller going away ends it (:class:`Gone`), and cancels the run unless ``cancel``
+    is false (a caller that only watched it); past MAS_DOORS_WAIT_S, a 422 (the run goes on)."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(disconnected(receive))
+    try:
+        done, _ = await asyncio.wait({task, gone}, timeout=settings.MAS_DOORS_WAIT_S,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        if gone in done:
+            if cancel:
+                await in_thread(run_cancel_by_door, run_id)
+            raise Gone
+        raise DoorError(422, f"run {run_id} has not finished after {settings.MAS_DOORS_WAIT_S:g} s; it goes on "
+                             f"(GET /api/runs/{run_id})", type="run_error", code="timeout")
+    finally:
+        for pending in (task, gone):
+            pending.cancel()
+
+
+async def disconnected(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def read_body(receive) -> bytes:
+    """The request's body, at most ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes (a 413 past it)."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise Gone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise DoorError(413, f"the request body is over {limit} bytes", code="request_too_large")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)

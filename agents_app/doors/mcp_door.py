@@ -32,9 +32,11 @@ from agents_app.doors.common import (
     run_ended,
     start_agent,
     start_workflow,
+    trace_of,
 )
 from agents_app.doors.follow import RunFollower
 from mas_core.loops import loop_local
+from mas_core.telemetry import RunTrace
 
 WORKFLOW_TOOL = "workflow__"
 MAX_PROGRESS_CHARS = 200
@@ -72,19 +74,19 @@ def _object_schema(schema: Any) -> bool:
     return isinstance(schema, dict) and schema.get("type") == "object"
 
 
-def _start(actor, name: str, arguments: dict[str, Any]) -> tuple[str, dict | None]:
+def _start(actor, name: str, arguments: dict[str, Any], trace: RunTrace) -> tuple[str, dict | None]:
     """Start the run the call names: (its id, the agent's output schema when it is an object's)."""
     from agents_app.models import Agent
 
     if name.startswith(WORKFLOW_TOOL):
         if not all(isinstance(value, str) for value in arguments.values()):
             raise DoorError(400, "a workflow's inputs are texts")
-        return start_workflow(actor, name.removeprefix(WORKFLOW_TOOL), lambda declared: arguments), None
+        return start_workflow(actor, name.removeprefix(WORKFLOW_TOOL), lambda declared: arguments, trace), None
     task, context = arguments.get("task"), arguments.get("context", "")
     if not isinstance(task, str) or not task.strip() or not isinstance(context, str) or set(arguments) - {
             "task", "context"}:
         raise DoorError(400, "the arguments are {task: text, context?: text}")
-    run_id = start_agent(actor, name, [("user", task)], context)
+    run_id = start_agent(actor, name, [("user", task)], context, trace=trace)
     schema = Agent.objects.filter(team=actor.team, slug=name).values_list("spec__output_schema", flat=True).first()
     return run_id, schema if _object_schema(schema) else None
 
@@ -106,7 +108,8 @@ async def _call_tool(ctx, params: types.CallToolRequestParams, *, stdio=None) ->
     if not actor.can("run"):
         return _error(f"role {actor.role} in team {actor.team.slug} does not allow run")
     try:
-        run_id, schema = await in_thread(_start, actor, params.name, dict(params.arguments or {}))
+        run_id, schema = await in_thread(_start, actor, params.name, dict(params.arguments or {}), trace_of(
+            "mcp", ctx.request.scope if ctx.request is not None else None, (params.meta or {}).get("traceparent")))
     except DoorError as refused:
         return _error(str(refused).replace(WORKFLOW_PREFIX, WORKFLOW_TOOL) if refused.code == "model_not_found"
                       else str(refused))

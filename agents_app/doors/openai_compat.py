@@ -21,14 +21,12 @@ cancelled or has not finished after ``MAS_DOORS_WAIT_S`` (it goes on: the monito
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, Literal
 
-from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents_app.doors.common import (
@@ -41,13 +39,16 @@ from agents_app.doors.common import (
     address_of,
     bearer,
     in_thread,
-    run_cancel_by_door,
+    read_body,
     run_ended,
     start_agent,
     start_workflow,
     task_of,
+    trace_of,
+    until_done,
 )
 from agents_app.doors.follow import RunFollower
+from mas_core.telemetry import RunTrace
 
 MAX_MESSAGES = 1_000
 OBJECT_PREFIX = "chatcmpl-"
@@ -149,15 +150,16 @@ def _exposed(team) -> list[tuple[str, int]]:
     return agents + [(WORKFLOW_PREFIX + slug, created) for slug, created, _ in RUN_HOOKS.workflows_exposed(team=team)]
 
 
-def _start(actor, model: str, turns: list[Turn], instructions: str = "", previous: str | None = None) -> str:
+def _start(actor, trace: RunTrace, model: str, turns: list[Turn], instructions: str = "",
+           previous: str | None = None) -> str:
     """A run of the agent or workflow (``workflow:<slug>``) ``model`` names, answering ``turns``."""
     if not model.startswith(WORKFLOW_PREFIX):
-        return start_agent(actor, model, turns, instructions, previous)
+        return start_agent(actor, model, turns, instructions, previous, trace)
     if previous is not None:
         raise DoorError(400, "a workflow's response cannot continue another (previous_response_id): a workflow "
                              "answers one request", param="previous_response_id", code="unsupported")
     return start_workflow(actor, model.removeprefix(WORKFLOW_PREFIX),
-                          lambda declared: _workflow_inputs(declared, turns, instructions))
+                          lambda declared: _workflow_inputs(declared, turns, instructions), trace)
 
 
 def _workflow_inputs(declared: tuple[str, ...], turns: list[Turn], instructions: str) -> dict[str, Any]:
@@ -196,14 +198,15 @@ async def app(scope, receive, send) -> None:
                 for slug, created in await in_thread(_exposed, actor.team)]})
         elif path == "/v1/chat/completions" and method == "POST":
             actor = await in_thread(actor_of, bearer(scope), "run", address_of(scope))
-            request = _parsed(ChatCompletionIn, await _body(receive))
-            run_id = await in_thread(_start, actor, request.model, chat_turns(request.messages))
+            request = _parsed(ChatCompletionIn, await read_body(receive))
+            run_id = await in_thread(_start, actor, trace_of("openai.chat_completions", scope), request.model,
+                                     chat_turns(request.messages))
             await (_chat_stream if request.stream else _chat_whole)(send, receive, run_id=run_id, request=request)
         elif path == "/v1/responses" and method == "POST":
             actor = await in_thread(actor_of, bearer(scope), "run", address_of(scope))
-            request = _parsed(ResponseIn, await _body(receive))
-            run_id = await in_thread(_start, actor, request.model, response_turns(request), request.instructions or "",
-                               request.previous_response_id)
+            request = _parsed(ResponseIn, await read_body(receive))
+            run_id = await in_thread(_start, actor, trace_of("openai.responses", scope), request.model,
+                                     response_turns(request), request.instructions or "", request.previous_response_id)
             await (_response_stream if request.stream else _response_whole)(send, receive, run_id=run_id,
                                                                               request=request)
         elif path in ROUTES:
@@ -238,7 +241,7 @@ async def _answer(receive, run_id: str) -> dict[str, Any]:
                 pass  # to its run_complete
         return await in_thread(run_ended, run_id)
 
-    run = await _until_done(receive, run_id, ended())
+    run = await until_done(receive, run_id, ended())
     if run["status"] != "succeeded":
         raise _failed(run_id, run)
     return run
@@ -275,7 +278,7 @@ async def _streamed(send, receive, run_id: str, write) -> dict[str, Any] | None:
                 await write(text)
 
     try:
-        await _until_done(receive, run_id, relay())
+        await until_done(receive, run_id, relay())
     except Gone:
         return None
     run = ended[0]
@@ -402,31 +405,6 @@ async def _response_stream(send, receive, *, run_id: str, request: ResponseIn) -
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def _until_done(receive, run_id: str, work) -> Any:
-    """``work``'s outcome; the caller going away cancels the run (:class:`Gone`); past MAS_DOORS_WAIT_S, a
-    422 (the run goes on)."""
-    task = asyncio.ensure_future(work)
-    gone = asyncio.ensure_future(_disconnected(receive))
-    try:
-        done, _ = await asyncio.wait({task, gone}, timeout=settings.MAS_DOORS_WAIT_S,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            return task.result()
-        if gone in done:
-            await in_thread(run_cancel_by_door, run_id)
-            raise Gone
-        raise DoorError(422, f"run {run_id} has not finished after {settings.MAS_DOORS_WAIT_S:g} s; it goes on "
-                             f"(GET /api/runs/{run_id})", type="run_error", code="timeout")
-    finally:
-        for pending in (task, gone):
-            pending.cancel()
-
-
-async def _disconnected(receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
 def _failed(run_id: str, run: dict[str, Any]) -> DoorError:
     """A run that ended without an answer: 422, which clients do not retry (a retry would start another run)."""
     if run["status"] == "cancelled":
@@ -440,22 +418,6 @@ def _usage(run: dict[str, Any]) -> dict[str, int]:
 
 
 # -- HTTP ---------------------------------------------------------------------------------------
-
-
-async def _body(receive) -> bytes:
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise Gone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise DoorError(413, f"the request body is over {limit} bytes", code="request_too_large")
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
 
 
 async def _json(send, status: int, body: dict[str, Any], *, headers: list[tuple[bytes, bytes]] = ()) -> None:

@@ -50,8 +50,9 @@ class RunHooks:
     # The team's workflows a person may start, for the monitor's start form (keyword argument team): a list of
     # agents_app.starts.StartChoice, each with the inputs the workflow declares.
     workflow_choices: Callable[..., list[Any]] = _no_workflows
-    # Start a run of the team's workflow (keyword arguments team, workflow (its slug), inputs, user), as
-    # POST /api/workflows/{slug}/runs does; raises agents_app.execution.errors.RunError when it cannot.
+    # Start a run of the team's workflow (keyword arguments team, workflow (its slug), inputs, user, and trace:
+    # a door's mas_core.telemetry.RunTrace or None), as POST /api/workflows/{slug}/runs does; raises
+    # agents_app.execution.errors.RunError when it cannot.
     workflow_start: Callable[..., Any] = _no_workflow_start
     # The team's workflows its tokens may call through the doors (keyword argument team): (slug, when made in
     # seconds, the inputs it declares) each.

@@ -32,6 +32,7 @@ from agents_app.execution.guardrails import input_checker
 from agents_app.selectors_guardrails import guardrail_slugs
 from agents_app.specs import unknown_guardrails
 from mas_core.eventlog import Entry, entry, event_append as event_emit, events_append
+from mas_core.telemetry import RunTrace
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ def run_start(
     budget: dict[str, Any] | None = None, provider: str = "", script: dict[str, Any] | None = None,
     approvals: list[Any] | None = None, versions: dict[str, int] | None = None, is_eval: bool = False,
     eval_real_models: bool = False, guardrails: list[str] | None = None, door_turns: list[list[str]] | None = None,
+    trace: RunTrace | None = None,
 ) -> Run:
     """Create a run with its root activation and send that to a worker (after commit). The run returned holds
     that activation as ``root``, as created (its caller shows the new run without reading it back).
@@ -86,7 +88,8 @@ def run_start(
     ``guardrails``: slugs of the team's guardrails that check every session of the run, on top of the team's
     defaults and the definitions' (a run adds guardrails, never removes one); another slug is refused
     (:class:`UnknownGuardrails`). ``door_turns``: the conversation a door's run answers (``Run.door_turns``),
-    checked by the run's input guardrails as its input is.
+    checked by the run's input guardrails as its input is. ``trace``: where the run's trace starts (a door's
+    run: the door, and the caller's trace it continues), kept in its ``run_start`` event.
     """
     from agents_app.approvals.policy import entries_check
 
@@ -122,7 +125,8 @@ def run_start(
     events_append(run_id=run.id, entries=[
         entry("run_start", agent=agent, data={"agent": agent, "input": input, "limits": run.limits,
                                                "budget": run.budget, **({"approvals": approvals} if approvals else {}),
-                                               **({"guardrails": guardrails} if guardrails else {})}),
+                                               **({"guardrails": guardrails} if guardrails else {}),
+                                               **(trace.to_json() if trace else {})}),
         *(entry("guardrail_triggered", agent=agent, data=data) for data in fired),
         _queued(root),
     ])

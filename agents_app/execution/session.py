@@ -115,8 +115,8 @@ class ModelHandle:
         if self.span is None:
             return await self.resolved.provider.complete(request, on_chunk=on_chunk)
         span = telemetry.child_span(self.span, f"chat {self.model}", {
-            "gen_ai.operation.name": "chat", "gen_ai.system": self.resolved.provider_slug,
-            "gen_ai.request.model": self.model, "mas.tier": self.tier})
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": self.resolved.provider.name,
+            "gen_ai.request.model": self.model, "mas.provider": self.resolved.provider_slug, "mas.tier": self.tier})
         try:
             response = await self.resolved.provider.complete(request, on_chunk=on_chunk)
         except BaseException as error:
@@ -726,8 +726,9 @@ async def _prepare(start: SessionStart) -> SessionWork | None:
     except GuardrailTripped as tripped:  # the task itself was blocked: the session fails, settled at once
         await _prepare_failed(start, store, ladder=ladder, kind="guardrail", message=str(tripped))
         return None
-    model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor, span=telemetry.session_span(
-        run_id=run.id, session_id=session.id, agent=agent.slug, attempt=session.attempt))
+    model = ModelHandle(resolved=resolved, tier=session.tier, cursor=cursor, span=await telemetry.session_span(
+        run_id=run.id, session_id=session.id, agent=agent.slug, attempt=session.attempt,
+        provider=resolved.provider.name, model=resolved.model))
     registry, mcp = await _prepare_tools(start, store, team_tools=reads.team_tools)
     outputs_set = set(activation.ctx.outputs or {})
     call_tool, offered = await _prepare_calls(start, store, registry=registry, gate=gate, skills=skills,

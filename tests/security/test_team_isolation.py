@@ -682,7 +682,7 @@ def test_an_agents_tools_reach_nothing_of_another_team(team_a, team_b, celery_wo
 
 # -- the doors beside the API: team A's token reaches nothing of team B's ------------------------------------
 
-DOOR_PATHS = {"/v1": "openai", "/mcp": "mcp"}
+DOOR_PATHS = {"/v1": "openai", "/mcp": "mcp", "/ag-ui": "ag-ui"}
 
 
 def test_every_door_is_classified():
@@ -691,7 +691,7 @@ def test_every_door_is_classified():
     from mas_project import asgi
 
     source = inspect.getsource(asgi.http_app)
-    assert sorted(set(re.findall(r'"(/[a-z0-9]+)[/"]', source))) == sorted(DOOR_PATHS), (
+    assert sorted(set(re.findall(r'"(/[a-z0-9-]+)[/"]', source))) == sorted(DOOR_PATHS), (
         "classify the door in DOOR_PATHS and test it below")
 
 
@@ -749,6 +749,13 @@ def test_no_door_lets_team_a_call_or_see_team_b(team_a, team_b, make_member, mak
         status, body = await call("POST", "/mcp/", {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                                                     "params": {"name": "bravo", "arguments": {"task": "x"}}})
         assert status == 200 and '"isError":true' in body.replace(" ", ""), body
+        said += [body]
+        status, body = await call("GET", f"/ag-ui/runs/{theirs.id}")
+        assert status == 404, body
+        status, body = await call("POST", "/ag-ui/agents/bravo", {
+            "threadId": "t", "runId": "r", "state": {}, "tools": [], "context": [], "forwardedProps": {},
+            "messages": [{"id": "m", "role": "user", "content": "x"}]})
+        assert status == 404, body
         said += [body]
         assert MARK not in "".join(said)
 
