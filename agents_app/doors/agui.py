@@ -39,7 +39,6 @@ from ag_ui.core import (
 )
 from ag_ui.core.events import BaseEvent
 from ag_ui.encoder import EventEncoder
-from pydantic import ValidationError
 
 from agents_app.doors.common import (
     DoorError,
@@ -49,6 +48,7 @@ from agents_app.doors.common import (
     bearer,
     in_thread,
     is_uuid,
+    parsed,
     read_body,
     run_ended,
     start_agent,
@@ -130,7 +130,7 @@ async def app(scope, receive, send) -> None:
     try:
         if path.startswith(AGENTS) and method == "POST":
             actor = await in_thread(actor_of, bearer(scope), "run", address_of(scope))
-            request = _parsed(await read_body(receive))
+            request = parsed(RunAgentInput, await read_body(receive))
             turns = [(message.role, _text(message.content)) for message in request.messages]
             run_id = await in_thread(start_agent, actor, path.removeprefix(AGENTS).strip("/"), turns, "", None,
                                      trace_of("ag-ui", scope))
@@ -181,19 +181,6 @@ async def _stream(send, receive, encoder: EventEncoder, run_id: str, translation
     except Gone:
         return
     await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def _parsed(body: bytes) -> RunAgentInput:
-    from mas_core.api_errors import load_json
-
-    try:
-        return RunAgentInput.model_validate(load_json(body))
-    except ValidationError as invalid:
-        first = invalid.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise DoorError(400, f"{where}: {first['msg']}", param=where) from None
-    except ValueError as error:
-        raise DoorError(400, f"the body is not a RunAgentInput: {error}") from None
 
 
 def _text(content: Any) -> str:

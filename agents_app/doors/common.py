@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from pydantic import BaseModel, ValidationError
 from django.conf import settings
 
 from mas_core.telemetry import RunTrace
@@ -269,3 +270,17 @@ async def read_body(receive) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
+
+
+def parsed(model: type[BaseModel], body: bytes):
+    """``body`` read as ``model`` (a 400 naming the first field that is wrong, in ``param``)."""
+    from mas_core.api_errors import load_json
+
+    try:
+        return model.model_validate(load_json(body))
+    except ValidationError as invalid:
+        first = invalid.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise DoorError(400, f"{where}: {first['msg']}", param=where) from None
+    except ValueError as error:  # not JSON, too deep, unstorable
+        raise DoorError(400, f"the body is not a JSON object this endpoint takes: {error}") from None

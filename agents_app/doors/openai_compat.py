@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents_app.doors.common import (
     RESPONSE_PREFIX,
@@ -39,6 +39,7 @@ from agents_app.doors.common import (
     address_of,
     bearer,
     in_thread,
+    parsed,
     read_body,
     run_ended,
     start_agent,
@@ -198,13 +199,13 @@ async def app(scope, receive, send) -> None:
                 for slug, created in await in_thread(_exposed, actor.team)]})
         elif path == "/v1/chat/completions" and method == "POST":
             actor = await in_thread(actor_of, bearer(scope), "run", address_of(scope))
-            request = _parsed(ChatCompletionIn, await read_body(receive))
+            request = parsed(ChatCompletionIn, await read_body(receive))
             run_id = await in_thread(_start, actor, trace_of("openai.chat_completions", scope), request.model,
                                      chat_turns(request.messages))
             await (_chat_stream if request.stream else _chat_whole)(send, receive, run_id=run_id, request=request)
         elif path == "/v1/responses" and method == "POST":
             actor = await in_thread(actor_of, bearer(scope), "run", address_of(scope))
-            request = _parsed(ResponseIn, await read_body(receive))
+            request = parsed(ResponseIn, await read_body(receive))
             run_id = await in_thread(_start, actor, trace_of("openai.responses", scope), request.model,
                                      response_turns(request), request.instructions or "", request.previous_response_id)
             await (_response_stream if request.stream else _response_whole)(send, receive, run_id=run_id,
@@ -218,19 +219,6 @@ async def app(scope, receive, send) -> None:
         await _json(send, error.status, error.body(), headers=error.headers)
     except Gone:
         pass
-
-
-def _parsed(model: type[BaseModel], body: bytes):
-    from mas_core.api_errors import load_json
-
-    try:
-        return model.model_validate(load_json(body))
-    except ValidationError as invalid:
-        first = invalid.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise DoorError(400, f"{where}: {first['msg']}", param=where) from None
-    except ValueError as error:  # not JSON, too deep, unstorable
-        raise DoorError(400, f"the body is not a JSON object this endpoint takes: {error}") from None
 
 
 async def _answer(receive, run_id: str) -> dict[str, Any]:

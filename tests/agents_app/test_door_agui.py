@@ -11,31 +11,13 @@ import pytest
 from ag_ui.core import Event
 from pydantic import TypeAdapter
 
-from agents_app.kinds import PROVIDER
 from agents_app.models import Run, WorkspaceFile
-from tests.agents_app.llm.fake_servers import FakeServer, openai_stream, sse
-from tests.runs import agent, define
-from tests.web import WebServer
+from tests.agents_app.llm.fake_servers import openai_stream, sse
+from tests.runs import agent
+from tests.agents_app.doors import provider, token_of, web  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 EVENTS = TypeAdapter(Event)
-
-
-@pytest.fixture(scope="module")
-def web(django_db_setup, django_db_blocker):
-    server = WebServer(label="agui-door")
-    server.start()
-    yield f"http://127.0.0.1:{server.port}"
-    server.stop()
-
-
-@pytest.fixture
-def provider(team_a):
-    server = FakeServer().start()
-    define(team_a, PROVIDER, f"---\nname: Fake\ntype: openai\nbase_url: {server.url}/v1\nmodels:\n"
-                             "- name: m-medium\n  tier: medium\n---\n")
-    yield server
-    server.stop()
 
 
 def read(response: httpx.Response) -> list:
@@ -44,17 +26,13 @@ def read(response: httpx.Response) -> list:
             for line in response.iter_lines() if line.startswith("data: ")]
 
 
-def token(team, role, make_member, make_token) -> str:
-    return make_token(team, make_member(team, role))
-
-
 def test_an_agui_client_starts_an_exposed_agent_and_reads_its_run_then_attaches_to_it(
         web, team_a, team_b, provider, make_member, make_token, celery_worker_process):
     agent(team_a, "Helper", "expose: true\ntier: medium\ntools: [vfs_write]\n")
     provider.add(sse(openai_stream(tool_calls=[("c1", "vfs_write", ['{"path": "a.md", "content": "tides"}'])],
                                    usage=(5, 5))),
                  sse(openai_stream(text=["Written ", "down."], usage=(6, 2))))
-    operator = {"Authorization": f"Bearer {token(team_a, 'operator', make_member, make_token)}"}
+    operator = {"Authorization": f"Bearer {token_of(team_a, 'operator', make_member, make_token)}"}
     body = {"threadId": "thread-1", "runId": "client-run-1", "state": {}, "tools": [], "context": [],
             "forwardedProps": {}, "messages": [{"id": "m1", "role": "user", "content": "Note the tides"}]}
     with httpx.stream("POST", f"{web}/ag-ui/agents/helper", json=body, headers=operator, timeout=60) as answer:
@@ -77,13 +55,13 @@ def test_an_agui_client_starts_an_exposed_agent_and_reads_its_run_then_attaches_
                                                                                 "Written down.")
 
     # Attached later, the same run tells the same story, under its own id.
-    viewer = {"Authorization": f"Bearer {token(team_a, 'viewer', make_member, make_token)}"}
+    viewer = {"Authorization": f"Bearer {token_of(team_a, 'viewer', make_member, make_token)}"}
     with httpx.stream("GET", f"{web}/ag-ui/runs/{run.id}", headers=viewer, timeout=60) as again:
         attached = read(again)
     assert [event.type.value for event in attached] == kinds
     assert (attached[0].thread_id, attached[0].run_id) == (str(run.id), str(run.id))
 
-    other = {"Authorization": f"Bearer {token(team_b, 'admin', make_member, make_token)}"}
+    other = {"Authorization": f"Bearer {token_of(team_b, 'admin', make_member, make_token)}"}
     refused = httpx.get(f"{web}/ag-ui/runs/{run.id}", headers=other)
     assert (refused.status_code, refused.json()["error"]["code"]) == (404, "not_found")
     viewer_starts = httpx.post(f"{web}/ag-ui/agents/helper", json=body, headers=viewer)
@@ -107,7 +85,7 @@ def test_the_manuals_example_reads_a_runs_agui_events(web, team_a, provider, mak
     run = finish(run_start(team=team_a, agent="helper", input="Capital of France?"))
     program = tmp_path / "follow.py"
     program.write_text(example("docs/reference/ag-ui.md", language="python", containing="TypeAdapter").text)
-    done = subprocess.run([sys.executable, str(program), web, token(team_a, "viewer", make_member, make_token),
+    done = subprocess.run([sys.executable, str(program), web, token_of(team_a, "viewer", make_member, make_token),
                            str(run.id)], capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout.split()) == (0, [
         "RUN_STARTED", "STEP_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",

@@ -4,7 +4,6 @@ real worker: the agent's model is a local server speaking OpenAI's wire format."
 from __future__ import annotations
 
 import asyncio
-import json
 
 import httpx
 import httpx2
@@ -12,30 +11,12 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from agents_app.kinds import PROVIDER
 from agents_app.models import Run
-from tests.agents_app.llm.fake_servers import FakeServer, hang, openai_stream, sse
+from tests.agents_app.llm.fake_servers import hang, openai_stream, sse
 from tests.runs import agent, define, wait_until
-from tests.web import WebServer
+from tests.agents_app.doors import provider, token_of, web  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
-
-
-@pytest.fixture(scope="module")
-def web(django_db_setup, django_db_blocker):
-    server = WebServer(label="mcp-door")
-    server.start()
-    yield f"http://127.0.0.1:{server.port}"
-    server.stop()
-
-
-@pytest.fixture
-def provider(team_a):
-    server = FakeServer().start()
-    define(team_a, PROVIDER, f"---\nname: Fake\ntype: openai\nbase_url: {server.url}/v1\nmodels:\n"
-                             "- name: m-medium\n  tier: medium\n---\n")
-    yield server
-    server.stop()
 
 
 def with_session(web: str, token: str, work):
@@ -48,10 +29,6 @@ def with_session(web: str, token: str, work):
                     return await work(session)
 
     return asyncio.run(main())
-
-
-def token_of(team, role, make_member, make_token) -> str:
-    return make_token(team, make_member(team, role))
 
 
 def test_the_tools_are_the_teams_exposed_agents_and_workflows_and_a_call_is_a_run(

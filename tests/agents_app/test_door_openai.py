@@ -11,40 +11,17 @@ import httpx
 import openai
 import pytest
 
-from agents_app.kinds import PROVIDER
 from agents_app.models import Run
-from tests.agents_app.llm.fake_servers import FakeServer, hang, json_reply, openai_error, openai_stream, sse
+from tests.agents_app.llm.fake_servers import hang, json_reply, openai_error, openai_stream, sse
 from tests.runs import agent, define, events, wait_until
-from tests.web import WebServer
+from tests.agents_app.doors import provider, token_of, web  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
-
-
-@pytest.fixture(scope="module")
-def web(django_db_setup, django_db_blocker):
-    server = WebServer(label="openai-door")
-    server.start()
-    yield f"http://127.0.0.1:{server.port}"
-    server.stop()
-
-
-@pytest.fixture
-def provider(team_a):
-    """The team's model: a local server speaking OpenAI's wire format (replies queued by each test)."""
-    server = FakeServer().start()
-    define(team_a, PROVIDER, f"---\nname: Fake\ntype: openai\nbase_url: {server.url}/v1\nmodels:\n"
-                             "- name: m-medium\n  tier: medium\n---\n")
-    yield server
-    server.stop()
 
 
 def client(web: str, token: str) -> openai.OpenAI:
     # No retries: a retried request would start another run (the door answers what a retry must not repeat 422).
     return openai.OpenAI(base_url=f"{web}/v1", api_key=token, max_retries=0, timeout=60)
-
-
-def token_of(team, role, make_member, make_token) -> str:
-    return make_token(team, make_member(team, role))
 
 
 def test_the_models_are_the_teams_exposed_agents_and_nothing_else_is_reachable(

@@ -1,0 +1,33 @@
+"""What the doors' tests share: a real daphne (``web``, one per test module), the team's model as a local server
+speaking OpenAI's wire format (``provider``, replies queued by each test), and a token of a new member."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents_app.kinds import PROVIDER
+from tests.agents_app.llm.fake_servers import FakeServer
+from tests.runs import define
+from tests.web import WebServer
+
+
+@pytest.fixture(scope="module")
+def web(request, django_db_setup, django_db_blocker):
+    server = WebServer(label=f"doors-{request.module.__name__.rsplit('.', 1)[-1]}")
+    server.start()
+    yield f"http://127.0.0.1:{server.port}"
+    server.stop()
+
+
+@pytest.fixture
+def provider(team_a):
+    server = FakeServer().start()
+    define(team_a, PROVIDER, f"---\nname: Fake\ntype: openai\nbase_url: {server.url}/v1\nmodels:\n"
+                             "- name: m-medium\n  tier: medium\n---\n")
+    yield server
+    server.stop()
+
+
+def token_of(team, role, make_member, make_token) -> str:
+    """A token of a new member of ``team`` with ``role``."""
+    return make_token(team, make_member(team, role))
