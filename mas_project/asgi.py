@@ -15,7 +15,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
 from agents_app.consumers import NoSuchSocketConsumer, RunEventsConsumer, TeamRunsConsumer  # noqa: E402
-from agents_app.doors import agui, mcp_door, openai_compat  # noqa: E402
+from agents_app.doors import a2a_door, agui, mcp_door, openai_compat  # noqa: E402
 from mas_project.http_limits import UrlLengthLimit, answer_overlong_lines  # noqa: E402
 
 answer_overlong_lines()
@@ -32,7 +32,7 @@ websocket_urlpatterns = [
 
 async def http_app(scope, receive, send):
     """The doors beside MAS's own API (``agents_app.doors``: ``/v1/``, the OpenAI-compatible endpoint; ``/mcp``,
-    the MCP server; ``/ag-ui/``, runs as AG-UI events), and Django for everything else."""
+    the MCP server; ``/ag-ui/``, runs as AG-UI events; ``/a2a/``, the A2A server), and Django for everything else."""
     path = scope["path"]
     if path == "/v1" or path.startswith("/v1/"):
         return await openai_compat.app(scope, receive, send)
@@ -40,6 +40,8 @@ async def http_app(scope, receive, send):
         return await mcp_door.app(scope, receive, send)
     if path.startswith("/ag-ui/"):
         return await agui.app(scope, receive, send)
+    if path.startswith("/a2a/"):
+        return await a2a_door.app(scope, receive, send)
     return await django_asgi_app(scope, receive, send)
 
 

@@ -284,3 +284,15 @@ def parsed(model: type[BaseModel], body: bytes):
         raise DoorError(400, f"{where}: {first['msg']}", param=where) from None
     except ValueError as error:  # not JSON, too deep, unstorable
         raise DoorError(400, f"the body is not a JSON object this endpoint takes: {error}") from None
+
+
+def inputs_object(text: str) -> dict[str, Any] | None:
+    """A workflow's several inputs as a caller sends them to a door, a JSON object in ``text`` (None when it
+    holds none)."""
+    import json
+
+    try:
+        values = json.loads(text)
+    except ValueError:
+        return None
+    return values if isinstance(values, dict) else None

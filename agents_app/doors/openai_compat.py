@@ -39,6 +39,7 @@ from agents_app.doors.common import (
     address_of,
     bearer,
     in_thread,
+    inputs_object,
     parsed,
     read_body,
     run_ended,
@@ -171,12 +172,8 @@ def _workflow_inputs(declared: tuple[str, ...], turns: list[Turn], instructions:
     task = task_of(turns, instructions=instructions)
     if len(declared) == 1:
         return {declared[0]: task}
-    last = next(text for role, text in reversed(turns) if role == "user")
-    try:
-        values = json.loads(last)
-    except ValueError:
-        values = None
-    if not isinstance(values, dict):
+    values = inputs_object(next(text for role, text in reversed(turns) if role == "user"))
+    if values is None:
         raise DoorError(400, f"the workflow takes the inputs {', '.join(declared)}: send them as a JSON object in "
                              "the last user message", param="messages", code="invalid_inputs")
     return values

@@ -682,7 +682,7 @@ def test_an_agents_tools_reach_nothing_of_another_team(team_a, team_b, celery_wo
 
 # -- the doors beside the API: team A's token reaches nothing of team B's ------------------------------------
 
-DOOR_PATHS = {"/v1": "openai", "/mcp": "mcp", "/ag-ui": "ag-ui"}
+DOOR_PATHS = {"/v1": "openai", "/mcp": "mcp", "/ag-ui": "ag-ui", "/a2a": "a2a"}
 
 
 def test_every_door_is_classified():
@@ -757,6 +757,20 @@ def test_no_door_lets_team_a_call_or_see_team_b(team_a, team_b, make_member, mak
             "messages": [{"id": "m", "role": "user", "content": "x"}]})
         assert status == 404, body
         said += [body]
+        status, body = await call("GET", "/a2a/bravo/.well-known/agent-card.json")
+        assert status == 404, body
+        said += [body]
+        message = {"messageId": "m", "role": "user", "parts": [{"kind": "text", "text": "x"}]}
+        status, body = await call("POST", "/a2a/bravo", {"jsonrpc": "2.0", "id": 3, "method": "message/send",
+                                                         "params": {"message": message}})
+        assert status == 404, body
+        said += [body]
+        for method, params in (("tasks/get", {"id": str(theirs.id)}), ("tasks/cancel", {"id": str(theirs.id)}),
+                               ("message/send", {"message": {**message, "taskId": str(theirs.id)}})):
+            status, body = await call("POST", "/a2a/alpha", {"jsonrpc": "2.0", "id": 4, "method": method,
+                                                             "params": params})
+            assert status == 200 and json.loads(body)["error"]["code"] == -32001, body  # task not found
+            said += [body]
         assert MARK not in "".join(said)
 
     async_to_sync(go)()
