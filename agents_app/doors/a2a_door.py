@@ -387,9 +387,8 @@ class RunsHandler(RequestHandler):
 
     async def _relay(self, team, slug: str, run_id: str, after: int) -> AsyncIterator[Any]:
         """The run's news as task updates: the root agent's text as it streams (the answer artifact, appended
-        to) and ``working`` when a person lets it go on, then, once it ends or waits for a person, its artifacts and
-    its status; bounded by
-        MAS_DOORS_WAIT_S (the task goes on: SubscribeToTask follows it again)."""
+        to) and ``working`` when a person lets it go on, then, once it ends or waits for a person, its artifacts
+        and its status; bounded by MAS_DOORS_WAIT_S (the task goes on: SubscribeToTask follows it again)."""
         streamed = False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settings.MAS_DOORS_WAIT_S
