@@ -16,3 +16,13 @@ def tls() -> ssl.SSLContext:
     import certifi
 
     return ssl.create_default_context(cafile=certifi.where())
+
+
+async def tls_off_loop() -> ssl.SSLContext:
+    """:func:`tls` for code on an event loop: its first build reads the CA bundle (~45 ms, several times that on a
+    loaded machine or a cold disk), so that one is made on a thread, not on the loop the worker's sessions share."""
+    if tls.cache_info().currsize:
+        return tls()
+    import asyncio
+
+    return await asyncio.to_thread(tls)

@@ -40,6 +40,7 @@ from mas_core.guardrails import Detector, Finding, webhook_findings
 from mas_core.guardrails.remote import WebhookAnswerError
 from mas_core.llm_types import Message, ModelRequest, ProviderError
 from mas_core.runner import db
+from mas_core.tls import tls_off_loop
 from mas_core.specs import TIERS
 
 if TYPE_CHECKING:
@@ -188,6 +189,7 @@ class RemoteChecks:
             self.secret = await db(_webhook_secret)(team_id=self.run.team_id)
         if self.secret:
             headers[SIGNATURE_HEADER] = signature(self.secret, body)
+        await tls_off_loop()  # the transport's TLS context, its first build off the loop
         transport = guarded_transport(httpx, allow=tuple(getattr(settings, WEBHOOK_ALLOW_SETTING, ()) or ()),
                                       setting=WEBHOOK_ALLOW_SETTING)
         try:

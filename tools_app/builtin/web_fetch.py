@@ -12,7 +12,7 @@ import httpx
 from pydantic import Field
 
 from mas_core.patterns import off_loop
-from mas_core.tls import tls
+from mas_core.tls import tls_off_loop
 from tools_app.plugin import Params, Tool, ToolContext, ToolError
 from tools_app.web.guard import BlockedAddress, resolve_checked
 
@@ -163,7 +163,7 @@ class WebFetch(Tool):
         url = args.url.strip()
         try:
             async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False, trust_env=False,
-                                         verify=tls()) as client:
+                                         verify=await tls_off_loop()) as client:
                 for _ in range(MAX_REDIRECTS + 1):
                     response = await _get(client, url)
                     try:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Awaitable
 import httpx
 from django.conf import settings
 
-from mas_core.tls import tls
+from mas_core.tls import tls_off_loop
 
 TIMEOUT = httpx.Timeout(15.0, connect=5.0)
 
@@ -28,7 +28,7 @@ async def _searxng(query: str, max_results: int) -> list[dict[str, str]]:
     base = getattr(settings, "MAS_SEARXNG_URL", "")
     if not base:
         raise SearchError("web_search backend searxng needs MAS_SEARXNG_URL")
-    async with httpx.AsyncClient(timeout=TIMEOUT, trust_env=False, verify=tls()) as client:
+    async with httpx.AsyncClient(timeout=TIMEOUT, trust_env=False, verify=await tls_off_loop()) as client:
         response = await client.get(f"{base.rstrip('/')}/search", params={"q": query, "format": "json"})
     response.raise_for_status()
     results = response.json().get("results") or []
@@ -40,7 +40,7 @@ async def _brave(query: str, max_results: int) -> list[dict[str, str]]:
     if not key:
         raise SearchError("web_search backend brave needs MAS_BRAVE_API_KEY")
     url = getattr(settings, "MAS_BRAVE_URL", "") or "https://api.search.brave.com/res/v1/web/search"
-    async with httpx.AsyncClient(timeout=TIMEOUT, trust_env=False, verify=tls()) as client:
+    async with httpx.AsyncClient(timeout=TIMEOUT, trust_env=False, verify=await tls_off_loop()) as client:
         response = await client.get(
             url, params={"q": query, "count": max_results},
             headers={"Accept": "application/json", "X-Subscription-Token": key})
