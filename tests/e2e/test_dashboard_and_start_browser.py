@@ -150,7 +150,8 @@ def test_needs_you_lists_what_waits_and_an_operator_decides_in_place(
     assert (Run.objects.get(pk=filed).status, Run.objects.get(pk=filed).result) == ("succeeded", "Filed.")
     assert (Run.objects.get(pk=asked).status, Run.objects.get(pk=asked).result) == ("succeeded", "Starting from Oslo.")
     assert WorkspaceFile.objects.get(run_id=filed, path="notes.md").content == "filed"
-    assert list(ApprovalRequest.objects.filter(team=team_a).order_by("created_at").values_list(
+    # By kind (approval, then question): the two runs start together, and either may ask first.
+    assert list(ApprovalRequest.objects.filter(team=team_a).order_by("kind").values_list(
         "run_id", "status", "decided_by", "decision")) == [
         (Run.objects.get(pk=filed).pk, "approved", olga.pk, {"decision": "approve", "message": ""}),
         (Run.objects.get(pk=asked).pk, "answered", olga.pk, {"decision": "answer", "answer": "Oslo"})]
