@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 import mimetypes
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -66,9 +65,11 @@ from agents_app.doors.common import (
     actor_of,
     address_of,
     bearer,
+    challenge,
     in_thread,
     inputs_object,
     is_uuid,
+    send_json,
     start_agent,
     start_workflow,
     trace_of,
@@ -469,11 +470,7 @@ async def app(scope, receive, send) -> None:
             raise DoorError(404, f"no agent {slug!r} this token may call: the team's exposed agents and workflows "
                                  f"(/a2a/{WORKFLOW_PREFIX}<slug>) are its A2A agents", code="not_found")
     except DoorError as refused:
-        body = json.dumps(refused.body()).encode()
-        await send({"type": "http.response.start", "status": refused.status, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-            *([(b"www-authenticate", b"Bearer")] if refused.status == 401 else []), *refused.headers]})
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, refused.status, refused.body(), headers=challenge(refused))
         return
     if card:
         response = JSONResponse(agent_card_to_dict(card_of(slug, *described, _url_of(scope, slug))))

@@ -51,6 +51,7 @@ from agents_app.doors.common import (
     parsed,
     read_body,
     run_ended,
+    send_json,
     start_agent,
     trace_of,
     until_done,
@@ -147,10 +148,7 @@ async def app(scope, receive, send) -> None:
             raise DoorError(404, f"no route {method} {path}: this server answers POST {AGENTS}<agent> and GET "
                                  f"{RUNS}<run id>", code="not_found")
     except DoorError as error:
-        body = json.dumps(error.body()).encode()
-        await send({"type": "http.response.start", "status": error.status, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *error.headers]})
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, error.status, error.body(), headers=error.headers)
     except Gone:
         pass
 

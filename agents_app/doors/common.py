@@ -296,3 +296,18 @@ def inputs_object(text: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return values if isinstance(values, dict) else None
+
+
+async def send_json(send, status: int, body: dict[str, Any], *, headers=()) -> None:
+    """Answer ``body`` as JSON with ``status`` (and ``headers``)."""
+    import json
+
+    data = json.dumps(body, default=str).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def challenge(refused: DoorError) -> list[tuple[bytes, bytes]]:
+    """A refusal's headers, with ``WWW-Authenticate: Bearer`` when it is a 401."""
+    return [*([(b"www-authenticate", b"Bearer")] if refused.status == 401 else []), *refused.headers]

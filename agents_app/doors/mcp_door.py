@@ -27,9 +27,11 @@ from agents_app.doors.common import (
     actor_of,
     address_of,
     bearer,
+    challenge,
     in_thread,
     run_cancel_by_door,
     run_ended,
+    send_json,
     start_agent,
     start_workflow,
     trace_of,
@@ -214,11 +216,7 @@ async def app(scope, receive, send) -> None:
     try:
         actor = await in_thread(actor_of, bearer(scope), "view", address_of(scope))
     except DoorError as refused:
-        body = json.dumps({"error": str(refused), "code": refused.code}).encode()
-        await send({"type": "http.response.start", "status": refused.status, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-            *([(b"www-authenticate", b"Bearer")] if refused.status == 401 else []), *refused.headers]})
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, refused.status, {"error": str(refused), "code": refused.code}, headers=challenge(refused))
         return
     running = loop_local(_managers, _Manager)
     await running.ready.wait()

@@ -43,6 +43,7 @@ from agents_app.doors.common import (
     parsed,
     read_body,
     run_ended,
+    send_json,
     start_agent,
     start_workflow,
     task_of,
@@ -55,7 +56,6 @@ from mas_core.telemetry import RunTrace
 MAX_MESSAGES = 1_000
 OBJECT_PREFIX = "chatcmpl-"
 MESSAGE_PREFIX = "msg_"
-CONTENT_TYPE = (b"content-type", b"application/json")
 
 
 # -- what a caller sends --------------------------------------------------------------------------
@@ -191,7 +191,7 @@ async def app(scope, receive, send) -> None:
         path, method = scope["path"].rstrip("/"), scope["method"]
         if path == "/v1/models" and method == "GET":
             actor = await in_thread(actor_of, bearer(scope), "view", address_of(scope))
-            await _json(send, 200, {"object": "list", "data": [
+            await send_json(send, 200, {"object": "list", "data": [
                 {"id": slug, "object": "model", "created": created, "owned_by": actor.team.slug}
                 for slug, created in await in_thread(_exposed, actor.team)]})
         elif path == "/v1/chat/completions" and method == "POST":
@@ -213,7 +213,7 @@ async def app(scope, receive, send) -> None:
             raise DoorError(404, f"no route {method} {path}: this server answers GET /v1/models, POST "
                                  "/v1/chat/completions and POST /v1/responses", code="not_found")
     except DoorError as error:
-        await _json(send, error.status, error.body(), headers=error.headers)
+        await send_json(send, error.status, error.body(), headers=error.headers)
     except Gone:
         pass
 
@@ -283,7 +283,7 @@ async def _ssestart_agent(send, run_id: str) -> None:
 
 async def _chat_whole(send, receive, *, run_id: str, request: ChatCompletionIn) -> None:
     run = await _answer(receive, run_id)
-    await _json(send, 200, {
+    await send_json(send, 200, {
         "id": OBJECT_PREFIX + run_id, "object": "chat.completion", "created": int(run["created_at"].timestamp()),
         "model": request.model, "system_fingerprint": None,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": run["result"], "refusal": None},
@@ -346,7 +346,7 @@ def _message(run_id: str, text: str, status: str) -> dict[str, Any]:
 
 async def _response_whole(send, receive, *, run_id: str, request: ResponseIn) -> None:
     run = await _answer(receive, run_id)
-    await _json(send, 200, _response(run_id, request, created=int(run["created_at"].timestamp()),
+    await send_json(send, 200, _response(run_id, request, created=int(run["created_at"].timestamp()),
                                      status="completed", text=run["result"], run=run),
                 headers=[(b"x-mas-run", run_id.encode())])
 
@@ -403,13 +403,6 @@ def _usage(run: dict[str, Any]) -> dict[str, int]:
 
 
 # -- HTTP ---------------------------------------------------------------------------------------
-
-
-async def _json(send, status: int, body: dict[str, Any], *, headers: list[tuple[bytes, bytes]] = ()) -> None:
-    data = json.dumps(body, default=str).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        CONTENT_TYPE, (b"content-length", str(len(data)).encode()), *headers]})
-    await send({"type": "http.response.body", "body": data})
 
 
 async def _event(send, data: dict[str, Any]) -> None:
