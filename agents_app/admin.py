@@ -24,6 +24,7 @@ from agents_app.models import (
     ApiToken,
     DefinitionVersion,
     Guardrail,
+    RemoteAgent,
     Invitation,
     Membership,
     ModelProvider,
@@ -99,6 +100,18 @@ class GuardrailAdmin(DefinitionAdmin):
     )
     list_display = ("name", "slug", "team", "action", "default", "version", "updated_at")
     list_filter = ("action", "default")
+
+
+@admin.register(RemoteAgent)
+class RemoteAgentAdmin(DefinitionAdmin):
+    """Remote agents (A2A): edited as markdown; the template names a partner's agent card and its token."""
+
+    markdown_template = (
+        "---\nname: Partner researcher\ndescription: Researches a topic and answers with sources (a partner's "
+        "agent, over A2A).\ncard_url: https://agents.example.com/a2a/researcher/.well-known/agent-card.json\n"
+        "headers:\n  Authorization: Bearer ${PARTNER_TOKEN}\ntimeout_s: 600\n---\n\n"
+        "Notes for people: who runs this agent, and who to ask about it.\n"
+    )
 
 
 class ProviderModelInline(admin.TabularInline):

@@ -1,4 +1,4 @@
-"""REST endpoints of agents, skills, model providers, guardrails and the caller (``/api/me``).
+"""REST endpoints of agents, skills, model providers, guardrails, remote agents and the caller (``/api/me``).
 
 The definition endpoints are the foundation's (``mas_core.api_definitions``), built here for this app's kinds.
 """
@@ -7,7 +7,7 @@ The definition endpoints are the foundation's (``mas_core.api_definitions``), bu
 
 from ninja import Router
 
-from agents_app.kinds import AGENT, GUARDRAIL, PROVIDER, SKILL
+from agents_app.kinds import AGENT, GUARDRAIL, PROVIDER, REMOTE_AGENT, SKILL
 from mas_core.api_auth import api_auth
 from mas_core.api_definitions import add_definition_routes
 from mas_core.models import ROLE_CAPABILITIES
@@ -41,3 +41,4 @@ add_definition_routes(router, kind=AGENT, plural="agents")
 add_definition_routes(router, kind=SKILL, plural="skills")
 add_definition_routes(router, kind=PROVIDER, plural="providers")
 add_definition_routes(router, kind=GUARDRAIL, plural="guardrails")
+add_definition_routes(router, kind=REMOTE_AGENT, plural="remote-agents")

@@ -8,11 +8,11 @@ class AgentsAppConfig(AppConfig):
 
     def ready(self) -> None:
         from agents_app import needs_you  # noqa: F401  (the dashboard's first block)
-        from agents_app.kinds import AGENT, GUARDRAIL, PROVIDER, SKILL
+        from agents_app.kinds import AGENT, GUARDRAIL, PROVIDER, REMOTE_AGENT, SKILL
         from mas_core.definitions.kinds import register_kind
         from mas_core.teams import role_groups_sync
 
-        for kind in (PROVIDER, SKILL, GUARDRAIL, AGENT):
+        for kind in (PROVIDER, SKILL, GUARDRAIL, AGENT, REMOTE_AGENT):
             register_kind(kind)
 
         # After every app's migrations: the groups need the permissions of

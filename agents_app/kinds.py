@@ -1,9 +1,9 @@
-"""agents_app's definition kinds: model providers, skills, guardrails and agents (registered in
+"""agents_app's definition kinds: model providers, skills, guardrails, agents and remote agents (registered in
 ``AgentsAppConfig.ready``)."""
 
 from __future__ import annotations
 
-from agents_app.specs import AgentSpec, GuardrailSpec, ProviderSpec, SkillSpec
+from agents_app.specs import AgentSpec, GuardrailSpec, ProviderSpec, RemoteAgentSpec, SkillSpec
 from mas_core.definitions.kinds import Kind
 
 
@@ -33,3 +33,6 @@ SKILL = Kind("skill", "Skill", "agents_app.Skill", SkillSpec, "skills", keeps_un
 # Before the agents (and the workflow steps) that name them.
 GUARDRAIL = Kind("guardrail", "Guardrail", "agents_app.Guardrail", GuardrailSpec, "guardrails", order=45)
 AGENT = Kind("agent", "Agent", "agents_app.Agent", AgentSpec, "agents", keeps_unknown_keys=True, order=50)
+# After the agents, whose names they may not take; before the workflows whose steps name them.
+REMOTE_AGENT = Kind("remote_agent", "Remote agent", "agents_app.RemoteAgent", RemoteAgentSpec, "remote_agents",
+                    order=55)

@@ -164,6 +164,11 @@ class AgentSpec(Strict):
         return self
 
     @model_validator(mode="after")
+    def _not_a_remote_agent(self, info: ValidationInfo) -> "AgentSpec":
+        name_free(self.name, (info.context or {}).get("remote_agents"), taken_by="a remote agent", kind="an agent")
+        return self
+
+    @model_validator(mode="after")
     def _cache_needs_temperature_zero(self) -> "AgentSpec":
         if self.memory.cache.enabled and self.temperature != 0:
             raise ValueError("memory.cache needs temperature: 0 (a cached answer may only stand in for a "
@@ -315,3 +320,73 @@ class GuardrailSpec(Strict):
             raise ValueError(f"tools: narrows only the {', '.join(TOOL_POINTS)} points, and applies_to names none "
                              "of them")
         return self
+
+
+MAX_REMOTE_HEADERS = 10
+
+
+class RemoteAgentSpec(Strict):
+    """An agent served elsewhere over A2A, which the team's agents delegate to and workflow steps name like one
+    of its own (issue 25): where its agent card is, the headers that authenticate MAS to it, how long a task of
+    it may take.
+
+    ``card_url`` passes web_fetch's address policy (MAS_WEB_FETCH_ALLOW) on save and again on every connection,
+    the card's own endpoint too. Header values carry credentials, so each one refers to a variable the operator
+    declared for the team (MAS_TEAM_SECRETS) as ``${NAME}`` (``Bearer ${PARTNER_TOKEN}``): never a literal.
+    """
+
+    name: Name
+    description: str = ""
+    card_url: str = Field(max_length=500)
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout_s: int = Field(default=600, ge=1, le=86_400)
+
+    @field_validator("card_url")
+    @classmethod
+    def _address_allowed(cls, value: str, info: ValidationInfo) -> str:
+        from mas_core.netpolicy import web_url_refusal
+
+        if not re.match(r"^https?://", value):
+            raise ValueError("must start with http:// or https://")
+        refusal = web_url_refusal(value) if team_of(info) is not None else None  # on save (see ProviderSpec)
+        if refusal:
+            raise ValueError(refusal)
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _declared_secrets(cls, values: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        from mas_core.secrets import references
+
+        if len(values) > MAX_REMOTE_HEADERS:
+            raise ValueError(f"at most {MAX_REMOTE_HEADERS} headers")
+        team = team_of(info)
+        for key, value in values.items():
+            if not re.fullmatch(r"[A-Za-z0-9-]{1,100}", key):
+                raise ValueError(f"{key!r} is not a header name (letters, digits and dashes)")
+            names = references(value)
+            if not names:
+                raise ValueError(f"{key}: a header carries a credential, so it must refer to a secret the operator "
+                                 f"declared for the team, as ${{NAME}} (for example 'Bearer ${{PARTNER_TOKEN}}'), "
+                                 f"never hold one")
+            for name in names if team is not None else ():
+                refusal = env_refusal(name, team=team)
+                if refusal:
+                    raise ValueError(f"{key}: {refusal}")
+        return values
+
+    @model_validator(mode="after")
+    def _not_an_agent(self, info: ValidationInfo) -> "RemoteAgentSpec":
+        name_free(self.name, (info.context or {}).get("known_agents"), taken_by="an agent", kind="a remote agent")
+        return self
+
+
+def name_free(name: str, taken: set[str] | None, *, taken_by: str, kind: str) -> None:
+    """Agents and remote agents share one namespace (a workflow step and delegate name either): refuse ``name``
+    when its slug is among ``taken`` (the other kind's slugs, known on save)."""
+    from django.utils.text import slugify
+
+    slug = slugify(name)[:100]
+    if taken and slug in taken:
+        raise ValueError(f"name: the team has {taken_by} {slug!r}: {kind} needs a name of its own (workflow steps "
+                         f"and delegate name both kinds alike)")

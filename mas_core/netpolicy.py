@@ -219,6 +219,27 @@ def blocked_cause(error: BaseException | None) -> BlockedAddress | None:
     return None
 
 
+# -- URLs a model or a team's service reaches (web_fetch, webhooks, remote agents): MAS_WEB_FETCH_ALLOW ---------
+
+WEB_URL_SETTING = "MAS_WEB_FETCH_ALLOW"
+
+
+def web_url_allow() -> tuple[str, ...]:
+    from django.conf import settings
+
+    return tuple(getattr(settings, WEB_URL_SETTING, ()) or ())
+
+
+def web_url_refusal(url: str) -> str | None:
+    """:func:`url_refusal` for a URL under web_fetch's policy (MAS_WEB_FETCH_ALLOW)."""
+    return url_refusal(url, allow=web_url_allow(), setting=WEB_URL_SETTING)
+
+
+def web_url_transport(httpx_module: Any, **transport_options) -> Any:
+    """:func:`guarded_transport` with MAS_WEB_FETCH_ALLOW as it is now."""
+    return guarded_transport(httpx_module, allow=web_url_allow(), setting=WEB_URL_SETTING, **transport_options)
+
+
 # -- MCP server URLs and provider base_urls: the operator's MAS_PRIVATE_URL_ALLOW ---------------------------
 
 PRIVATE_URL_SETTING = "MAS_PRIVATE_URL_ALLOW"

@@ -116,6 +116,28 @@ def references(value: str) -> list[str]:
     return [match[2:-1] for match in ENV_REFERENCE_RE.findall(value)]
 
 
+class SecretUnavailable(ValueError):
+    """A ``${NAME}`` a definition refers to may not be used by its team now, or is not set on the server."""
+
+
+def references_expanded(values: Mapping[str, str], *, what: str, team: str) -> dict[str, str]:
+    """``values`` with each ``${NAME}`` taken from the server's environment (SecretUnavailable naming the first
+    that may not: not declared for team ``team`` — a slug — in MAS_TEAM_SECRETS as the operator's list stands
+    now, or not set). ``what`` names the values in the message (``header``, ``env``)."""
+    expanded = {}
+    for key, value in values.items():
+        names = references(value)
+        for name in names:
+            refusal = env_refusal(name, team=team)
+            if refusal:
+                raise SecretUnavailable(f"{what} {key} refers to ${{{name}}}: {refusal}")
+        missing = [name for name in names if name not in os.environ]
+        if missing:
+            raise SecretUnavailable(f"{what} {key} refers to {', '.join(missing)}, which is not set on the server")
+        expanded[key] = ENV_REFERENCE_RE.sub(lambda match: os.environ[match[0][2:-1]], value)
+    return expanded
+
+
 def declared_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """The values (of MIN_DECLARED_LENGTH or more) of every variable of the environment that some team may
     use, whichever team."""

@@ -199,7 +199,8 @@ CHECKS = {"markdown": check_markdown, "json": check_json, "yaml": check_yaml, "p
 # Kept keys the code reads (an agent or skill keeps keys it does not know): documented beside the fields.
 KEPT_KEYS = {"agent": {"unmapped_tools"}, "skill": {"always"}}
 REFERENCE_PAGES = {"agent": "agents", "tool": "tools", "mcp": "mcp-servers", "skill": "skills",
-                   "provider": "providers", "guardrail": "guardrails", "workflow": "workflows", "eval": "evals"}
+                   "provider": "providers", "guardrail": "guardrails", "workflow": "workflows", "eval": "evals",
+                   "remote_agent": "remote-agents"}
 
 
 def spec_fields(model: type[BaseModel], prefix: str = "") -> dict[str, Any]:
@@ -320,9 +321,12 @@ def test_the_built_in_tools_reference_lists_every_tool_as_the_model_sees_it():
 def test_the_api_reference_lists_every_route_with_its_methods():
     from mas_project.api import api
 
-    kinds = ["agents", "skills", "providers", "guardrails", "tools", "mcp-servers", "workflows", "evals"]
+    text = page("docs/reference/api.md")
+    # "For every kind `<p>` in `agents`, …:" — a kind left out leaves its routes undocumented.
+    kinds = re.findall(r"`([a-z-]+)`", re.search(r"For every kind `<p>` in (.+?):", text, re.S)[1])
+    assert len(kinds) >= 9, kinds
     documented: set[tuple[str, str]] = set()
-    for line in page("docs/reference/api.md").splitlines():
+    for line in text.splitlines():
         cells = line.split(" | ")
         if not line.startswith("| ") or len(cells) < 3 or not re.fullmatch(r"\| [A-Z /]+", cells[0]):
             continue

@@ -67,16 +67,18 @@ def stop_worker(worker: Worker, *, sig: int = signal.SIGTERM) -> None:
         worker.process.wait(10)
 
 
-def kill_mid_run_and_resume(label: str, *, queue: str, stale_s: float, start, reached, what: str):
+def kill_mid_run_and_resume(label: str, *, queue: str, stale_s: float, start, reached, what: str,
+                            env: dict[str, str] | None = None):
     """A worker SIGKILLed in the middle of a run, and another that resumes it; returns the settled run.
 
     ``start()`` starts the run once the first worker answers; the worker is killed as soon as ``reached(run)``
-    holds (``what`` names that moment). After the staleness window a second worker takes the run over.
+    holds (``what`` names that moment). After the staleness window a second worker takes the run over. Both
+    workers have ``env`` besides.
     """
     from agents_app.models import Run
     from tests.runs import wait_until
 
-    env = {"MAS_SESSION_STALE_S": str(stale_s)}
+    env = {**(env or {}), "MAS_SESSION_STALE_S": str(stale_s)}
     first = start_worker(f"{label}-a-{os.getpid()}", queue=queue, env=env)
     try:
         run = start()

@@ -26,7 +26,7 @@ from agents_app.execution.errors import RunError
 from agents_app.execution.runs import activation_create, DEFAULT_LIMITS, script_check
 from agents_app.scheduler import dispatch
 from mas_core.eventlog import event_append as event_emit
-from agents_app.models import Activation, ActivationContext, Agent, Run, Team
+from agents_app.models import Activation, ActivationContext, Agent, RemoteAgent, Run, Team
 from agents_app.models.runs import ActivationStatus
 from workflows_app.engine.dag import validate_graph
 from workflows_app.engine.scheduler import Engine
@@ -133,8 +133,11 @@ def orchestrate_run_start(
 
 
 def _agents(team_id_or_team) -> dict[str, str]:
+    """The team's agents and remote agents, by slug, with their descriptions (what a planner chooses from)."""
     team_id = getattr(team_id_or_team, "id", team_id_or_team)
-    return dict(Agent.objects.filter(team_id=team_id).order_by("slug").values_list("slug", "description"))
+    found = {**dict(RemoteAgent.objects.filter(team_id=team_id).values_list("slug", "description")),
+             **dict(Agent.objects.filter(team_id=team_id).values_list("slug", "description"))}
+    return dict(sorted(found.items()))
 
 
 def _plan_prompt(task: str, agents: dict[str, str], *, adapt: str = "") -> str:

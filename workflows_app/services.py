@@ -29,7 +29,7 @@ from agents_app.scheduler import dispatch
 from agents_app.starts import MAX_CHOICES, StartChoice
 from mas_core.eventlog import event_append as event_emit
 from mas_core.telemetry import RunTrace
-from agents_app.models import Activation, ActivationContext, Agent, Run, Team
+from agents_app.models import Activation, ActivationContext, Agent, RemoteAgent, Run, Team
 from agents_app.models.runs import ActivationStatus, RunStatus
 from agents_app.money import money_display, money_str
 from workflows_app.engine.scheduler import Engine, Failure, LoopEvent
@@ -59,8 +59,9 @@ def workflow_resolve(*, team: Team, workflow: Workflow | str) -> Workflow:
 
 
 def workflow_spec(*, team: Team, row: Workflow) -> WorkflowSpec:
-    """The workflow's steps, checked again against the agents the team has now."""
-    agents = set(Agent.objects.filter(team=team).values_list("slug", flat=True))
+    """The workflow's steps, checked again against the agents (and remote agents) the team has now."""
+    agents = {*Agent.objects.filter(team=team).values_list("slug", flat=True),
+              *RemoteAgent.objects.filter(team=team).values_list("slug", flat=True)}
     try:
         return WorkflowSpec.model_validate(row.spec, context={"known_agents": agents})
     except ValueError as error:
@@ -162,9 +163,11 @@ def workflow_start_by_hand(*, team: Team, workflow: str, inputs: dict[str, Any],
 
 
 def _agent_versions(team: Team, slugs: set[str]) -> dict[str, int]:
-    """The step agents, pinned at their versions now: every attempt of every step runs those."""
+    """The step agents (and remote agents), pinned at their versions now: every attempt of every step runs those."""
     rows = Agent.objects.filter(team=team, slug__in=slugs).values_list("slug", "version")
-    return {f"agent:{slug}": version for slug, version in rows}
+    remote = RemoteAgent.objects.filter(team=team, slug__in=slugs).values_list("slug", "version")
+    return {**{f"agent:{slug}": version for slug, version in rows},
+            **{f"remote_agent:{slug}": version for slug, version in remote}}
 
 
 def _backoff() -> float:

@@ -19,17 +19,15 @@ import json
 import logging
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from agents_app.execution.guardrails import outgoing_checked
-from mas_core.netpolicy import url_refusal
+from mas_core.netpolicy import web_url_refusal
 
 logger = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "X-MAS-Signature"
-ALLOW_SETTING = "MAS_WEB_FETCH_ALLOW"
 EVENTS = ("approval_requested", "human_question", "run_end")
 TIMEOUT_S = 10.0
 MAX_TRIES = 6
@@ -44,7 +42,7 @@ def webhook_url_refusal(url: str) -> str | None:
     """Why a webhook URL may not be used (None when it may), as for web_fetch."""
     if len(url) > 500:
         return "is longer than 500 characters"
-    return url_refusal(url, allow=tuple(getattr(settings, ALLOW_SETTING, ()) or ()), setting=ALLOW_SETTING)
+    return web_url_refusal(url)
 
 
 def webhook_body(*, event: str, team: str, data: dict[str, Any]) -> bytes:
@@ -91,13 +89,12 @@ async def webhook_deliver(*, url: str, secret: str, body: bytes) -> int:
     """POST ``body`` signed with ``secret``; the status code (DeliveryFailed when it is not 2xx or unreachable)."""
     import httpx
 
-    from mas_core.netpolicy import BlockedAddress, guarded_transport
+    from mas_core.netpolicy import BlockedAddress, web_url_transport
 
     refusal = webhook_url_refusal(url)
     if refusal:
         raise DeliveryFailed(f"{url} {refusal}")
-    transport = guarded_transport(httpx, allow=tuple(getattr(settings, ALLOW_SETTING, ()) or ()),
-                                  setting=ALLOW_SETTING)
+    transport = web_url_transport(httpx)
     headers = {"Content-Type": "application/json", "User-Agent": "MAS-webhook/1"}
     if secret:
         headers[SIGNATURE_HEADER] = signature(secret, body)

@@ -1,5 +1,6 @@
-"""Which agent a session runs: the definition as the run pinned it, capped by what its parent may grant,
-or a custom tool's worker; and agents a planner writes into the run's workspace.
+"""Which agent a session runs: the definition as the run pinned it (an agent of the team, or a remote agent),
+capped by what its parent may grant, or a custom tool's worker; and agents a planner writes into the run's
+workspace.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from typing import Any
 
 from agents_app.execution.errors import RunError
 from agents_app.execution.versions import VersionMissing, definition_pinned
-from agents_app.kinds import AGENT
+from agents_app.kinds import AGENT, REMOTE_AGENT
 from agents_app.models import Activation, Agent, Run, WorkspaceFile
-from agents_app.specs import AgentSpec
+from agents_app.specs import AgentSpec, RemoteAgentSpec
 from mas_core.definitions.markdown import DefinitionError, parse_definition
 from mas_core.rows import Columns
 from tools_app.catalog import SAFE_DEFAULT_TOOLS
@@ -23,7 +24,8 @@ class AgentDefinition:
     spec: AgentSpec
     body: str
     version: int | None  # None for agents written into the run's workspace
-    source: str  # "team" | "workspace"
+    source: str  # "team" | "workspace" | "tool" | "remote"
+    remote: RemoteAgentSpec | None = None  # a remote agent's (source "remote"): its session talks A2A to it
 
 
 # Validated team agents by (team, slug, version, content hash): a saved change is a new key.
@@ -63,7 +65,10 @@ def agent_found(*, run: Run, slug: str, local: str | None,
     except VersionMissing as error:
         raise RunError(str(error)) from None
     if pinned is None:
-        raise RunError(f"agent {slug!r} does not exist in this team or run")
+        remote = _remote_found(run, slug)
+        if remote is None:
+            raise RunError(f"agent {slug!r} does not exist in this team or run")
+        return remote
     key = (run.team_id, slug, pinned.number, pinned.content_hash)
     found = _validated.get(key)
     if found is None:
@@ -74,6 +79,20 @@ def agent_found(*, run: Run, slug: str, local: str | None,
             _validated.clear()
         found = _validated[key] = AgentDefinition(slug, spec, pinned.body, pinned.number, "team")
     return found
+
+
+def _remote_found(run: Run, slug: str) -> AgentDefinition | None:
+    """The team's remote agent ``slug`` at the run's version of it (None: there is none). An agent with no tools
+    of its own: what it does, it does elsewhere."""
+    try:
+        pinned = definition_pinned(run=run, kind=REMOTE_AGENT, slug=slug)
+    except VersionMissing as error:
+        raise RunError(str(error)) from None
+    if pinned is None:
+        return None
+    remote = RemoteAgentSpec.model_validate(pinned.spec)
+    spec = AgentSpec(name=remote.name, description=remote.description, tools=[])
+    return AgentDefinition(slug, spec, pinned.body, pinned.number, "remote", remote=remote)
 
 
 def agent_capped(definition: AgentDefinition, *, activation: Activation) -> AgentDefinition:

@@ -38,6 +38,7 @@ from agents_app.execution.lifecycle import (
     session_suspend,
 )
 from agents_app.execution.modelchoice import model_resolve
+from agents_app.execution.remote import remote_session
 from agents_app.execution.runs import DEFAULT_PRIORITY
 from agents_app.execution.store import (
     COMPACTOR_KEY,
@@ -666,21 +667,26 @@ async def execute_activation(activation_id: str) -> None:
     It reads in four steps: begin (claim the activation and its session), prepare (model, context,
     tools, approval gate, the loop's configuration), loop (the kernel, as a task the run's cancellation
     can stop) and settle (record how it ended and dispatch what comes next). It holds one of the
-    process's turns throughout but while it waits for a model or a tool.
+    process's turns throughout but while it waits for a model or a tool. A remote agent's session talks to
+    its agent instead (:mod:`agents_app.execution.remote`).
     """
     async with lanes.turn():  # the process's loop, in turn with the other teams' sessions (mas_core.lanes)
         with phases.timed("session begin"):
             start = await _begin(activation_id)
         if start is None:
             return
-        with phases.timed("session prepare"):
-            work = await _prepare(start)
-        if work is None:  # its model could not be resolved: the session has failed and is settled
-            return
-        with phases.timed("session loop"):
-            ending = await _loop(work)
-        with phases.timed("session settle"):
-            await _settle(work, ending)
+        if start.agent.remote is None:
+            with phases.timed("session prepare"):
+                work = await _prepare(start)
+            if work is None:  # its model could not be resolved: the session has failed and is settled
+                return
+            with phases.timed("session loop"):
+                ending = await _loop(work)
+            with phases.timed("session settle"):
+                await _settle(work, ending)
+    if start.agent.remote is not None:
+        # A remote agent's session waits on another server, not on this loop: it holds no turn.
+        await remote_session(start)
     phases.dump()
 
 

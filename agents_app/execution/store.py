@@ -329,6 +329,10 @@ class DatabaseStore:
             else:
                 self.pending_entries[index] = (*self.pending_entries[index][:3], by)
 
+    def stage_state(self, state: dict[str, Any]) -> None:
+        """Keep ``state`` as the session's state with the next write (a remote agent's session: what it follows)."""
+        self.pending_counters = json.dumps(state)
+
     @property
     def has_checkpoint(self) -> bool:
         return self.pending_counters is not None or bool(self.pending_entries or self.pending_marks)

@@ -13,7 +13,9 @@ from mas_core.models import (  # noqa: F401
     Team,
 )
 from agents_app.models.context import ActivationContext  # noqa: F401
-from agents_app.models.definitions import Agent, Guardrail, ModelProvider, ProviderModel, Skill  # noqa: F401
+from agents_app.models.definitions import (  # noqa: F401
+    Agent, Guardrail, ModelProvider, ProviderModel, RemoteAgent, Skill,
+)
 from agents_app.models.runs import (  # noqa: F401
     Activation, Run, Session, SessionEntry, Worker, WorkspaceFile, WorkspaceFileVersion,
 )

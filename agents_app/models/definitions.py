@@ -1,4 +1,4 @@
-"""The definitions agents_app owns: agents, skills, model providers and their models, guardrails.
+"""The definitions agents_app owns: agents, skills, model providers and their models, guardrails, remote agents.
 
 Each extends the foundation's :class:`mas_core.models.Definition` (teams,
 tokens and versions live there too).
@@ -81,3 +81,15 @@ class Guardrail(Definition):
         verbose_name = "guardrail"
         verbose_name_plural = "guardrails"
         constraints = [models.UniqueConstraint(fields=["team", "slug"], name="guardrail_unique_team_slug")]
+
+
+class RemoteAgent(Definition):
+    """An agent served elsewhere over A2A (``agents_app.specs.RemoteAgentSpec``): delegated to and named by
+    workflow steps like the team's own; its sessions talk to it (``agents_app.execution.remote``)."""
+
+    kind_name = "remote_agent"
+
+    class Meta(Definition.Meta):
+        verbose_name = "remote agent"
+        verbose_name_plural = "remote agents"
+        constraints = [models.UniqueConstraint(fields=["team", "slug"], name="remote_agent_unique_team_slug")]

@@ -1,4 +1,4 @@
-"""Which definitions use which: a workflow's agents, an agent's custom tools, MCP servers, skills and providers,
+"""Which definitions use which: a workflow's agents (and remote agents), an agent's custom tools, MCP servers, skills and providers,
 the guardrails of agents and workflow steps.
 
 Deleting a definition that others use is refused (``DefinitionInUse``)
@@ -55,14 +55,14 @@ def _model_refs(spec: dict[str, Any]) -> list[str]:
 def definition_dependents(*, kind: Kind, team: Team, row: Definition) -> list[Dependent]:
     """The definitions of ``team`` that name ``row``, in slug order: agents, then workflows."""
     found: list[Dependent] = []
-    if kind.name != "agent":
+    if kind.name not in {"agent", "remote_agent"}:
         for agent in _agent_rows(team):
             spec = agent.spec or {}
             where = _uses(kind, row, spec)
             if where:
                 found.append(Dependent("agent", agent.slug, agent.name, where))
-    if kind.name in {"agent", "guardrail"}:
-        # A workflow's steps name agents, and guardrails of their own.
+    if kind.name in {"agent", "remote_agent", "guardrail"}:
+        # A workflow's steps name agents (or remote agents), and guardrails of their own.
         workflows = kind_named("workflow").model.objects.filter(team=team).only("slug", "name", "spec")
         for workflow in workflows.order_by("slug"):
             steps = [step.get("id", "?") for step in (workflow.spec or {}).get("steps", [])
@@ -70,12 +70,12 @@ def definition_dependents(*, kind: Kind, team: Team, row: Definition) -> list[De
             if steps:
                 where = f"step{'s' if len(steps) > 1 else ''} {', '.join(steps)}"
                 found.append(Dependent("workflow", workflow.slug, workflow.name,
-                                       where if kind.name == "agent" else f"guardrails of {where}"))
+                                       f"guardrails of {where}" if kind.name == "guardrail" else where))
     return found
 
 
 def _step_uses(kind: Kind, row: Definition, step: dict[str, Any]) -> bool:
-    if kind.name == "agent":
+    if kind.name in {"agent", "remote_agent"}:
         return step.get("agent") == row.slug
     return row.slug in (step.get("guardrails") or [])
 
@@ -106,5 +106,6 @@ def workflow_missing_agents(*, team: Team, spec: dict[str, Any]) -> list[str]:
     """The agents a workflow's steps name that the team does not have (deleted since it was saved)."""
     wanted = [step.get("agent") for step in spec.get("steps", []) if isinstance(step, dict)]
     wanted = sorted({name for name in wanted if isinstance(name, str)})
-    existing = set(kind_named("agent").model.objects.filter(team=team, slug__in=wanted).values_list("slug", flat=True))
+    existing = {slug for name in ("agent", "remote_agent")
+                for slug in kind_named(name).model.objects.filter(team=team, slug__in=wanted).values_list("slug", flat=True)}
     return [name for name in wanted if name not in existing]

@@ -64,21 +64,23 @@ def validation_context(
         return set(kind_named("guardrail").model.objects.filter(team=team).values_list("slug", flat=True)) | set(
             extra_guardrails)
 
-    if kind.name == "workflow":
-        known = set(kind_named("agent").model.objects.filter(team=team).values_list("slug", flat=True))
-        return {"known_agents": known | set(extra_agents), "known_guardrails": guardrails()}
+    def slugs(name: str) -> set[str]:
+        return set(kind_named(name).model.objects.filter(team=team).values_list("slug", flat=True))
+
+    if kind.name == "workflow":  # a step names an agent of the team or a remote agent
+        return {"known_agents": slugs("agent") | slugs("remote_agent") | set(extra_agents),
+                "known_guardrails": guardrails()}
     if kind.name == "agent":
         return {"known_tools": set(kind_named("tool").model.objects.filter(team=team).values_list("name", flat=True)),
-                "known_guardrails": guardrails()}
+                "known_guardrails": guardrails(), "remote_agents": slugs("remote_agent")}
+    if kind.name == "remote_agent":  # its secrets and address as for an MCP server; a name no agent has
+        return {"team": team.slug, "known_agents": slugs("agent")}
     if kind.name == "provider" or kind.name == "mcp":
         # The environment variables the team may name and the addresses its URLs may reach are checked on
         # save for this team (mas_core.secrets, mas_core.netpolicy).
         return {"team": team.slug}
     if kind.name == "eval":
         # A dataset tests one of the team's agents or workflows, judged by a model of one of its providers.
-        def slugs(name: str) -> set[str]:
-            return set(kind_named(name).model.objects.filter(team=team).values_list("slug", flat=True))
-
         return {"known_agents": slugs("agent") | set(extra_agents),
                 "known_workflows": slugs("workflow") | set(extra_workflows),
                 "known_providers": slugs("provider") | set(extra_providers)}

@@ -410,7 +410,7 @@ class _Run:
         return "exported", SyncItem(kind.name, slug, path, detail)
 
     def _remember(self, kind: Kind, slug: str, name: str) -> None:
-        if kind.name == "agent":
+        if kind.name in {"agent", "remote_agent"}:  # either is a workflow step's agent
             self.agents.add(slug)
         elif kind.name == "tool":
             self.tools.add(name)

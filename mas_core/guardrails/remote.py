@@ -63,17 +63,14 @@ def llm_judge_build(settings: DetectorSettings) -> Detector:
 
 def webhook_build(settings: DetectorSettings) -> Detector:
     """The ``webhook`` detector (see the module): its settings, checked; the URL as the team's webhook's is."""
-    from django.conf import settings as django_settings
-
-    from mas_core.netpolicy import url_refusal
+    from mas_core.netpolicy import web_url_refusal
 
     url = settings.get("url")
     if not isinstance(url, str) or not url:
         raise DetectorError("detector.url", "is required: the http(s) URL of the team's service")
     if len(url) > 500:
         raise DetectorError("detector.url", "is longer than 500 characters")
-    refusal = url_refusal(url, allow=tuple(getattr(django_settings, "MAS_WEB_FETCH_ALLOW", ()) or ()),
-                          setting="MAS_WEB_FETCH_ALLOW")
+    refusal = web_url_refusal(url)
     if refusal:
         raise DetectorError("detector.url", refusal)
     timeout = settings.get("timeout_s", WEBHOOK_DEFAULT_TIMEOUT_S)

@@ -24,8 +24,8 @@ from typing import Any, Awaitable, Callable
 from django.conf import settings
 
 from mas_core import netpolicy
-from mas_core.secrets import ENV_REFERENCE_RE, Redactor, declared_values, env_refusal, exception_text
-from mas_core.secrets import redact_loggers, redacting, references
+from mas_core.secrets import Redactor, SecretUnavailable, declared_values, exception_text
+from mas_core.secrets import redact_loggers, redacting, references, references_expanded
 from mas_core.definitions.services import stdio_not_granted
 from mas_core.tls import tls
 from tools_app.mcp import sandbox
@@ -64,18 +64,10 @@ def resolve(values: dict[str, str], secrets: dict[str, str], *, what: str, team:
     operator's list stands now: a row saved before it changed is refused here,
     before anything is started or sent.
     """
-    resolved = {}
-    for key, value in values.items():
-        names = references(value)
-        for name in names:
-            refusal = env_refusal(name, team=team)
-            if refusal:
-                raise MCPError(f"{what} {key} refers to ${{{name}}}: {refusal}")
-        missing = [name for name in names if name not in os.environ]
-        if missing:
-            raise MCPError(f"{what} {key} refers to {', '.join(missing)}, which is not set on the server")
-        resolved[key] = ENV_REFERENCE_RE.sub(lambda match: os.environ[match[0][2:-1]], value)
-    return {**resolved, **secrets}
+    try:
+        return {**references_expanded(values, what=what, team=team), **secrets}
+    except SecretUnavailable as error:
+        raise MCPError(str(error)) from None
 
 
 @dataclass

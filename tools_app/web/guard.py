@@ -8,7 +8,6 @@ so a local model server allowed for providers is not thereby open to agents.
 
 from __future__ import annotations
 
-from django.conf import settings
 
 from mas_core import netpolicy
 from mas_core.netpolicy import BlockedAddress
@@ -18,5 +17,5 @@ __all__ = ["BlockedAddress", "resolve_checked"]
 
 async def resolve_checked(host: str, port: int) -> str:
     """Resolve ``host`` and return one address the guard accepts (to pin the connection to)."""
-    return await netpolicy.resolve_checked(host, port, allow=getattr(settings, "MAS_WEB_FETCH_ALLOW", ()),
-                                           setting="MAS_WEB_FETCH_ALLOW")
+    return await netpolicy.resolve_checked(host, port, allow=netpolicy.web_url_allow(),
+                                           setting=netpolicy.WEB_URL_SETTING)
