@@ -96,7 +96,7 @@ def test_make_test_builds_the_manual_before_pytest_and_make_docs_serves_it():
 
 def test_the_readme_is_short_and_its_links_lead_somewhere():
     readme = page("README.md")
-    assert len(readme.splitlines()) < 200
+    assert len(readme.splitlines()) < 240  # 200 until it showed one example per door (issue 25)
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
     assert links, "the README links to the manual"
     for link in links:

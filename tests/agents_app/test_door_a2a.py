@@ -263,6 +263,23 @@ def test_the_manuals_example_streams_a_message_and_gets_its_task(web, team_a, pr
     assert Run.objects.get().result == "Paris."
 
 
+def test_the_readmes_example_sends_a_message_and_prints_the_answer(web, team_a, provider, make_member, make_token,
+                                                                   celery_worker_process, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.manual import example
+
+    agent(team_a, "Helper", "expose: true\ntier: medium\n")
+    provider.add(sse(openai_stream(text=["Paris."], usage=(9, 2))))
+    program = tmp_path / "send.py"
+    program.write_text(example("README.md", language="python", containing="A2ACardResolver(").text)
+    done = subprocess.run([sys.executable, str(program), web, token_of(team_a, "operator", make_member, make_token)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (0, "Helper Paris.\n"), done.stderr
+    assert Run.objects.get().result == "Paris."
+
+
 def test_a_subscriber_follows_a_task_to_its_end_and_a_viewer_may_read_but_not_send(
         web, team_a, provider, make_member, make_token, celery_worker_process):
     from a2a.types import SubscribeToTaskRequest

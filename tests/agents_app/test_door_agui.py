@@ -90,3 +90,20 @@ def test_the_manuals_example_reads_a_runs_agui_events(web, team_a, provider, mak
     assert (done.returncode, done.stdout.split()) == (0, [
         "RUN_STARTED", "STEP_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
         "STEP_FINISHED", "RUN_FINISHED"]), done.stderr
+
+
+def test_the_readmes_example_runs_an_agent_and_prints_its_text_as_it_streams(
+        web, team_a, provider, make_member, make_token, celery_worker_process, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.manual import example
+
+    agent(team_a, "Helper", "expose: true\ntier: medium\n")
+    provider.add(sse(openai_stream(text=["Par", "is."], usage=(9, 2))))
+    program = tmp_path / "run.py"
+    program.write_text(example("README.md", language="python", containing="/ag-ui/agents/helper").text)
+    done = subprocess.run([sys.executable, str(program), web, token_of(team_a, "operator", make_member, make_token)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (0, "Paris."), done.stderr
+    assert Run.objects.get().result == "Paris."
