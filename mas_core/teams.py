@@ -340,15 +340,8 @@ __all__ = [
 ]
 
 
-DEFINITION_MODELS = (
-    "agents_app.agent",
-    "agents_app.skill",
-    "agents_app.modelprovider",
-    "agents_app.guardrail",
-    "tools_app.customtool",
-    "tools_app.mcpserver",
-    "workflows_app.workflow",
-    "evals_app.evaldataset",
+# Editable by editors and admins besides every registered definition kind's model (definition_models()).
+EDITABLE_MODELS = (
     "memory_app.memory",
     "memory_app.cachedresponse",  # editors clear entries; nothing in them is editable
 )
@@ -367,6 +360,14 @@ READ_ONLY_MODELS = (
 )
 
 
+def definition_models() -> tuple[str, ...]:
+    """The model of every registered definition kind (``agents_app.agent``, …) and the other editable ones: a
+    kind an app registers is editable in the admin by the team's editors without being listed here."""
+    from mas_core.definitions.kinds import KINDS
+
+    return tuple(kind.model._meta.label_lower for kind in KINDS) + EDITABLE_MODELS
+
+
 def role_groups_sync(**_kwargs) -> None:
     """Create the Django groups that mirror the MAS roles (run after migrate)."""
     from django.contrib.auth.models import Permission
@@ -380,8 +381,9 @@ def role_groups_sync(**_kwargs) -> None:
             )
         return found
 
-    view = perms(DEFINITION_MODELS + READ_ONLY_MODELS, ("view",))
-    edit = perms(DEFINITION_MODELS, ("add", "change", "delete"))
+    editable = definition_models()
+    view = perms(editable + READ_ONLY_MODELS, ("view",))
+    edit = perms(editable, ("add", "change", "delete"))
     wanted = {
         Role.VIEWER: view,
         Role.EDITOR: view + edit,

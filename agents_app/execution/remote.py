@@ -28,9 +28,15 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django.db import connection
+
 from agents_app.approvals.gate import ApprovalFailed, Gate
+from agents_app.execution.guardrail_calls import RemoteChecks
+from agents_app.execution.guardrails import SessionGuard, guardrails_sql, rows_read, session_guard
 from agents_app.execution.lifecycle import SessionStart, session_settle, session_suspend
 from agents_app.execution.store import DatabaseStore, SessionTakenOver, monitor
+from agents_app.kernel.loop import GuardrailTripped
+from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Team
 from mas_core import lanes
 from mas_core.runner import db
@@ -50,7 +56,7 @@ CANCEL_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 30.0
 
 
-class RemoteFailed(Exception):
+class RemoteAgentFailed(Exception):
     """The remote agent could not be reached, refused the task or failed it: the session fails with ``kind``."""
 
     def __init__(self, message: str, *, kind: str = "provider_error", retry: bool = False) -> None:
@@ -76,8 +82,9 @@ class Conversation:
 async def remote_session(start: SessionStart) -> None:
     """Run the remote agent's session ``start`` to its end (or its suspension), watched like any session."""
     run, session = start.run, start.session
-    store = DatabaseStore(run_id=run.id, session_id=session.id, agent=start.agent.slug, tier="", cursor=None,
-                          budget=run.budget, team_id=run.team_id, claim=session.claim, writes=session.writes)
+    store = DatabaseStore(run_id=run.id, session_id=session.id, agent=start.agent.slug, tier="",
+                          cursor=MemoryCursor(dict(run.script_cursor)), budget=run.budget, team_id=run.team_id,
+                          claim=session.claim, writes=session.writes)
     talk = RemoteTalk(start, store)
     task = asyncio.create_task(talk.run())
     monitor.watch(session.id, run.id, store, task)
@@ -118,6 +125,7 @@ class RemoteTalk:
         self.text: dict[str, str] = {}  # artifact id → text streamed so far (the answer when the task is not read)
         self.redact = Redactor(declared_values())
         self.client: Any = None
+        self.guard: SessionGuard | None = None
 
     # -- how it ends
 
@@ -138,9 +146,14 @@ class RemoteTalk:
         from mas_core.netpolicy import web_url_transport
         from mas_core.tls import tls_off_loop
 
+        run = self.start.run
+        team, rows = await db(_team_and_guardrails)(team_id=run.team_id, slugs=[
+            *(self.start.activation.ctx.step_guardrails or []), *run.guardrails])
+        self.guard = session_guard(rows=rows, team=team, system_prompt="", emit=self.store.emit, gate=self.gate,
+                                   flush=self.store.flush,
+                                   ask=lambda: RemoteChecks(run=run, cursor=self.store.cursor, store=self.store,
+                                                            team=team))
         try:
-            team = await db(lambda: Team.objects.filter(pk=self.start.run.team_id).values_list("slug", flat=True)
-                            .get())()
             headers = references_expanded(self.remote.headers, what="header", team=team)
         except SecretUnavailable as error:
             return self.ending("failed", failure=self.failure("policy_denied", f"remote agent {self.agent}: {error}"))
@@ -156,11 +169,13 @@ class RemoteTalk:
                                                          supported_protocol_bindings=["JSONRPC", "HTTP+JSON"]))
                     async with factory.create(card) as self.client:
                         return await self._converse_in_time(streaming=card.capabilities.streaming)
-        except RemoteFailed as error:
+        except RemoteAgentFailed as error:
             return self.ending("failed", result=self.partial(), failure=self.failure(error.kind, str(error),
                                                                                     retry=error.retry))
         except ApprovalFailed as error:
             return self.ending("failed", result=self.partial(), failure=self.failure("policy_denied", str(error)))
+        except GuardrailTripped as tripped:  # what it was to be sent, or what it answered, was blocked
+            return self.ending("failed", failure=self.failure("guardrail", str(tripped)))
         except (SessionTakenOver, *DATABASE_ERRORS):
             raise
         except Exception as error:  # the network, the SDK: a clear failure, tried again by the run's retries
@@ -191,28 +206,28 @@ class RemoteTalk:
     # -- the card
 
     async def _card(self, http) -> Any:
-        """The remote agent's card, read within MAX_CARD_BYTES (RemoteFailed saying what is wrong with it)."""
+        """The remote agent's card, read within MAX_CARD_BYTES (RemoteAgentFailed saying what is wrong with it)."""
         from a2a.client.card_resolver import parse_agent_card
 
         url = self.remote.card_url
         async with lanes.away(), http.stream("GET", url, headers={"Accept": "application/json"}) as response:
             if response.status_code != 200:
-                raise RemoteFailed(f"remote agent {self.agent}: its card at {url} answered HTTP "
+                raise RemoteAgentFailed(f"remote agent {self.agent}: its card at {url} answered HTTP "
                                    f"{response.status_code}", retry=response.status_code >= 500)
             body = bytearray()
             async for chunk in response.aiter_bytes():
                 body += chunk
                 if len(body) > MAX_CARD_BYTES:
-                    raise RemoteFailed(f"remote agent {self.agent}: its card at {url} is larger than "
+                    raise RemoteAgentFailed(f"remote agent {self.agent}: its card at {url} is larger than "
                                        f"{MAX_CARD_BYTES // 1024} KB")
         from google.protobuf.json_format import ParseError
 
         try:
             card = parse_agent_card(json.loads(body))
         except (ValueError, TypeError, ParseError) as error:
-            raise RemoteFailed(f"remote agent {self.agent}: {url} is not an A2A agent card ({error})") from None
+            raise RemoteAgentFailed(f"remote agent {self.agent}: {url} is not an A2A agent card ({error})") from None
         if not card.supported_interfaces:
-            raise RemoteFailed(f"remote agent {self.agent}: its card at {url} names no endpoint")
+            raise RemoteAgentFailed(f"remote agent {self.agent}: its card at {url} names no endpoint")
         return card
 
     # -- the task
@@ -223,7 +238,7 @@ class RemoteTalk:
         conversation = self.conversation
         if not conversation.task:
             reply = await self._follow(self.client.send_message(SendMessageRequest(message=self._message(
-                self._task_text(), number=0))))
+                await self._checked_out(self._task_text(), task=True), number=0))))
         else:  # resumed: the task it sent before, as it is now
             reply = await self._net(self.client.get_task(GetTaskRequest(id=conversation.task)))
             await self._status(reply.status, task=reply.id)
@@ -243,6 +258,7 @@ class RemoteTalk:
                                                   question=f"{self.agent} asks: {question}"[:4000], choices=[])
             if waiting:
                 return self.ending("suspended", result=self.partial())
+            answer = await self._checked_out(answer)
             conversation.answered += 1
             await self._keep()  # before it is sent: a resumed session never sends one answer twice
             reply = await self._follow(self.client.send_message(SendMessageRequest(message=self._message(
@@ -255,7 +271,10 @@ class RemoteTalk:
         state = task.status.state
         said = _text_of(task.status.message.parts)
         if state == TaskState.TASK_STATE_COMPLETED:
-            return self.ending("ok", result=await self._answer(task))
+            answer = await self._answer(task)
+            if self.guard is not None:
+                answer = await self.guard.check("model_answer", answer)
+            return self.ending("ok", result=answer)
         if state == TaskState.TASK_STATE_INPUT_REQUIRED:
             return None
         if state == TaskState.TASK_STATE_CANCELED:
@@ -266,6 +285,15 @@ class RemoteTalk:
         message = f"remote agent {self.agent} {what.get(state, 'ended its task in an unknown state')}"
         return self.ending("failed", result=self.partial(), failure=self.failure(
             "provider_error", message + (f": {said}" if said else "")))
+
+    async def _checked_out(self, text: str, *, task: bool = False) -> str:
+        """What leaves for the remote agent, as the session's guardrails let it: the task as a delegated task's
+        (``run_input``), and all of it as a model request's (``model_request``) — it goes to another party."""
+        if self.guard is None:
+            return text
+        if task:
+            text = await self.guard.check("run_input", text)
+        return await self.guard.check("model_request", text)
 
     def _message(self, text: str, *, number: int):
         from a2a.types import Message, Part, Role
@@ -305,7 +333,7 @@ class RemoteTalk:
                 break
             count += 1
             if count > MAX_UPDATES:
-                raise RemoteFailed(f"remote agent {self.agent} sent more than {MAX_UPDATES} updates for one message")
+                raise RemoteAgentFailed(f"remote agent {self.agent} sent more than {MAX_UPDATES} updates for one message")
             if update.HasField("task"):
                 last = update.task
                 await self._known(last.id, last.context_id)
@@ -318,8 +346,9 @@ class RemoteTalk:
             elif update.HasField("artifact_update"):
                 await self._artifact(update.artifact_update)
             elif update.HasField("message"):
-                self.text["message"] = _text_of(update.message.parts)
-                await self.store.emit("stream_chunk", {"text": self.text["message"][:MAX_ANSWER_CHARS]})
+                self.text["message"] = _text_of(update.message.parts)[:MAX_ANSWER_CHARS]
+                if not self._answers_checked():
+                    await self.store.emit("stream_chunk", {"text": self.text["message"]})
         if not self.conversation.task:
             return None
         if last is not None and not _settled(last.status.state):
@@ -378,8 +407,12 @@ class RemoteTalk:
             self.text[key] = whole
             # A chunk adds to the text; an artifact sent whole again (its last chunk, say) adds what is new.
             new = whole[len(before):] if whole.startswith(before) else whole
-            if new:
+            if new and not self._answers_checked():
                 await self.store.emit("stream_chunk", {"text": new})
+
+    def _answers_checked(self) -> bool:
+        """A guardrail judges the answer: it is not streamed, and shows whole once judged (as the session's)."""
+        return self.guard is not None and any("model_answer" in rule.where for rule in self.guard.rules)
 
     async def _answer(self, task) -> str:
         """The completed task's text artifacts (else what it streamed, else its last message); its file
@@ -433,6 +466,16 @@ class RemoteTalk:
     async def _net(self, awaitable) -> Any:
         async with lanes.away():
             return await awaitable
+
+
+def _team_and_guardrails(*, team_id: int, slugs: list[str]) -> tuple[str, list[dict[str, Any]]]:
+    """The team's slug and the guardrails the session applies (the team's defaults, those the workflow step and
+    the run name), in one statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT t.slug, {guardrails_sql(team='team', slugs='slugs')} FROM {Team._meta.db_table} t "
+                       f"WHERE t.id = %(team)s", {"team": team_id, "slugs": slugs})
+        team, rows = cursor.fetchone()
+    return team, rows_read(rows)
 
 
 def _settled(state) -> bool:

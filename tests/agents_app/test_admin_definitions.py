@@ -14,7 +14,7 @@ from mas_core.definitions.services import definition_parse, definition_save
 from mas_core.definitions.storage import team_defs_dir
 from agents_app.models import DefinitionVersion
 
-KIND_NAMES = ("agent", "tool", "mcp", "workflow", "skill", "provider", "guardrail")
+KIND_NAMES = ("agent", "tool", "mcp", "workflow", "skill", "provider", "guardrail", "remote_agent")
 
 
 def sample(kind: str, name: str) -> str:
@@ -44,6 +44,11 @@ def sample(kind: str, name: str) -> str:
             f"---\nname: {name}\nagent: researcher\ncases:\n- id: tides\n  task: Explain tides\n  checks:\n"
             "  - type: status\n    equals: succeeded\n---\n"
         ),
+        "remote_agent": (
+            f"---\nname: {name}\ndescription: Researches for us, elsewhere\n"
+            "card_url: https://agents.example.com/a2a/researcher/.well-known/agent-card.json\nheaders:\n"
+            "  Authorization: Bearer ${LOCAL_PARTNER_TOKEN}\n---\n"
+        ),
         "provider": (
             f"---\nname: {name}\ntype: openai\nbase_url: http://127.0.0.1:11434/v1\napi_key_env: LOCAL_KEY\n"
             "models:\n- name: llama3\n  tier: small\n  input_price: '0.1'\n  output_price: '0.2'\n---\n"
@@ -68,6 +73,11 @@ INVALID = {
     "guardrail": (
         "---\nname: broken\napplies_to: [model_answer]\ndetector:\n  type: pii\naction: fence\n---\n",
         "Line 6, field action: fence marks a tool",
+    ),
+    "remote_agent": (
+        "---\nname: broken\ncard_url: https://agents.example.com/card.json\nheaders:\n  Authorization: Bearer abc\n"
+        "---\n",
+        "Line 4, field headers: ",
     ),
 }
 

@@ -144,8 +144,9 @@ def test_a_remote_question_is_asked_in_mas_and_the_answer_goes_back(world, team_
     asked = wait_until(lambda: ApprovalRequest.objects.filter(run=run, status="pending").first(), 60,
                        "alpha to be asked")
     assert (asked.kind, asked.agent, asked.question) == ("question", "partner", "partner asks: Which port?")
-    wait_until(lambda: Run.objects.get(pk=run.pk).status == "waiting", 30, "alpha's run to wait")
-    assert Session.objects.get(run=run, agent="partner").status == "suspended"  # holding no worker
+    wait_until(lambda: Session.objects.get(run=run, agent="partner").status == "suspended", 30,
+               "the remote session to suspend, holding no worker")
+    assert Run.objects.get(pk=run.pk).status == "waiting"
     assert Run.objects.get(team=team_b).status == "waiting"
 
     approval_decide(team=team_a, request_id=asked.id, user=make_member(team_a, "operator"), decision="answer",
@@ -203,6 +204,32 @@ def test_a_session_resumed_after_its_worker_died_follows_the_same_remote_task(wo
     starts = [e.data["resumed"] for e in events(run, "session_start") if e.agent == "partner"]
     assert starts == [False, True]
     assert len(events(run, "remote_task")) == 1
+
+
+def test_the_runs_guardrails_check_what_goes_to_the_remote_agent_and_what_comes_back(world, team_a, team_b):
+    from agents_app.kinds import GUARDRAIL
+
+    for name, settings in {
+        "g-out": "applies_to: [model_request]\ndetector:\n  type: pattern\n  patterns: ['\\bproject ORCA\\b']\n"
+                 "action: redact\n",
+        "g-back": "applies_to: [model_answer]\ndetector:\n  type: keywords\n  words: [damn]\naction: mask\n",
+    }.items():
+        define(team_a, GUARDRAIL, f"---\nname: {name}\n{settings}default: true\n---\n")
+    agent(team_b, "Researcher", "expose: true\ntier: medium\n")
+    world["model"].add(sse(openai_stream(text=["The damn ", "tides."], usage=(5, 4))))
+    remote(team_a, card(world))
+
+    run = finish(delegating(team_a, task="Tides for project ORCA"))
+
+    theirs = Run.objects.get(team=team_b)
+    assert theirs.input.startswith("Tides for [pattern]\n\n## Context")  # what left MAS
+    [outcome] = [json.loads(e.data["content"]) for e in events(run, "tool_result")]
+    assert (outcome["status"], outcome["result"]) == ("ok", "The **** tides.")
+    assert [(e.data["guardrail"], e.data["where"], e.data["action"]) for e in events(run, "guardrail_triggered")
+            if e.agent == "partner"] == [("g-out", "model_request", "redact"), ("g-back", "model_answer", "mask")]
+    session = Session.objects.get(run=run, agent="partner")
+    # A checked answer is not streamed: it shows whole once judged.
+    assert [e for e in events(run, "stream_chunk") if e.session_id == session.id] == []
 
 
 class Cards(BaseHTTPRequestHandler):

@@ -639,8 +639,8 @@ def test_files_in_the_wrong_place_are_ignored_with_a_warning(team_a):
     report = markdown_sync(team=team_a, mode="both")
 
     assert report.warnings == [
-        "agent/typo.md: not in a definition folder (providers, tools, mcp, skills, guardrails, agents, workflows, "
-        "evals): ignored",
+        "agent/typo.md: not in a definition folder (providers, tools, mcp, skills, guardrails, agents, remote_agents, "
+        "workflows, evals): ignored",
         "agents/drafts/old.md: not a definition file (expected agents/<slug>.md): ignored",
         "skills/loose.md: not a definition file (expected skills/<slug>/SKILL.md): ignored",
         "skills/no-skill-md/notes.md: not a definition file (expected skills/<slug>/SKILL.md): ignored",

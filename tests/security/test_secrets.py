@@ -2,8 +2,9 @@
 
 Canary values are planted where secrets live — a provider's API key (in the
 environment variable its row names, set for the worker too), MCP header and
-env values (``MCPServer.secret_headers`` / ``secret_env``), the caller's API
-token — then a real run on a real worker uses the provider (a local server
+env values (``MCPServer.secret_headers`` / ``secret_env``), a remote agent's
+header (in the environment variable its ``${NAME}`` refers to), the caller's
+API token — then a real run on a real worker uses the provider (a local server
 speaking the OpenAI wire format, which must receive the key: the canary is
 live, not decorative). Afterwards every GET route of the API (read from the
 NinjaAPI object, so new routes are swept too), every event, the admin pages,
@@ -26,6 +27,8 @@ from django.contrib import admin
 from django.test import Client
 from django.urls import reverse
 
+from agents_app.kinds import REMOTE_AGENT
+from mas_core.secrets import references_expanded
 from tools_app.kinds import MCP
 from agents_app.models import DefinitionVersion, Event, Run, Team
 from tests.agents_app.llm.fake_servers import FakeServer, closed_port_url, json_reply, openai_error, openai_stream, sse
@@ -36,14 +39,18 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 PROVIDER_KEY = "sk-canary-provider-5b1d0c"
 HEADER_SECRET = "canary-header-9e2f41"
 ENV_SECRET = "canary-env-3a7c88"
+REMOTE_SECRET = "canary-remote-header-6d2e90"
 KEY_ENV = "SECURITY_SWEEP_PROVIDER_KEY"
+REMOTE_ENV = "SECURITY_SWEEP_PARTNER_TOKEN"
+REMOTE_CARD = "https://agents.example.com/a2a/r/.well-known/agent-card.json"  # a public address: saved as is
 DEMO_MCP = str(Path(__file__).parents[1] / "tools_app" / "mcp_servers" / "demo.py")
 # Set at import, before the session's worker process starts: it inherits the key as a real deployment would.
 os.environ[KEY_ENV] = PROVIDER_KEY
+os.environ[REMOTE_ENV] = REMOTE_SECRET
 
 
 def canaries_in(text: str, extra: tuple[str, ...] = ()) -> list[str]:
-    return [c for c in (PROVIDER_KEY, HEADER_SECRET, ENV_SECRET, *extra) if c in text]
+    return [c for c in (PROVIDER_KEY, HEADER_SECRET, ENV_SECRET, REMOTE_SECRET, *extra) if c in text]
 
 
 def finish(run_id, timeout=60) -> Run:
@@ -66,7 +73,8 @@ def model_server():
 def setup_team(api, model_url: str) -> dict[str, str]:
     # The operator's grant: the canaries go through a stdio server too.
     Team.objects.filter(memberships__user=api.user).update(stdio_mcp_allowed=True)
-    """A provider whose key is a canary, MCP servers holding canary secrets, an agent using them."""
+    """A provider whose key is a canary, MCP servers holding canary secrets, an agent using them, a remote agent
+    whose header refers to a canary."""
     slugs = {}
     made = api.post("/api/providers", {"name": "Canary LLM", "type": "openai", "base_url": f"{model_url}/v1",
                                        "api_key_env": KEY_ENV, "models": [{"name": "gpt-fake", "tier": "medium"}]})
@@ -100,6 +108,9 @@ def setup_team(api, model_url: str) -> dict[str, str]:
                                 {"id": "c", "task": "go", "checks": [{"type": "status", "equals": "succeeded"}]}]},
                             "guardrails": {"name": "Canary Guard", "applies_to": ["model_answer"],
                                            "detector": {"type": "secrets"}, "action": "warn"},
+                            # Its header refers to the canary (a literal is refused): the value never shows.
+                            "remote-agents": {"name": "Canary Partner", "card_url": REMOTE_CARD,
+                                              "headers": {"Authorization": f"Bearer ${{{REMOTE_ENV}}}"}},
                             }.items():
         made = api.post(f"/api/{plural}", payload)
         assert made.status_code == 201, made.json()
@@ -145,6 +156,10 @@ def test_no_secret_reaches_a_response_event_log_file_or_script(team_a, api_for, 
     assert "env_value" in approved.json()["approved"]
     assert canaries_in(tested.content.decode() + approved.content.decode()) == []
     assert env_seen_by(MCP.model.objects.get(team=team_a, slug="canary-stdio"), "TOKEN") == ENV_SECRET  # live
+    # The remote agent's header would carry the canary (live): its sessions send what this expands to.
+    partner = REMOTE_AGENT.model.objects.get(team=team_a, slug=slugs["remote-agents"])
+    assert references_expanded(partner.spec["headers"], what="header", team=team_a.slug) == {
+        "Authorization": f"Bearer {REMOTE_SECRET}"}
     model_server.add(
         sse(openai_stream(tool_calls=[("call_1", "vfs_write", ['{"path": "out/report.md", ', '"content": "ok"}']),
                                       ("call_2", "mcp__canary-stdio__add", ['{"a": 2, "b": 40}'])],

@@ -187,8 +187,9 @@ def create_bodies(route: Route, a, b) -> list[dict]:
         plural = PLURAL_OF_KIND[kind]
         if plural == "agents":
             return [{"name": "Sneaky", "tools": [b.slugs["tools"].replace("-", "_")]}]
-        if plural == "workflows":
-            return [{"name": "Sneaky flow", "steps": [{"id": "s", "agent": b.slugs["agents"], "prompt": "x"}]}]
+        if plural == "workflows":  # a step names an agent or a remote agent of the team
+            return [{"name": "Sneaky flow", "steps": [{"id": "s", "agent": b.slugs[theirs], "prompt": "x"}]}
+                    for theirs in ("agents", "remote-agents")]
         # Nothing of B's to name: the same name as B's row makes A's own row, never touches B's.
         return []
     if op == "run_start":

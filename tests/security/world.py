@@ -14,7 +14,7 @@ from typing import Any
 
 from django.apps import apps
 
-from agents_app.kinds import AGENT, GUARDRAIL, PROVIDER, SKILL
+from agents_app.kinds import AGENT, GUARDRAIL, PROVIDER, REMOTE_AGENT, SKILL
 
 from tools_app.kinds import MCP, TOOL
 
@@ -31,7 +31,7 @@ MARK = "BRAVO-PRIVATE-7f3a"
 MAS_APPS = ("agents_app", "tools_app", "memory_app", "workflows_app", "evals_app")
 # Written by every authenticated request of the caller: not a change to anyone's objects.
 KINDS = {"agents": AGENT, "skills": SKILL, "providers": PROVIDER, "guardrails": GUARDRAIL, "tools": TOOL,
-         "mcp-servers": MCP, "workflows": WORKFLOW, "evals": EVAL}
+         "mcp-servers": MCP, "remote-agents": REMOTE_AGENT, "workflows": WORKFLOW, "evals": EVAL}
 VOLATILE = {("agents_app", "apitoken"): {"last_used_at"}}
 # No team's data, and beating all the time: the worker processes of the suite (agents_app.scheduler).
 PROCESS_ROWS = {("agents_app", "worker")}
@@ -51,6 +51,9 @@ def definitions(prefix: str, note: str) -> dict[str, dict[str, Any]]:
                   "prompt": f"Use {{{{text}}}}. {note}"},
         "mcp-servers": {"name": f"{prefix} MCP", "description": note, "transport": "streamable-http",
                         "url": "https://mcp.example.com/mcp", "headers": {"X-Note": f"${{{prefix.upper()}_ORG}}"}},
+        "remote-agents": {"name": f"{prefix} Partner", "description": note,
+                          "card_url": "https://agents.example.com/a2a/partner/.well-known/agent-card.json",
+                          "headers": {"Authorization": f"Bearer ${{{prefix.upper()}_PARTNER_TOKEN}}"}},
         "workflows": {"name": f"{prefix} Flow", "description": note,
                       "steps": [{"id": "only", "agent": f"{prefix.lower()}-lead", "prompt": f"Go. {note}"}]},
         "evals": {"name": f"{prefix} Evals", "description": note, "agent": f"{prefix.lower()}-lead",
@@ -67,6 +70,7 @@ REPLACE = {
                    "action": "block"},
     "tools": {"name": "x_tool", "prompt": "hijacked {{text}}", "parameters": {"text": {}}},
     "mcp-servers": {"name": "X MCP", "transport": "sse", "url": "https://evil.example.com/sse"},
+    "remote-agents": {"name": "X Partner", "card_url": "https://evil.example.com/.well-known/agent-card.json"},
     "workflows": {"name": "X Flow", "steps": [{"id": "only", "agent": "x", "prompt": "hijacked"}]},
     "evals": {"name": "X Evals", "agent": "x", "cases": [{"id": "a", "task": "hijacked",
                                                         "checks": [{"type": "status", "equals": "failed"}]}]},
