@@ -6,7 +6,7 @@ model that is a local HTTP server speaking OpenAI's streaming wire format (a thr
 recording of the doors): each call streams ``--chunks`` pieces of 200 characters, ``--chunk-ms`` apart
 (default 5 x 20 ms: the model's own answer takes about 80 ms, its first piece comes at once). 200 characters
 is the worker's stream flush, so each piece is a ``stream_chunk`` event of its own. The same run is asked for
-in six ways, ``--runs`` times each, one at a time, alternated in rounds (the order turning each round) so
+in eight ways, ``--runs`` times each, one at a time, alternated in rounds (the order turning each round) so
 machine noise falls on all of them:
 
 - model: the model server itself, streamed with httpx (no run: the floor);
@@ -17,7 +17,10 @@ machine noise falls on all of them:
 - responses stream: ``POST /v1/responses`` with ``"stream": true`` (first ``response.output_text.delta``,
   ``response.completed``);
 - mcp: ``tools/call`` through the ``mcp`` SDK's client over streamable HTTP, one session for all calls
-  (whole; MCP streams no text, so the first progress notification, "<agent> started", is timed apart).
+  (whole; MCP streams no text, so the first progress notification, "<agent> started", is timed apart);
+- a2a stream: ``SendStreamingMessage`` through the ``a2a-sdk``'s client, its card read once (the first
+  artifact chunk, the ``completed`` status);
+- ag-ui: ``POST /ag-ui/agents/<agent>`` (the first ``TEXT_MESSAGE_CONTENT``, ``RUN_FINISHED``).
 
 HTTP goes through one keep-alive httpx client; each baseline run opens its websocket, as a client following
 one run does. Printed: p50/p95 per way, each door's p50 over the baseline's (first token and whole), its p50
@@ -121,6 +124,7 @@ class Clients:
     token: str
     http: object  # httpx.AsyncClient, keep-alive, the token in its headers
     mcp: object  # an initialized mcp ClientSession
+    a2a: object  # the a2a-sdk's client of the agent (its card fetched once), streaming
     model_url: str
     progress: list[float] = field(default_factory=list)  # mcp: first progress notification of each call
     posted: list[float] = field(default_factory=list)  # api+ws: the POST answered
@@ -219,9 +223,46 @@ async def via_mcp(cl: Clients, task: str) -> Outcome:
     return None, whole, text, (result.meta or {}).get("mas/run")
 
 
+async def via_a2a_stream(cl: Clients, task: str) -> Outcome:
+    from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+
+    started, first, run_id, answer = time.perf_counter(), None, None, ""
+    said = Message(message_id=f"m-{started}", role=Role.ROLE_USER, parts=[Part(text=task)])
+    async for update in cl.a2a.send_message(SendMessageRequest(message=said)):
+        if update.HasField("task"):
+            run_id = update.task.id
+        elif update.HasField("artifact_update"):
+            if update.artifact_update.last_chunk:  # the answer, whole
+                answer = update.artifact_update.artifact.parts[0].text
+            else:
+                first = first or time.perf_counter() - started
+        elif update.HasField("status_update") and update.status_update.status.state in (
+                TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED):
+            return first, time.perf_counter() - started, answer, run_id
+    raise SystemExit(f"a2a stream of run {run_id} ended without its end")
+
+
+async def via_agui(cl: Clients, task: str) -> Outcome:
+    started, first, texts = time.perf_counter(), None, []
+    said = {"threadId": "bench", "runId": f"r-{started}", "state": {}, "tools": [], "context": [],
+            "forwardedProps": {}, "messages": [{"id": "m1", "role": "user", "content": task}]}
+    async with cl.http.stream("POST", f"{cl.base}/ag-ui/agents/{AGENT}", json=said) as response:
+        run_id = response.raise_for_status().headers["x-mas-run"]
+        async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])
+            if event["type"] == "TEXT_MESSAGE_CONTENT":
+                first = first or time.perf_counter() - started
+                texts.append(event["delta"])
+            elif event["type"] in ("RUN_FINISHED", "RUN_ERROR"):
+                return first, time.perf_counter() - started, "".join(texts), run_id
+    raise SystemExit(f"AG-UI stream of run {run_id} ended without RUN_FINISHED")
+
+
 WAYS: dict[str, Callable[[Clients, str], Awaitable[Outcome]]] = {
     "model": via_model, "api+ws": via_api_ws, "chat stream": via_chat_stream, "chat": via_chat,
-    "responses stream": via_responses_stream, "mcp": via_mcp}
+    "responses stream": via_responses_stream, "mcp": via_mcp, "a2a stream": via_a2a_stream, "ag-ui": via_agui}
 BASELINE = "api+ws"
 
 
@@ -270,16 +311,20 @@ async def measure(base: str, token: str, model_url: str, *, runs: int, warm: int
                   cpu) -> tuple[dict[str, Figures], Clients]:
     import httpx
     import httpx2
+    from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(headers=headers, timeout=120) as http, \
+            httpx.AsyncClient(headers=headers, timeout=120) as a2a_http, \
             httpx2.AsyncClient(headers=headers, timeout=120) as mcp_http, \
             streamable_http_client(f"{base}/mcp/", http_client=mcp_http) as streams, \
             ClientSession(streams[0], streams[1]) as session:
         await session.initialize()
-        cl = Clients(base=base, token=token, http=http, mcp=session, model_url=model_url)
+        card = await A2ACardResolver(a2a_http, f"{base}/a2a/{AGENT}").get_agent_card()
+        a2a = ClientFactory(ClientConfig(streaming=True, httpx_client=a2a_http)).create(card)
+        cl = Clients(base=base, token=token, http=http, mcp=session, a2a=a2a, model_url=model_url)
         figures = await rounds(cl, runs=runs, warm=warm, pause_s=pause_s, answer=answer, cpu=cpu)
         return figures, cl
 
