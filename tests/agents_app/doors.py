@@ -31,3 +31,17 @@ def provider(team_a):
 def token_of(team, role, make_member, make_token) -> str:
     """A token of a new member of ``team`` with ``role``."""
     return make_token(team, make_member(team, role))
+
+
+def run_example(tmp_path, page: str, containing: str, *args: str):
+    """Run the one Python example of the manual's ``page`` holding ``containing`` as a program of its own, with
+    ``args`` (the server's address, a token, …): its finished process."""
+    import subprocess
+    import sys
+
+    from tests.manual import example
+
+    program = tmp_path / "example.py"
+    program.write_text(example(page, language="python", containing=containing).text)
+    return subprocess.run([sys.executable, str(program), *args], capture_output=True, text=True, timeout=60,
+                          check=False)

@@ -26,7 +26,7 @@ from a2a.utils.constants import PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, VERS
 from agents_app.models import ApprovalRequest, Run, WorkspaceFile
 from tests.agents_app.llm.fake_servers import hang, openai_stream, sse
 from tests.runs import agent, wait_until
-from tests.agents_app.doors import provider, token_of, web  # noqa: F401 (fixtures)
+from tests.agents_app.doors import provider, run_example, token_of, web  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -247,17 +247,10 @@ def test_the_0_3_client_sends_gets_and_cancels(web, team_a, provider, make_membe
 
 def test_the_manuals_example_streams_a_message_and_gets_its_task(web, team_a, provider, make_member, make_token,
                                                                   celery_worker_process, tmp_path):
-    import subprocess
-    import sys
-
-    from tests.manual import example
-
     agent(team_a, "Helper", "expose: true\ntier: medium\ndescription: Knows capitals.\n")
     provider.add(sse(openai_stream(text=["Paris."], usage=(9, 2))))
-    program = tmp_path / "call.py"
-    program.write_text(example("docs/reference/a2a.md", language="python", containing="A2ACardResolver(").text)
-    done = subprocess.run([sys.executable, str(program), web, token_of(team_a, "operator", make_member, make_token)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    token = token_of(team_a, "operator", make_member, make_token)
+    done = run_example(tmp_path, "docs/reference/a2a.md", "A2ACardResolver(", web, token)
     assert (done.returncode, done.stdout) == (0, "Helper Knows capitals.\nanswer: Paris.\nstatus: completed\n"
                                                  "completed Paris.\n"), done.stderr
     assert Run.objects.get().result == "Paris."
@@ -265,17 +258,10 @@ def test_the_manuals_example_streams_a_message_and_gets_its_task(web, team_a, pr
 
 def test_the_readmes_example_sends_a_message_and_prints_the_answer(web, team_a, provider, make_member, make_token,
                                                                    celery_worker_process, tmp_path):
-    import subprocess
-    import sys
-
-    from tests.manual import example
-
     agent(team_a, "Helper", "expose: true\ntier: medium\n")
     provider.add(sse(openai_stream(text=["Paris."], usage=(9, 2))))
-    program = tmp_path / "send.py"
-    program.write_text(example("README.md", language="python", containing="A2ACardResolver(").text)
-    done = subprocess.run([sys.executable, str(program), web, token_of(team_a, "operator", make_member, make_token)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    token = token_of(team_a, "operator", make_member, make_token)
+    done = run_example(tmp_path, "README.md", "A2ACardResolver(", web, token)
     assert (done.returncode, done.stdout) == (0, "Helper Paris.\n"), done.stderr
     assert Run.objects.get().result == "Paris."
 

@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 from agents_app.models import Run, WorkspaceFile
 from tests.agents_app.llm.fake_servers import openai_stream, sse
 from tests.runs import agent
-from tests.agents_app.doors import provider, token_of, web  # noqa: F401 (fixtures)
+from tests.agents_app.doors import provider, run_example, token_of, web  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 EVENTS = TypeAdapter(Event)
@@ -73,20 +73,14 @@ def test_an_agui_client_starts_an_exposed_agent_and_reads_its_run_then_attaches_
 
 def test_the_manuals_example_reads_a_runs_agui_events(web, team_a, provider, make_member, make_token,
                                                       celery_worker_process, tmp_path):
-    import subprocess
-    import sys
-
     from agents_app.execution.runs import run_start
-    from tests.manual import example
     from tests.runs import finish
 
     agent(team_a, "Helper", "tier: medium\n")
     provider.add(sse(openai_stream(text=["Paris."], usage=(9, 2))))
     run = finish(run_start(team=team_a, agent="helper", input="Capital of France?"))
-    program = tmp_path / "follow.py"
-    program.write_text(example("docs/reference/ag-ui.md", language="python", containing="TypeAdapter").text)
-    done = subprocess.run([sys.executable, str(program), web, token_of(team_a, "viewer", make_member, make_token),
-                           str(run.id)], capture_output=True, text=True, timeout=60, check=False)
+    token = token_of(team_a, "viewer", make_member, make_token)
+    done = run_example(tmp_path, "docs/reference/ag-ui.md", "TypeAdapter", web, token, str(run.id))
     assert (done.returncode, done.stdout.split()) == (0, [
         "RUN_STARTED", "STEP_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
         "STEP_FINISHED", "RUN_FINISHED"]), done.stderr
@@ -94,16 +88,9 @@ def test_the_manuals_example_reads_a_runs_agui_events(web, team_a, provider, mak
 
 def test_the_readmes_example_runs_an_agent_and_prints_its_text_as_it_streams(
         web, team_a, provider, make_member, make_token, celery_worker_process, tmp_path):
-    import subprocess
-    import sys
-
-    from tests.manual import example
-
     agent(team_a, "Helper", "expose: true\ntier: medium\n")
     provider.add(sse(openai_stream(text=["Par", "is."], usage=(9, 2))))
-    program = tmp_path / "run.py"
-    program.write_text(example("README.md", language="python", containing="/ag-ui/agents/helper").text)
-    done = subprocess.run([sys.executable, str(program), web, token_of(team_a, "operator", make_member, make_token)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    token = token_of(team_a, "operator", make_member, make_token)
+    done = run_example(tmp_path, "README.md", "/ag-ui/agents/helper", web, token)
     assert (done.returncode, done.stdout) == (0, "Paris."), done.stderr
     assert Run.objects.get().result == "Paris."

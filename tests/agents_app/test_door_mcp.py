@@ -14,7 +14,7 @@ from mcp.client.streamable_http import streamable_http_client
 from agents_app.models import Run
 from tests.agents_app.llm.fake_servers import hang, openai_stream, sse
 from tests.runs import agent, define, wait_until
-from tests.agents_app.doors import provider, token_of, web  # noqa: F401 (fixtures)
+from tests.agents_app.doors import provider, run_example, token_of, web  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -147,17 +147,10 @@ def test_mcp_serve_serves_the_same_tools_over_stdio_with_the_token_in_its_enviro
     ("docs/reference/mcp-server.md", "['helper']\n… helper started\n… helper ok\n… run succeeded\nParis.\n")])
 def test_the_manuals_example_lists_and_calls_the_tools(name, printed, web, team_a, provider, make_member, make_token,
                                                        celery_worker_process, tmp_path):
-    import subprocess
-    import sys
-
-    from tests.manual import example
-
     agent(team_a, "Helper", "expose: true\ntier: medium\n")
     provider.add(sse(openai_stream(text=["Paris."], usage=(9, 2))))
-    program = tmp_path / "call.py"
-    program.write_text(example(name, language="python", containing="streamable_http_client(").text)
-    done = subprocess.run([sys.executable, str(program), web, token_of(team_a, "operator", make_member, make_token)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    token = token_of(team_a, "operator", make_member, make_token)
+    done = run_example(tmp_path, name, "streamable_http_client(", web, token)
     assert (done.returncode, done.stdout) == (0, printed), done.stderr
     assert Run.objects.get().result == "Paris."
 

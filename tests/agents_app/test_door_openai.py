@@ -14,7 +14,7 @@ import pytest
 from agents_app.models import Run
 from tests.agents_app.llm.fake_servers import hang, json_reply, openai_error, openai_stream, sse
 from tests.runs import agent, define, events, wait_until
-from tests.agents_app.doors import provider, token_of, web  # noqa: F401 (fixtures)
+from tests.agents_app.doors import provider, run_example, token_of, web  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -136,17 +136,10 @@ def test_a_failed_run_is_a_422_the_client_does_not_retry_and_a_caller_gone_cance
 @pytest.mark.parametrize("name", ["README.md", "docs/reference/openai-compatible.md"])
 def test_the_manuals_example_calls_an_exposed_agent_with_openais_sdk(
         name, web, team_a, provider, make_member, make_token, celery_worker_process, tmp_path):
-    import subprocess
-    import sys
-
-    from tests.manual import example
-
     agent(team_a, "Helper", "expose: true\ntier: medium\n")
     provider.add(sse(openai_stream(text=["Paris."], usage=(9, 2))))
-    program = tmp_path / "call.py"
-    program.write_text(example(name, language="python", containing="OpenAI(base_url").text)
-    done = subprocess.run([sys.executable, str(program), web, token_of(team_a, "operator", make_member, make_token)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    token = token_of(team_a, "operator", make_member, make_token)
+    done = run_example(tmp_path, name, "OpenAI(base_url", web, token)
     assert (done.returncode, done.stdout) == (0, "['helper']\nParis.\n"), done.stderr
     assert Run.objects.get().result == "Paris."
 
