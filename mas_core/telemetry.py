@@ -175,6 +175,15 @@ async def session_span(*, run_id, session_id, agent: str, attempt: int, provider
         "mas.session.id": str(session_id), "mas.session.attempt": attempt})
 
 
+def traceparent_of(span) -> str | None:
+    """The W3C ``traceparent`` that makes ``span`` the parent of what another server does for it (None: no span,
+    tracing is off)."""
+    if span is None:
+        return None
+    context = span.get_span_context()
+    return "00-{:032x}-{:016x}-{:02x}".format(context.trace_id, context.span_id, int(context.trace_flags))
+
+
 def child_span(parent, name: str, attributes: dict[str, Any]):
     """A span under a session's (a model call, a tool call), in the same conversation; None when ``parent``
     is None (tracing is off)."""

@@ -38,7 +38,7 @@ from agents_app.execution.store import DatabaseStore, SessionTakenOver, monitor
 from agents_app.kernel.loop import GuardrailTripped
 from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Team
-from mas_core import lanes
+from mas_core import lanes, telemetry
 from mas_core.runner import db
 from mas_core.secrets import Redactor, SecretUnavailable, declared_values, redacting, references_expanded
 from tools_app.paths import normalise_path
@@ -86,6 +86,8 @@ async def remote_session(start: SessionStart) -> None:
                           cursor=MemoryCursor(dict(run.script_cursor)), budget=run.budget, team_id=run.team_id,
                           claim=session.claim, writes=session.writes)
     talk = RemoteTalk(start, store)
+    talk.span = await telemetry.session_span(run_id=run.id, session_id=session.id, agent=start.agent.slug,
+                                             attempt=session.attempt, provider="a2a", model="")
     task = asyncio.create_task(talk.run())
     monitor.watch(session.id, run.id, store, task)
     ending: dict[str, Any] | None
@@ -105,6 +107,9 @@ async def remote_session(start: SessionStart) -> None:
             await store.close()
         except (SessionTakenOver, *DATABASE_ERRORS):
             ending = None
+    telemetry.end(talk.span, error=None if ending is None or ending["status"] == "ok" else ending["status"],
+                  attributes={"mas.session.status": ending["status"] if ending else "interrupted",
+                              "mas.remote.task": talk.conversation.task or None})
     if ending is None:
         return
     if ending["status"] == "suspended":
@@ -126,6 +131,7 @@ class RemoteTalk:
         self.redact = Redactor(declared_values())
         self.client: Any = None
         self.guard: SessionGuard | None = None
+        self.span: Any = None  # the session's invoke_agent span (None: tracing is off); the remote's trace goes on
 
     # -- how it ends
 
@@ -158,6 +164,9 @@ class RemoteTalk:
         except SecretUnavailable as error:
             return self.ending("failed", failure=self.failure("policy_denied", f"remote agent {self.agent}: {error}"))
         self.redact = Redactor([*headers.values(), *declared_values()])
+        traceparent = telemetry.traceparent_of(self.span)
+        if traceparent:  # the remote agent's work continues this session's trace (W3C Trace Context)
+            headers = {**headers, "traceparent": traceparent}
         await tls_off_loop()
         timeout = httpx.Timeout(CONNECT_TIMEOUT_S, read=float(self.remote.timeout_s))
         try:

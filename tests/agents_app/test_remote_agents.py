@@ -23,6 +23,7 @@ from mas_core.definitions.services import definition_parse
 from mas_core.models import ApiToken
 from mas_core.teams import TOKEN_PREFIX, _token_hash
 from tests.agents_app.llm.fake_servers import FakeServer, hang, openai_stream, sse
+from tests.otel import Collector
 from tests.runs import agent, call, define, events, finish, wait_until
 from tests.web import WebServer
 from tests.workers import start_worker, stop_worker
@@ -39,8 +40,11 @@ def partner(django_db_setup, django_db_blocker):
     queue = f"remote-{os.getpid()}"
     web = WebServer(label="remote-agents", env={"MAS_CELERY_QUEUE": queue})
     web.start()
-    worker = start_worker(queue, queue=queue, env={"MAS_WEB_FETCH_ALLOW": "127.0.0.1", "ALPHA_PARTNER_TOKEN": TOKEN})
-    yield {"url": f"http://127.0.0.1:{web.port}", "queue": queue, "log": worker.log_path}
+    collector = Collector()  # the worker traces its sessions: a remote agent's task continues their trace
+    worker = start_worker(queue, queue=queue, env={"MAS_WEB_FETCH_ALLOW": "127.0.0.1", "ALPHA_PARTNER_TOKEN": TOKEN,
+                                                   "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
+                                                   "OTEL_BSP_SCHEDULE_DELAY": "100"})
+    yield {"url": f"http://127.0.0.1:{web.port}", "queue": queue, "log": worker.log_path, "spans": collector}
     stop_worker(worker)
     web.stop()
 
@@ -107,6 +111,13 @@ def test_a_delegated_task_runs_on_the_remote_agent_and_its_answer_is_the_outcome
         "High tide at 06:12.")
     assert TOKEN not in json.dumps([e.data for e in events(run)])
     assert TOKEN not in world["log"].read_text()
+    # Beta's run continues the trace of alpha's session: its run_start names the session's span as its parent.
+    [span] = [s for s in world["spans"].trace(run.id.bytes, 4) if s.name == "invoke_agent partner"]
+    assert {a.key: a.value.string_value for a in span.attributes if a.key in (
+        "gen_ai.provider.name", "mas.session.status", "mas.remote.task")} == {
+        "gen_ai.provider.name": "a2a", "mas.session.status": "ok", "mas.remote.task": str(theirs.id)}
+    [started] = events(theirs, "run_start")
+    assert started.data["traceparent"] == f"00-{run.id.hex}-{span.span_id.hex()}-01"
 
 
 def test_a_workflow_step_names_a_remote_agent_and_gets_its_answer_and_files(world, team_a, team_b):

@@ -8,20 +8,17 @@ The collector is a local HTTP server that decodes the OTLP protobuf requests, as
 
 import json
 import os
-import threading
-import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from asgiref.sync import async_to_sync
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from agents_app.execution.runs import run_start
 from agents_app.kinds import PROVIDER
 from agents_app.models import Run, Session
 from mas_core.telemetry import RunTrace
 from tests.agents_app.llm.fake_servers import FakeServer, openai_stream, sse
+from tests.otel import Collector
 from tests.runs import agent, call, define, finish
 from tests.workers import start_worker, stop_worker
 from workflows_app.kinds import WORKFLOW
@@ -30,44 +27,6 @@ from workflows_app.services import workflow_run_start
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 CALLER_TRACE, CALLER_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-
-
-class Collector:
-    def __init__(self):
-        self.spans = []
-        collector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                assert self.path == "/v1/traces" and self.headers["Content-Type"] == "application/x-protobuf"
-                request = trace_service_pb2.ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                for resource in request.resource_spans:
-                    for scope in resource.scope_spans:
-                        collector.spans.extend(scope.spans)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.end_headers()
-                self.wfile.write(trace_service_pb2.ExportTraceServiceResponse().SerializeToString())
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def trace(self, trace_id: bytes, count: int, timeout: float = 15) -> list:
-        """The spans of the trace ``trace_id``, once ``count`` have come (and a moment more, for any extra)."""
-        deadline = time.monotonic() + timeout
-        while len(self.of(trace_id)) < count and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(0.5)
-        return self.of(trace_id)
-
-    def of(self, trace_id: bytes) -> list:
-        return [span for span in list(self.spans) if span.trace_id == trace_id]
 
 
 @pytest.fixture(scope="module")
