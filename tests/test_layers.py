@@ -84,11 +84,11 @@ def test_the_higher_layers_fill_the_hooks_at_start_up():
     from mas_core.hooks import CHANNEL_PUBLISHED
     from workflows_app import services, triggers
 
-    assert [kind.name for kind in KINDS] == ["provider", "tool", "mcp", "skill", "guardrail", "agent", "workflow",
-                                             "eval"]
+    assert [kind.name for kind in KINDS] == ["provider", "tool", "mcp", "skill", "guardrail", "agent", "remote_agent",
+                                             "workflow", "eval"]
     assert [kind.model_label.split(".")[0] for kind in KINDS] == [
-        "agents_app", "tools_app", "tools_app", "agents_app", "agents_app", "agents_app", "workflows_app",
-        "evals_app"]
+        "agents_app", "tools_app", "tools_app", "agents_app", "agents_app", "agents_app", "agents_app",
+        "workflows_app", "evals_app"]
     assert (RUN_HOOKS.run_finish, RUN_HOOKS.run_cancelled, RUN_HOOKS.activation_settled, RUN_HOOKS.run_steps,
             RUN_HOOKS.run_graph) == (services.workflow_finish, services.workflow_cancelled,
                                      services.workflow_activation_settled, services.workflow_steps,

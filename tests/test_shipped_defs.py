@@ -213,10 +213,10 @@ def test_the_manual_lists_the_folder_of_every_kind():
     from tests.manual import example
 
     listing = example("docs/concepts/definitions.md", language="text", containing="defs/agents/").text
-    assert re.findall(r"^defs/([a-z]+)/", listing, re.M) == [
-        "agents", "workflows", "tools", "mcp", "skills", "providers", "guardrails", "evals"]
-    assert {kind.folder for kind in KINDS} == {"agents", "workflows", "tools", "mcp", "skills", "providers",
-                                               "guardrails", "evals"}
+    assert re.findall(r"^defs/([a-z_]+)/", listing, re.M) == [
+        "agents", "remote_agents", "workflows", "tools", "mcp", "skills", "providers", "guardrails", "evals"]
+    assert {kind.folder for kind in KINDS} == {"agents", "remote_agents", "workflows", "tools", "mcp", "skills",
+                                               "providers", "guardrails", "evals"}
 
 
 def test_custom_tool_template_matches_its_parameters():
