@@ -51,6 +51,9 @@ MAX_TASK_CHARS = 200_000  # the message sent: the task with its context
 MAX_ANSWER_CHARS = 200_000  # the answer kept: the task's text, cut beyond
 MAX_FILES, MAX_FILE_BYTES = 20, 1024 * 1024  # file artifacts written to the workspace
 MAX_UPDATES = 100_000  # stream items followed for one message
+MAX_ARTIFACTS = 100  # artifacts whose text is kept (of those the task streams)
+STREAM_FLUSH_CHARS = 200  # streamed text is told in stream_chunk events of this many characters (or at a status)
+MAX_CHUNK_CHARS = 8_000  # and of no more than this many (a message answered whole is told in several)
 POLL_S = 2.0
 CANCEL_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 30.0
@@ -128,6 +131,8 @@ class RemoteTalk:
         self.conversation = Conversation.of(start.session.state)
         self.gate = Gate(rules=[], run_id=start.run.id, session_id=start.session.id, agent=self.agent)
         self.text: dict[str, str] = {}  # artifact id → text streamed so far (the answer when the task is not read)
+        self.unsaid = ""  # streamed text not yet told in a stream_chunk event
+        self.last_status: tuple[str, str, str] | None = None  # the last remote_status told: (task, state, message)
         self.redact = Redactor(declared_values())
         self.client: Any = None
         self.guard: SessionGuard | None = None
@@ -357,7 +362,8 @@ class RemoteTalk:
             elif update.HasField("message"):
                 self.text["message"] = _text_of(update.message.parts)[:MAX_ANSWER_CHARS]
                 if not self._answers_checked():
-                    await self.store.emit("stream_chunk", {"text": self.text["message"]})
+                    self.unsaid += self.text["message"]
+        await self._tell_streamed()
         if not self.conversation.task:
             return None
         if last is not None and not _settled(last.status.state):
@@ -401,23 +407,37 @@ class RemoteTalk:
     async def _status(self, status, *, task: str) -> None:
         from a2a.types import TaskState
 
-        said = _text_of(status.message.parts)
+        said = self.redact(_text_of(status.message.parts))[:2000]
         state = TaskState.Name(status.state).removeprefix("TASK_STATE_").lower().replace("_", "-")
-        await self.store.emit("remote_status", {"task": task, "state": state, "message": self.redact(said)[:2000]})
+        await self._tell_streamed()
+        if (task, state, said) == self.last_status:  # told already (a server that repeats itself)
+            return
+        self.last_status = (task, state, said)
+        await self.store.emit("remote_status", {"task": task, "state": state, "message": said})
         await self.store.flush()
 
     async def _artifact(self, update) -> None:
         artifact = update.artifact
         text = _text_of(artifact.parts)
-        if text:
-            key = artifact.artifact_id or artifact.name or "answer"
-            before = self.text.get(key, "")
-            whole = (before + text if update.append else text)[:MAX_ANSWER_CHARS]
-            self.text[key] = whole
-            # A chunk adds to the text; an artifact sent whole again (its last chunk, say) adds what is new.
-            new = whole[len(before):] if whole.startswith(before) else whole
-            if new and not self._answers_checked():
-                await self.store.emit("stream_chunk", {"text": new})
+        key = artifact.artifact_id or artifact.name or "answer"
+        if not text or (key not in self.text and len(self.text) >= MAX_ARTIFACTS):
+            return
+        before = self.text.get(key, "")
+        room = MAX_ANSWER_CHARS - sum(len(kept) for other, kept in self.text.items() if other != key)
+        whole = (before + text if update.append else text)[:max(room, len(before))]
+        self.text[key] = whole
+        # A chunk adds to the text; an artifact sent whole again (its last chunk, say) adds what is new.
+        new = whole[len(before):] if whole.startswith(before) else whole
+        if new and not self._answers_checked():
+            self.unsaid += new
+            if len(self.unsaid) >= STREAM_FLUSH_CHARS:
+                await self._tell_streamed()
+
+    async def _tell_streamed(self) -> None:
+        """The streamed text not told yet, as one ``stream_chunk`` event."""
+        text, self.unsaid = self.unsaid, ""
+        for start in range(0, len(text), MAX_CHUNK_CHARS):
+            await self.store.emit("stream_chunk", {"text": text[start:start + MAX_CHUNK_CHARS]})
 
     def _answers_checked(self) -> bool:
         """A guardrail judges the answer: it is not streamed, and shows whole once judged (as the session's)."""

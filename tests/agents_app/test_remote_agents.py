@@ -265,6 +265,62 @@ class Cards(BaseHTTPRequestHandler):
         pass
 
 
+class Chatty(BaseHTTPRequestHandler):
+    """An A2A 1.0 server (JSON-RPC over HTTP, SSE) that streams too much: one status a thousand times over, and
+    5,000 one-character chunks over 300 artifacts, then ends the task; its task, asked for, has no artifact."""
+
+    def do_GET(self):
+        port = self.server.server_address[1]
+        self.reply("application/json", json.dumps({
+            "name": "Chatty", "description": "Talks a lot", "version": "1", "capabilities": {"streaming": True},
+            "skills": [], "defaultInputModes": ["text"], "defaultOutputModes": ["text"],
+            "supportedInterfaces": [{"url": f"http://127.0.0.1:{port}/rpc", "protocolBinding": "JSONRPC",
+                                     "protocolVersion": "1.0"}]}).encode())
+
+    def do_POST(self):
+        call = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        task = {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_COMPLETED"}}
+        if call["method"] == "GetTask":
+            self.reply("application/json", json.dumps({"jsonrpc": "2.0", "id": call["id"], "result": task}).encode())
+            return
+        working = {"taskId": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}
+        results = [{"task": {**task, "status": {"state": "TASK_STATE_SUBMITTED"}}}]
+        results += [{"statusUpdate": working}] * 1000
+        results += [{"artifactUpdate": {"taskId": "t-1", "contextId": "c-1", "append": True, "artifact": {
+            "artifactId": f"a{n % 300}", "parts": [{"text": "x"}]}}} for n in range(5000)]
+        results += [{"statusUpdate": {**working, "status": {"state": "TASK_STATE_COMPLETED"}}}]
+        self.reply("text/event-stream", b"".join(
+            b"data: " + json.dumps({"jsonrpc": "2.0", "id": call["id"], "result": result}).encode() + b"\n\n"
+            for result in results))
+
+    def reply(self, kind: str, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_remote_agent_that_streams_too_much_costs_a_bounded_number_of_events(world, team_a):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Chatty)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        remote(team_a, f"http://127.0.0.1:{server.server_address[1]}/card.json")
+        run = finish(delegating(team_a))
+    finally:
+        server.shutdown()
+
+    session = Session.objects.get(run=run, agent="partner")
+    # The text of the first 100 artifacts (17 characters each) is kept, the rest dropped; the answer is it.
+    assert (session.status, session.result) == ("ok", "\n\n".join(["x" * 17] * 100))
+    assert [e.data["state"] for e in events(run, "remote_status")] == ["submitted", "working", "completed"]
+    chunks = [e.data["text"] for e in events(run, "stream_chunk") if e.session_id == session.id]
+    assert "".join(chunks) == "x" * 1700 and len(chunks) == 9  # 200 characters an event
+
+
 def test_a_remote_agent_that_cannot_be_used_fails_the_delegation_with_the_reason(world, team_a, settings):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Cards)
     threading.Thread(target=server.serve_forever, daemon=True).start()
