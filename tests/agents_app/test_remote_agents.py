@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -23,6 +21,7 @@ from mas_core.definitions.services import definition_parse
 from mas_core.models import ApiToken
 from mas_core.teams import TOKEN_PREFIX, _token_hash
 from tests.agents_app.llm.fake_servers import FakeServer, hang, openai_stream, sse
+from tests.local_http import Quiet, serving
 from tests.otel import Collector
 from tests.runs import agent, call, define, events, finish, wait_until
 from tests.web import WebServer
@@ -243,7 +242,7 @@ def test_the_runs_guardrails_check_what_goes_to_the_remote_agent_and_what_comes_
     assert [e for e in events(run, "stream_chunk") if e.session_id == session.id] == []
 
 
-class Cards(BaseHTTPRequestHandler):
+class Cards(Quiet):
     """Cards of remote agents that misbehave: one whose endpoint is the cloud metadata address, one too large,
     one that is not a card."""
 
@@ -254,18 +253,10 @@ class Cards(BaseHTTPRequestHandler):
             "supportedInterfaces": [{"url": "http://169.254.169.254/a2a", "protocolBinding": "JSONRPC",
                                      "protocolVersion": "1.0"}]}),
             "/huge.json": json.dumps({"name": "x" * (300 * 1024)}), "/list.json": "[1, 2]"}
-        body = bodies[self.path].encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.reply("application/json", bodies[self.path].encode())
 
 
-class Chatty(BaseHTTPRequestHandler):
+class Chatty(Quiet):
     """An A2A 1.0 server (JSON-RPC over HTTP, SSE) that streams too much: one status a thousand times over, and
     5,000 one-character chunks over 300 artifacts, then ends the task; its task, asked for, has no artifact."""
 
@@ -293,25 +284,12 @@ class Chatty(BaseHTTPRequestHandler):
             b"data: " + json.dumps({"jsonrpc": "2.0", "id": call["id"], "result": result}).encode() + b"\n\n"
             for result in results))
 
-    def reply(self, kind: str, body: bytes) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 def test_a_remote_agent_that_streams_too_much_costs_a_bounded_number_of_events(world, team_a):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Chatty)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        remote(team_a, f"http://127.0.0.1:{server.server_address[1]}/card.json")
+    with serving(Chatty) as base:
+        remote(team_a, f"{base}/card.json")
         run = finish(delegating(team_a))
-    finally:
-        server.shutdown()
 
     session = Session.objects.get(run=run, agent="partner")
     # The text of the first 100 artifacts (17 characters each) is kept, the rest dropped; the answer is it.
@@ -322,10 +300,7 @@ def test_a_remote_agent_that_streams_too_much_costs_a_bounded_number_of_events(w
 
 
 def test_a_remote_agent_that_cannot_be_used_fails_the_delegation_with_the_reason(world, team_a, settings):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Cards)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serving(Cards) as base:
         failures = {}
         for path in ("metadata.json", "huge.json", "list.json"):
             Run.objects.all().delete()
@@ -333,8 +308,6 @@ def test_a_remote_agent_that_cannot_be_used_fails_the_delegation_with_the_reason
             run = finish(delegating(team_a, then="noted"))
             [outcome] = [json.loads(e.data["content"]) for e in events(run, "tool_result")]
             failures[path] = (outcome["status"], outcome["failure"]["kind"], outcome["failure"]["message"])
-    finally:
-        server.shutdown()
     assert failures["metadata.json"][:2] == ("failed", "policy_denied")
     assert "169.254.169.254" in failures["metadata.json"][2]
     assert failures["huge.json"] == ("failed", "provider_error",
