@@ -23,7 +23,7 @@ from agents_app.execution.housekeeping import RunBusy, run_archive, run_delete
 from agents_app.execution.replay import run_script_export
 from agents_app.execution.errors import InputBlocked, RunError, ScriptError, UnknownGuardrails
 from agents_app.execution.runs import run_cancel, run_start
-from agents_app.models import Agent, ModelProvider, Run
+from agents_app.models import Agent, ModelProvider, RemoteAgent, Run
 from agents_app.models.runs import FINISHED_RUN_STATUSES
 from agents_app.money import money_str
 from mas_core.permissions import Actor
@@ -170,7 +170,7 @@ def _invalid(field: str, message: str, type_: str) -> NinjaValidationError:
 def start(request: HttpRequest, payload: RunIn):
     actor: Actor = request.auth
     ratelimit.run_start_check(actor.team)
-    if not Agent.objects.filter(team=actor.team, slug=payload.agent).exists():
+    if not any(model.objects.filter(team=actor.team, slug=payload.agent).exists() for model in (Agent, RemoteAgent)):
         raise _invalid("agent", f"no agent {payload.agent!r} in team {actor.team.slug}", "unknown_agent")
     if payload.provider and not ModelProvider.objects.filter(team=actor.team, slug=payload.provider).exists():
         raise _invalid("provider", f"no model provider {payload.provider!r} in team {actor.team.slug}",

@@ -119,6 +119,20 @@ def test_a_delegated_task_runs_on_the_remote_agent_and_its_answer_is_the_outcome
     assert started.data["traceparent"] == f"00-{run.id.hex}-{span.span_id.hex()}-01"
 
 
+def test_a_run_of_a_remote_agent_itself_is_its_task(world, team_a, team_b, api_for):
+    agent(team_b, "Researcher", "expose: true\ntier: medium\n")
+    world["model"].add(sse(openai_stream(text=["Spring tides."], usage=(5, 4))))
+    remote(team_a, card(world))
+
+    made = api_for(team_a, "operator").post("/api/runs", {"agent": "partner", "input": "Which tides?"})
+    assert made.status_code == 201, made.json()
+    run = finish(Run.objects.get(pk=made.json()["id"]))
+
+    assert (made.status_code, run.status, run.result) == (201, "succeeded", "Spring tides.")
+    assert Run.objects.get(team=team_b).input == "Which tides?"
+    assert run.versions == {"remote_agent:partner": 1}
+
+
 def test_a_workflow_step_names_a_remote_agent_and_gets_its_answer_and_files(world, team_a, team_b):
     from workflows_app.kinds import WORKFLOW
     from workflows_app.services import workflow_run_start
