@@ -140,13 +140,15 @@ def test_needs_you_lists_what_waits_and_an_operator_decides_in_place(
         page.click(".mas-need[data-kind=failed] a.mas-need-open-run")
         page.wait_for_url(f"{server}/runs/{failed}/", timeout=30_000)
         page.wait_for_selector("#status.failed", timeout=10_000)
+        # Inside the try: the finally settles (cancels) only what a failed step left waiting, not a run resuming.
+        wait_until(lambda: Run.objects.filter(pk__in=[filed, asked], status__in=ENDED).count() == 2, 60,
+                   "both runs end")
     finally:
         operator.close()
         viewer.close()
         settle(filed)
         settle(asked)
 
-    wait_until(lambda: Run.objects.filter(pk__in=[filed, asked], status__in=ENDED).count() == 2, 60, "both runs end")
     assert (Run.objects.get(pk=filed).status, Run.objects.get(pk=filed).result) == ("succeeded", "Filed.")
     assert (Run.objects.get(pk=asked).status, Run.objects.get(pk=asked).result) == ("succeeded", "Starting from Oslo.")
     assert WorkspaceFile.objects.get(run_id=filed, path="notes.md").content == "filed"
