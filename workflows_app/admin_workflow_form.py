@@ -21,7 +21,7 @@ from django.utils.safestring import mark_safe
 from mas_core.admin_base import teams_with
 from mas_core.admin_fields_editor import Column, FieldsEditorForm, Row, RowsField, rows_from_spec, spec_set
 from mas_core.definitions.markdown import DefinitionError
-from agents_app.models import Agent, RemoteAgent
+from agents_app.execution.agents import agent_slugs
 from workflows_app.templates import workflow_template, workflow_templates
 
 MAX_AGENT_SUGGESTIONS = 500
@@ -102,9 +102,7 @@ class WorkflowForm(FieldsEditorForm):
                                                       was=lambda position, _: str(position))
         teams = [self.instance.team] if self.instance.pk else list(
             teams_with(self.request, self.model_admin.edit_capability)[:20])
-        agents = sorted({slug for model in (Agent, RemoteAgent)  # a step names either
-                         for slug in model.objects.filter(team__in=teams).values_list("slug", flat=True)
-                         .distinct()[:MAX_AGENT_SUGGESTIONS]})[:MAX_AGENT_SUGGESTIONS]
+        agents = sorted(agent_slugs(team_ids=[team.pk for team in teams]))[:MAX_AGENT_SUGGESTIONS]
         self.fields["steps"].widget.datalists = {"agent": agents}
         self.fields["steps"].widget.aside = mark_safe(
             '<figure class="mas-step-graph"><figcaption>The steps as they run: top to bottom</figcaption>'

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agents_app.execution.agents import agent_slugs
 from agents_app.execution.errors import RunError
 from agents_app.execution.escalation import Escalation
 from agents_app.execution.runs import activation_create, DEFAULT_LIMITS, script_check
@@ -60,8 +61,7 @@ def workflow_resolve(*, team: Team, workflow: Workflow | str) -> Workflow:
 
 def workflow_spec(*, team: Team, row: Workflow) -> WorkflowSpec:
     """The workflow's steps, checked again against the agents (and remote agents) the team has now."""
-    agents = {*Agent.objects.filter(team=team).values_list("slug", flat=True),
-              *RemoteAgent.objects.filter(team=team).values_list("slug", flat=True)}
+    agents = agent_slugs(team_ids=[team.id])
     try:
         return WorkflowSpec.model_validate(row.spec, context={"known_agents": agents})
     except ValueError as error:

@@ -11,7 +11,7 @@ from typing import Any
 from agents_app.execution.errors import RunError
 from agents_app.execution.versions import VersionMissing, definition_pinned
 from agents_app.kinds import AGENT, REMOTE_AGENT
-from agents_app.models import Activation, Agent, Run, WorkspaceFile
+from agents_app.models import Activation, Agent, RemoteAgent, Run, WorkspaceFile
 from agents_app.specs import AgentSpec, RemoteAgentSpec
 from mas_core.definitions.markdown import DefinitionError, parse_definition
 from mas_core.rows import Columns
@@ -78,6 +78,16 @@ def agent_found(*, run: Run, slug: str, local: str | None,
         if len(_validated) > 1000:
             _validated.clear()
         found = _validated[key] = AgentDefinition(slug, spec, pinned.body, pinned.number, "team")
+    return found
+
+
+def agent_slugs(*, team_ids, among=None) -> set[str]:
+    """The slugs of the agents and remote agents of the teams ``team_ids`` (of those ``among``, when given): what
+    a run, a delegate call and a workflow step may name."""
+    found: set[str] = set()
+    for model in (Agent, RemoteAgent):
+        rows = model.objects.filter(team_id__in=team_ids)
+        found.update((rows if among is None else rows.filter(slug__in=among)).values_list("slug", flat=True))
     return found
 
 
