@@ -13,13 +13,13 @@ from ninja import Router, Status
 from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents_app.api_runs import run_out
+from agents_app.api_runs import run_detail_out
 from agents_app.execution.errors import RunError
 from agents_app.execution.forks import MAX_PINS, TOOL_RESULT_MAX_CHARS, ForkError, run_fork
 from mas_core.permissions import Actor
 from mas_core.schemas import error_responses
 from agents_app.schemas_runs import RunDetailOut
-from agents_app.selectors_runs import run_get
+from agents_app.selectors_runs import run_detail, run_get
 from mas_core import ratelimit
 from mas_core.api_auth import api_auth
 
@@ -61,4 +61,4 @@ def fork(request: HttpRequest, run_id: str, payload: ForkIn):
     except RunError as error:  # the agent is gone, or a version it pins is no longer kept
         raise NinjaValidationError([{"loc": ("body", "versions"), "msg": str(error), "type": "fork_refused"}]) \
             from None
-    return Status(201, run_out(run_get(team=actor.team, run_id=forked.id), detail=True))
+    return Status(201, run_detail_out(run_detail(team=actor.team, run_id=forked.id)))

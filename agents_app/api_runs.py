@@ -18,12 +18,11 @@ from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import BaseModel, Field
 
 from mas_core.events import event_to_dict
-from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.housekeeping import RunBusy, run_archive, run_delete
 from agents_app.execution.replay import run_script_export
 from agents_app.execution.errors import InputBlocked, RunError, ScriptError, UnknownGuardrails
-from agents_app.execution.runs import run_cancel, run_start
-from agents_app.models import Agent, ModelProvider, RemoteAgent, Run
+from agents_app.execution.runs import run_cancel, run_start, start_rows
+from agents_app.models import ModelProvider, RemoteAgent, Run
 from agents_app.models.runs import FINISHED_RUN_STATUSES
 from agents_app.money import money_str
 from mas_core.permissions import Actor
@@ -41,15 +40,15 @@ from agents_app.schemas_runs import (
 from agents_app.selectors_runs import (
     EVENTS_DEFAULT_LIMIT,
     EVENTS_MAX_LIMIT,
+    RunDetail,
     file_size,
+    run_detail,
     run_duration_s,
     run_events,
     run_file_get,
     run_files,
     run_filter,
-    run_forks,
     run_get,
-    run_tree,
 )
 from mas_core import ratelimit
 from mas_core.api_auth import api_auth
@@ -66,15 +65,42 @@ LIST_INPUT_CHARS = 500
 # -- response bodies ---------------------------------------------------------------
 
 
-def run_out(run: Run, *, detail: bool = False, new: bool = False) -> dict[str, Any]:
-    """The run as the API shows it. ``new``: a run ``run_start`` has just created (the root activation it
-    holds, no session, step, fork or cache use yet), shown without reading it back."""
-    data: dict[str, Any] = {
+def run_out(run: Run) -> dict[str, Any]:
+    """The run as the API's lists show it (its input cut at ``LIST_INPUT_CHARS``)."""
+    return _run_fields(run, input=run.input[:LIST_INPUT_CHARS])
+
+
+def run_detail_out(detail: RunDetail) -> dict[str, Any]:
+    """The run as the API's detail shows it (a read's :func:`run_detail`, or ``RunDetail.new`` for a run
+    ``run_start`` has just created)."""
+    run = detail.run
+    data = _run_fields(run, input=run.input)
+    data["totals"] |= {"cache_hits": detail.cache_hits, "cache_misses": detail.cache_misses,
+                       "guardrail_cost_usd": money_str(run.guardrail_cost_usd)}
+    return data | {
+        "result": run.result,
+        "provider": run.provider,
+        "limits": run.limits,
+        "budget": run.budget,
+        "approvals": run.approvals,
+        "guardrails": run.guardrails,
+        "versions": run.versions,
+        "uses_script": run.script is not None,
+        "activations": [_activation_out(activation, sessions=sessions) for activation, sessions in detail.tree],
+        "steps": detail.steps,
+        "forked_from": str(run.forked_from_id) if run.forked_from_id else None,
+        "fork_seq": run.fork_seq,
+        "forks": detail.forks,
+    }
+
+
+def _run_fields(run: Run, *, input: str) -> dict[str, Any]:
+    return {
         "id": str(run.id),
         "agent": run.agent,
         "workflow": run.workflow,
         "status": run.status,
-        "input": run.input if detail else run.input[:LIST_INPUT_CHARS],
+        "input": input,
         "notice": run.notice,
         "error": run.error,
         "eval": run.is_eval,
@@ -90,31 +116,9 @@ def run_out(run: Run, *, detail: bool = False, new: bool = False) -> dict[str, A
         "finished_at": run.finished_at,
         "archived_at": run.archived_at,
     }
-    if detail:
-        from memory_app.cache import run_cache_counts
-
-        data["totals"] |= {"cache_hits": 0, "cache_misses": 0} if new else run_cache_counts(run_id=run.id)
-        data["totals"]["guardrail_cost_usd"] = money_str(run.guardrail_cost_usd)
-        data |= {
-            "result": run.result,
-            "provider": run.provider,
-            "limits": run.limits,
-            "budget": run.budget,
-            "approvals": run.approvals,
-            "guardrails": run.guardrails,
-            "versions": run.versions,
-            "uses_script": run.script is not None,
-            "activations": ([_activation_out(run.root, sessions=[])] if new
-                            else [_activation_out(activation) for activation in run_tree(run=run)]),
-            "steps": None if new else RUN_HOOKS.run_steps(run),  # a new run of run_start is an agent's: no steps
-            "forked_from": str(run.forked_from_id) if run.forked_from_id else None,
-            "fork_seq": run.fork_seq,
-            "forks": [] if new else run_forks(run=run),
-        }
-    return data
 
 
-def _activation_out(activation, *, sessions=None) -> dict[str, Any]:
+def _activation_out(activation, *, sessions) -> dict[str, Any]:
     return {
         "id": str(activation.id),
         "parent": str(activation.parent_id) if activation.parent_id else None,
@@ -145,7 +149,7 @@ def _activation_out(activation, *, sessions=None) -> dict[str, Any]:
                 "started_at": session.started_at,
                 "finished_at": session.finished_at,
             }
-            for session in (activation.sessions.all() if sessions is None else sessions)
+            for session in sessions
         ],
     }
 
@@ -170,7 +174,8 @@ def _invalid(field: str, message: str, type_: str) -> NinjaValidationError:
 def start(request: HttpRequest, payload: RunIn):
     actor: Actor = request.auth
     ratelimit.run_start_check(actor.team)
-    if not any(model.objects.filter(team=actor.team, slug=payload.agent).exists() for model in (Agent, RemoteAgent)):
+    rows = start_rows(team=actor.team, agent=payload.agent, script=payload.script)  # run_start's read, done first
+    if payload.agent not in rows and not RemoteAgent.objects.filter(team=actor.team, slug=payload.agent).exists():
         raise _invalid("agent", f"no agent {payload.agent!r} in team {actor.team.slug}", "unknown_agent")
     if payload.provider and not ModelProvider.objects.filter(team=actor.team, slug=payload.provider).exists():
         raise _invalid("provider", f"no model provider {payload.provider!r} in team {actor.team.slug}",
@@ -178,7 +183,7 @@ def start(request: HttpRequest, payload: RunIn):
     try:
         run = run_start(team=actor.team, agent=payload.agent, input=payload.input, user=actor.user,
                         limits=payload.limits_data(), budget=payload.budget_data(), provider=payload.provider,
-                        script=payload.script, approvals=payload.approvals, guardrails=payload.guardrails)
+                        script=payload.script, approvals=payload.approvals, guardrails=payload.guardrails, rows=rows)
     except ScriptError as error:
         raise _invalid("script", str(error), "invalid_script") from None
     except UnknownGuardrails as error:
@@ -187,7 +192,7 @@ def start(request: HttpRequest, payload: RunIn):
         raise _invalid("input", str(error), "guardrail") from None
     except RunError as error:
         raise _invalid("agent", str(error), "run_refused") from None
-    return Status(201, run_out(run, detail=True, new=True))
+    return Status(201, run_detail_out(RunDetail.new(run)))
 
 
 class RunFilters(BaseModel):
@@ -222,7 +227,7 @@ def list_runs(request: HttpRequest, filters: Query[RunFilters]):
             summary="A run: status, totals, result, settings and its activation/session tree")
 def get_run(request: HttpRequest, run_id: str):
     actor: Actor = request.auth
-    return run_out(run_get(team=actor.team, run_id=run_id), detail=True)
+    return run_detail_out(run_detail(team=actor.team, run_id=run_id))
 
 
 class EventQuery(BaseModel):
@@ -245,7 +250,7 @@ def cancel(request: HttpRequest, run_id: str):
     actor: Actor = request.auth
     run = run_get(team=actor.team, run_id=run_id)
     run_cancel(run=run, user=actor.user)
-    return run_out(run_get(team=actor.team, run_id=run_id), detail=True)
+    return run_detail_out(run_detail(team=actor.team, run_id=run_id))
 
 
 @router.post("/runs/{run_id}/archive", auth=operate, response={200: RunOut, **READ_ERRORS},

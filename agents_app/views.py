@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header, url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from agents_app.api_runs import run_out
+from agents_app.api_runs import run_detail_out, run_out
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.execution.housekeeping import RunBusy, run_archive, run_delete
 from agents_app.execution.runs import run_cancel
@@ -31,7 +31,16 @@ from agents_app.models.runs import FINISHED_RUN_STATUSES, RunStatus
 from mas_core.permissions import Actor, memberships
 from agents_app.views_forks import fork_context
 from agents_app.views_start import start_form
-from agents_app.selectors_runs import SEARCH_MAX_CHARS, TRIGGERS, file_size, run_file_get, run_files, run_filter, run_get
+from agents_app.selectors_runs import (
+    SEARCH_MAX_CHARS,
+    TRIGGERS,
+    file_size,
+    run_detail,
+    run_file_get,
+    run_files,
+    run_filter,
+    run_get,
+)
 
 RUNS_PER_PAGE = 25
 
@@ -144,7 +153,7 @@ def _slugs(runs, field: str) -> list[str]:
 @login_required
 def run_page(request: HttpRequest, run_id: str) -> HttpResponse:
     actor, run = _run_actor(request, run_id)
-    detail = run_out(run, detail=True)
+    detail = run_detail_out(run_detail(team=actor.team, run_id=run.pk))
     files = [{"path": file.path, "size": file_size(file), "version": file.version, "author": file.author}
              for file in run_files(run=run)]
     return render(request, "monitor/run.html", {

@@ -180,14 +180,3 @@ def cached_model(model, *, enabled: bool, similarity: float, ttl_s: int, model_k
         return model
     return CachedModel(model, model_key=model_key, team_id=team_id, run_id=run_id, agent=agent,
                        similarity=similarity, ttl_s=ttl_s, emit=emit)
-
-
-def run_cache_counts(*, run_id) -> dict[str, int]:
-    """How many of a run's model requests the cache answered, and how many it could not."""
-    from django.db.models import Count
-
-    from mas_core.models import Event
-
-    counts = dict(Event.objects.filter(run_id=run_id, type__in=["cache_hit", "cache_miss"]).order_by()
-                  .values("type").annotate(n=Count("id")).values_list("type", "n"))
-    return {"cache_hits": counts.get("cache_hit", 0), "cache_misses": counts.get("cache_miss", 0)}

@@ -14,13 +14,13 @@ from ninja import Router, Status
 from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents_app.api_runs import READ_ERRORS, START_ERRORS, run_out
+from agents_app.api_runs import READ_ERRORS, START_ERRORS, run_detail_out
 from agents_app.execution.errors import RunError, ScriptError
 from agents_app.llm.scripted import validate_script
 from agents_app.models import ModelProvider
 from mas_core.permissions import Actor
 from agents_app.schemas_runs import MAX_INPUT_CHARS, SLUG_PATTERN, RunBudgetIn, RunDetailOut, RunLimitsIn
-from agents_app.selectors_runs import run_get
+from agents_app.selectors_runs import run_detail
 from mas_core import ratelimit
 from mas_core.api_auth import api_auth
 from workflows_app.models import Workflow
@@ -92,7 +92,7 @@ def _invalid(field: str, message: str, type_: str) -> NinjaValidationError:
 
 
 def _started(actor: Actor, run) -> Status:
-    return Status(201, run_out(run_get(team=actor.team, run_id=run.id), detail=True))
+    return Status(201, run_detail_out(run_detail(team=actor.team, run_id=run.id)))
 
 
 @router.post("/workflows/{slug}/runs", auth=operate, response={201: RunDetailOut, **START_ERRORS, **READ_ERRORS},

@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agents_app.execution.agents import agent_slugs
@@ -29,6 +29,7 @@ from agents_app.execution.runs import activation_create, DEFAULT_LIMITS, script_
 from agents_app.scheduler import dispatch
 from agents_app.starts import MAX_CHOICES, StartChoice
 from mas_core.eventlog import event_append as event_emit
+from mas_core.rows import Columns
 from mas_core.telemetry import RunTrace
 from agents_app.models import Activation, ActivationContext, Agent, RemoteAgent, Run, Team
 from agents_app.models.runs import ActivationStatus, RunStatus
@@ -479,11 +480,20 @@ def workflow_cancelled(run: Run) -> None:
 # -- reading ---------------------------------------------------------------------------------
 
 
+FLOW_ROW = Columns(WorkflowRun)
+# Read at every read of a run's detail (agent runs too, which have none): hand-written, a hot path (see
+# mas_core.rows).
+_FLOW_SQL = f'SELECT {FLOW_ROW.select("w")} FROM "{WorkflowRun._meta.db_table}" AS w WHERE w.run_id = %s'
+
+
 def workflow_steps(run: Run) -> list[dict[str, Any]] | None:
     """Per step of a workflow run: status, attempts, outputs, usage, times; None for agent runs."""
-    flow = WorkflowRun.objects.filter(run_id=run.id).first()
-    if flow is None:
+    with connection.cursor() as cursor:
+        cursor.execute(_FLOW_SQL, [run.id])
+        found = cursor.fetchone()
+    if found is None:
         return None
+    flow = FLOW_ROW.instance(found)
     engine = _engine(flow)
     steps = []
     for sid in engine.order:

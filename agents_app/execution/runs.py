@@ -13,11 +13,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Exists
+from django.db import connection, transaction
 from django.utils import timezone
 
-from agents_app.execution.agents import agent_found
+from agents_app.execution.agents import AGENT_ROW, agent_found
 from agents_app.execution.errors import RunError, ScriptError, UnknownGuardrails
 from agents_app.execution.hooks import RUN_HOOKS
 from agents_app.models import Activation, ActivationContext, Agent, Guardrail, Run, Session, Team
@@ -26,12 +25,22 @@ from agents_app.models.runs import (
     ActivationStatus,
     RunStatus,
     SessionStatus,
+    current_queue,
 )
-from agents_app.scheduler import DEFAULT_MAX_CONCURRENCY, ready_notify, run_end_notify
+from agents_app.scheduler import DEFAULT_MAX_CONCURRENCY, READY_CHANNEL, ready_notify, run_end_notify
 from agents_app.execution.guardrails import input_checker
 from agents_app.selectors_guardrails import guardrail_slugs
 from agents_app.specs import unknown_guardrails
-from mas_core.eventlog import Entry, entry, event_append as event_emit, events_append
+from mas_core.eventlog import (
+    INSERT_NUMBERED,
+    Entry,
+    entry,
+    event_append as event_emit,
+    events_append,
+    events_appended,
+    events_param,
+)
+from mas_core.rows import Columns
 from mas_core.telemetry import RunTrace
 
 logger = logging.getLogger(__name__)
@@ -50,7 +59,7 @@ def script_check(*, team: Team, script: dict[str, Any] | None, agents: list[str]
 
     ``agents`` are the ones the run starts with; the script's ``"*"`` turns are
     held to the shortest of their timeouts. ``rows``: the team's agents the script and ``agents`` name, when
-    the caller read them already (:func:`_agent_rows`).
+    the caller read them already (:func:`start_rows`).
     """
     if script is None:
         return
@@ -76,7 +85,7 @@ def run_start(
     budget: dict[str, Any] | None = None, provider: str = "", script: dict[str, Any] | None = None,
     approvals: list[Any] | None = None, versions: dict[str, int] | None = None, is_eval: bool = False,
     eval_real_models: bool = False, guardrails: list[str] | None = None, door_turns: list[list[str]] | None = None,
-    trace: RunTrace | None = None,
+    trace: RunTrace | None = None, rows: dict[str, Agent] | None = None,
 ) -> Run:
     """Create a run with its root activation and send that to a worker (after commit). The run returned holds
     that activation as ``root``, as created (its caller shows the new run without reading it back).
@@ -89,11 +98,14 @@ def run_start(
     defaults and the definitions' (a run adds guardrails, never removes one); another slug is refused
     (:class:`UnknownGuardrails`). ``door_turns``: the conversation a door's run answers (``Run.door_turns``),
     checked by the run's input guardrails as its input is. ``trace``: where the run's trace starts (a door's
-    run: the door, and the caller's trace it continues), kept in its ``run_start`` event.
+    run: the door, and the caller's trace it continues), kept in its ``run_start`` event. ``rows``: the team's
+    agents the run names, when the caller read them already (:func:`start_rows`: the API's start checks the
+    agent with them).
     """
     from agents_app.approvals.policy import entries_check
 
-    rows = _agent_rows(team=team, slugs={agent, *(script or {})} - {"*"})
+    if rows is None:
+        rows = start_rows(team=team, agent=agent, script=script)
     script_check(team=team, script=script, agents=[] if is_eval else [agent], rows=rows)
     try:
         approvals = entries_check(approvals)
@@ -118,51 +130,98 @@ def run_start(
     )
     # Exists? (The run is not saved yet: it has no workspace file of its own, and pins the current version.)
     agent_found(run=run, slug=agent, local=None, rows={agent: rows.get(agent)})
-    run.save(force_insert=True)
-    # The root is the run's only activation: it is ready at once, no admission round.
-    root = _activation_new(run=run, agent=agent, input=input, kind="root", parent=None,
-                           status=ActivationStatus.READY)
-    events_append(run_id=run.id, entries=[
-        entry("run_start", agent=agent, data={"agent": agent, "input": input, "limits": run.limits,
-                                               "budget": run.budget, **({"approvals": approvals} if approvals else {}),
-                                               **({"guardrails": guardrails} if guardrails else {}),
-                                               **(trace.to_json() if trace else {})}),
-        *(entry("guardrail_triggered", agent=agent, data=data) for data in fired),
-        _queued(root),
-    ])
-    run.root = root
+    run.root = _start_write(run=run, start={
+        "agent": agent, "input": input, "limits": run.limits, "budget": run.budget,
+        **({"approvals": approvals} if approvals else {}), **({"guardrails": guardrails} if guardrails else {}),
+        **(trace.to_json() if trace else {})}, fired=fired)
     return run
+
+
+def _start_write(*, run: Run, start: dict[str, Any], fired: list[dict[str, Any]]) -> Activation:
+    """Write the new ``run``, its root activation and its first events — ``run_start`` (``start``), the input
+    guardrails' firings (``fired``), the root's ``activation_queued`` (:data:`_RUN_INSERT_SQL`, :data:`_ROOT_SQL`);
+    returns the root. The root is the run's only activation: it is ready at once, no admission round."""
+    run_params = RUN_ROW.params(run, "run_")  # its created_at, set now: before its root's times
+    root = _activation_row(run=run, agent=run.agent, input=run.input, kind="root", parent=None,
+                           status=ActivationStatus.READY)
+    root_params = ACTIVATION_ROW.params(root, "root_")  # its created_at: before the events' times
+    entries = [entry("run_start", agent=run.agent, data=start),
+               *(entry("guardrail_triggered", agent=run.agent, data=data) for data in fired),
+               _queued(root)]
+    run.next_seq = len(entries)  # the new run's counter as its first events leave it: they are 1 … n
+    with connection.cursor() as cursor:
+        cursor.execute(_RUN_INSERT_SQL, {**run_params, "run_next_seq": run.next_seq})
+        cursor.execute(_ROOT_SQL, {**root_params, "run": str(run.id), "events": events_param(entries),
+                                   "ready": READY_CHANNEL})
+    for row in (run, root):
+        row._state.adding, row._state.db = False, connection.alias  # as saved
+    events_appended(run_id=run.id, base=0, team_id=run.team_id, entries=entries)
+    return root
+
+
+RUN_ROW, ACTIVATION_ROW = Columns(Run), Columns(Activation)
+
+# A run's start writes in two statements, hand-written (a hot path: the ORM compiled both INSERTs at every start,
+# see mas_core.rows): the run's row, then its root activation's and its first events, telling the workers work
+# is ready (ready_notify's NOTIFY, delivered at commit). The run's row is written with its event counter as the
+# events leave it, so they are numbered from 0 (``r``) with no UPDATE of the row. (Two, not one: psycopg parses
+# a statement of more than 50 parameters anew at every call, a cost above a round trip's.)
+_RUN_INSERT_SQL = RUN_ROW.insert("run_")
+_ROOT_SQL = f"""
+WITH root AS ({ACTIVATION_ROW.insert("root_")}), r AS (SELECT 0 AS base), e AS ({INSERT_NUMBERED})
+SELECT pg_notify(%(ready)s, '')"""
+
+# The team's agents a run's start names, and whether some guardrail of the team checks run inputs
+# (``inputs_guarded``): hand-written, a hot path (the ORM compiled this annotated query at every start).
+_START_ROWS_SQL = f"""SELECT {AGENT_ROW.select("g")}, EXISTS (
+  SELECT 1 FROM "{Guardrail._meta.db_table}" AS d
+  WHERE d.team_id = %(team)s AND (d.spec -> 'applies_to') @> '["run_input"]'::jsonb)
+FROM "{Agent._meta.db_table}" AS g WHERE g.team_id = %(team)s AND g.slug = ANY(%(slugs)s)"""
+
+
+def start_rows(*, team: Team, agent: str, script: dict[str, Any] | None) -> dict[str, Agent]:
+    """The team's agents a run of ``agent`` with ``script`` names (those that exist), as :func:`run_start` reads
+    them: by slug, for :func:`agent_found` and :func:`script_check`. The API's start reads them first, for its
+    check of the agent, and hands them to :func:`run_start`."""
+    return _agent_rows(team=team, slugs={agent, *(script or {})} - {"*"})
 
 
 def _agent_rows(*, team: Team, slugs: set[str]) -> dict[str, Agent]:
     """The team's agents ``slugs`` as :func:`agent_found` reads them (those that exist), in one query; each says
     whether some guardrail of the team checks run inputs (``inputs_guarded``: then :func:`input_checker` reads
     which apply)."""
-    guarded = Guardrail.objects.filter(team=team, spec__applies_to__contains=["run_input"])
-    return {row.slug: row for row in Agent.objects.filter(team=team, slug__in=slugs).defer("content", "description")
-            .annotate(inputs_guarded=Exists(guarded))}
+    with connection.cursor() as cursor:
+        cursor.execute(_START_ROWS_SQL, {"team": team.pk, "slugs": list(slugs)})
+        found = cursor.fetchall()
+    rows = {}
+    for values in found:
+        row = AGENT_ROW.instance(values[:-1])
+        row.inputs_guarded = values[-1]
+        rows[row.slug] = row
+    return rows
 
 
 def activation_create(*, run: Run, agent: str, input: str, kind: str, parent: Activation | None,
                       priority: int = DEFAULT_PRIORITY, context: ActivationContext | None = None,
                       status: str = ActivationStatus.QUEUED) -> Activation:
-    activation = _activation_new(run=run, agent=agent, input=input, kind=kind, parent=parent, priority=priority,
+    if status == ActivationStatus.READY:
+        ready_notify()
+    activation = _activation_row(run=run, agent=agent, input=input, kind=kind, parent=parent, priority=priority,
                                  context=context, status=status)
+    activation.save(force_insert=True)
     events_append(run_id=run.id, entries=[_queued(activation)])
     return activation
 
 
-def _activation_new(*, run: Run, agent: str, input: str, kind: str, parent: Activation | None,
+def _activation_row(*, run: Run, agent: str, input: str, kind: str, parent: Activation | None,
                     priority: int = DEFAULT_PRIORITY, context: ActivationContext | None = None,
                     status: str = ActivationStatus.QUEUED) -> Activation:
-    """:func:`activation_create` but its event (:func:`_queued`), which the caller appends."""
-    if status == ActivationStatus.READY:
-        ready_notify()
-    return Activation.objects.create(
+    """The new activation, not saved yet."""
+    return Activation(
         run=run, team_id=run.team_id, agent=agent, input=input, kind=kind, parent=parent, status=status,
         ready_at=timezone.now() if status == ActivationStatus.READY else None,
         depth=(parent.depth + 1) if parent and kind in {"spawn", "delegate"} else (parent.depth if parent else 0),
-        priority=priority, context=context.to_json() if context else {},
+        priority=priority, context=context.to_json() if context else {}, queue=current_queue(),
     )
 
 

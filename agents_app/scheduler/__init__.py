@@ -17,6 +17,7 @@ session's activation.
 
 from agents_app.scheduler.admission import (  # noqa: F401
     DEFAULT_MAX_CONCURRENCY,
+    READY_CHANNEL,
     current_queue,
     dispatch,
     dispatch_later,

@@ -213,10 +213,11 @@ def test_operators_and_admins_start_runs(team_a, api_for, role):
 
 
 @pytest.mark.django_db
-def test_the_start_answers_the_new_run_as_a_read_shows_it_in_nine_statements(team_a, api_for):
+def test_the_start_answers_the_new_run_as_a_read_shows_it_in_six_statements(team_a, api_for):
     """The answer is built from what the start wrote, not read back, and equals a read's; the token with its
-    member's role, the agent (the view's check), the agent's row (script and version), the run, the ready
-    notice, the root activation and both events: nine statements (two are the transaction's savepoint here)."""
+    member's role, the agent's row (the view's check, then the script's and the version's), the run, and the
+    root activation with both events and the ready notice: six statements (two are the transaction's savepoint
+    here)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -231,12 +232,9 @@ def test_the_start_answers_the_new_run_as_a_read_shows_it_in_nine_statements(tea
     statements = [" ".join(query["sql"].split()[:3]) for query in queries]
     assert [s for s in statements if "SAVEPOINT" not in s] == [
         'SELECT t."id", t."team_id",',
-        'SELECT 1 AS',
-        'SELECT "agents_app_agent"."id", "agents_app_agent"."team_id",',
+        'SELECT g."id", g."team_id",',
         'INSERT INTO "agents_app_run"',
-        "SELECT pg_notify('mas_ready', '')",
-        'INSERT INTO "agents_app_activation"',
-        "WITH r AS",
+        'WITH root AS',
     ], statements
     started = response.json()
     assert started == client.get(f"/api/runs/{started['id']}").json()
@@ -246,6 +244,45 @@ def test_the_start_answers_the_new_run_as_a_read_shows_it_in_nine_statements(tea
         None, [], 0, True)
     assert [(e["seq"], e["type"]) for e in client.get(f"/api/runs/{started['id']}/events").json()] == [
         (1, "run_start"), (2, "activation_queued")]
+
+
+@pytest.mark.django_db
+def test_a_read_shows_the_run_its_tree_cache_use_and_forks_in_four_statements(team_a, api_for):
+    """The token with its member's role, the run with its creator, cache counts and forks, its activations with
+    their sessions, and its workflow's row (none here): four statements however big the tree. Activations come
+    oldest first, each with its sessions by attempt; one with no session shows none."""
+    from django.core.serializers.json import DjangoJSONEncoder
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from mas_core.eventlog import event_append
+
+    agent(team_a, "Lead")
+    client = api_for(team_a, "viewer")
+    run = run_start(team=team_a, agent="lead", input="Go", user=client.user)
+    child = Activation.objects.create(run=run, agent="lead", kind="delegate", parent=run.root, depth=1, input="Check")
+    for attempt, status in ((2, "ok"), (1, "failed")):
+        Session.objects.create(run=run, activation=run.root, agent="lead", attempt=attempt, status=status,
+                               cost_usd=Decimal("0.25"), meta={"tool_calls": attempt})
+    for type_ in ("cache_hit", "cache_miss", "cache_hit"):
+        event_append(run_id=run.id, type=type_, agent="lead")
+    forks = [Run.objects.create(team=team_a, agent="lead", forked_from=run, fork_seq=seq) for seq in (4, 2)]
+    assert client.get(f"/api/runs/{run.id}").status_code == 200  # the token's first use
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(f"/api/runs/{run.id}")
+    assert response.status_code == 200, response.content
+    assert len(queries) == 4, [query["sql"][:60] for query in queries]
+    detail = response.json()
+    assert (detail["created_by"], detail["input"], detail["steps"]) == (client.user.username, "Go", None)
+    assert (detail["totals"]["cache_hits"], detail["totals"]["cache_misses"]) == (2, 1)
+    assert [(a["id"], a["kind"], a["parent"], [(s["attempt"], s["status"], s["cost_usd"], s["meta"])
+                                               for s in a["sessions"]]) for a in detail["activations"]] == [
+        (str(run.root.id), "root", None, [(1, "failed", "0.25", {"tool_calls": 1}),
+                                          (2, "ok", "0.25", {"tool_calls": 2})]),
+        (str(child.id), "delegate", str(run.root.id), []),
+    ]
+    assert detail["forks"] == [{"id": str(fork.id), "seq": fork.fork_seq, "status": "queued",
+                                "created_at": DjangoJSONEncoder().default(fork.created_at)} for fork in forks]
 
 
 @pytest.mark.django_db
