@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connections, models
 
 M = TypeVar("M", bound=models.Model)
 
@@ -38,11 +38,11 @@ class Columns(Generic[M]):
     def instance(self, values) -> M:
         """The instance of a row's values (in :meth:`select`'s order), converted as the ORM converts them
         (a ``jsonb`` column's text parsed, …); the fields left out are deferred."""
-        values = list(values)
+        values, db = list(values), _db()
         for index, converters, column in self._converters_of():
             for convert in converters:
-                values[index] = convert(values[index], column, connection)
-        return self.model.from_db(connection.alias, self.names, values)
+                values[index] = convert(values[index], column, db)
+        return self.model.from_db(db.alias, self.names, values)
 
     def instance_or_none(self, values) -> M | None:
         """:meth:`instance`, or None for the NULLs of an outer join that found no row (a NULL primary key)."""
@@ -58,15 +58,16 @@ class Columns(Generic[M]):
     def params(self, instance: M, prefix: str) -> dict[str, Any]:
         """The parameters of :meth:`insert` for a new ``instance``, prepared as ``save()`` prepares them
         (``auto_now_add`` set on the instance, JSON adapted, …)."""
-        return {f"{prefix}{field.column}": field.get_db_prep_save(field.pre_save(instance, True), connection)
+        db = _db()
+        return {f"{prefix}{field.column}": field.get_db_prep_save(field.pre_save(instance, True), db)
                 for field in self.fields}
 
     def _converters_of(self) -> list[tuple[int, list, Any]]:
         if self._converters is None:
-            found = []
+            found, db = [], _db()
             for index, field in enumerate(self.fields):
                 column = field.get_col(self.model._meta.db_table)
-                converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+                converters = db.ops.get_db_converters(column) + column.get_db_converters(db)
                 if converters:
                     found.append((index, converters, column))
             self._converters = found
@@ -85,5 +86,12 @@ def instances(row: Sequence[Any], *parts: Columns) -> list[models.Model]:
 def db_values(instance: models.Model, names: Iterable[str], *, prefix: str) -> dict[str, Any]:
     """The fields ``names`` of ``instance`` as ``save()`` writes them, keyed ``prefix`` + name: the parameters of
     a hand-written UPDATE."""
-    return {prefix + name: instance._meta.get_field(name).get_db_prep_save(getattr(instance, name), connection)
+    db = _db()
+    return {prefix + name: instance._meta.get_field(name).get_db_prep_save(getattr(instance, name), db)
             for name in names}
+
+
+def _db():
+    """This thread's connection itself: ``django.db.connection`` is a proxy that looks it up at every attribute
+    read, and the fields' preparations and converters read it several times each (half their cost)."""
+    return connections[DEFAULT_DB_ALIAS]
