@@ -332,3 +332,90 @@ def test_a_held_file_write_whose_commit_was_lost_stops_the_session_for_a_resume(
     assert not Event.objects.filter(run=run).exists()
     assert not WorkspaceFile.objects.filter(run=run).exists()
     assert Session.objects.get(pk=session.pk).writes == 0
+
+
+def test_a_checkpoint_is_not_waited_for_by_the_next_model_call_but_is_by_every_write_read_and_tool(team_a, settings):
+    """checkpoint() sends the write and returns: the session's next model call goes on while it commits. A
+    write, a read of the workspace and a tool (ToolCaller) wait until it is committed; the events keep their
+    order. Here another transaction holds the run's row, so the checkpoint cannot commit until it lets go."""
+    from agents_app.kernel.loop import SessionState
+    from mas_core.llm_types import Message
+
+    settings.MAS_LIVE_EVENT_DELAY_MS = 5
+    run, session = rows(team_a)
+    seen: dict = {}
+
+    async def work():
+        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
+                              budget={}, team_id=team_a.id)
+        state = SessionState(messages=[Message(role="user", content="go")])
+        blocker = await psycopg.AsyncConnection.connect(**store_module._conn_params())
+        await blocker.execute("BEGIN")
+        try:
+            await blocker.execute("SELECT 1 FROM agents_app_run WHERE id = %s FOR UPDATE", [run.id])
+            await store.emit("llm_response", response("0"))
+            await asyncio.wait_for(store.checkpoint(state), 2)  # returns though the write cannot commit
+            seen["returned_in_flight"] = store.landing is not None and not store.landing.done()
+            await store.emit("llm_request", {"step": 2})  # the next model call's: a live event, its timer 5 ms
+            waiting = [asyncio.ensure_future(store.landed()),
+                       asyncio.ensure_future(DatabaseWorkspace(store=store).read("notes.md")),
+                       asyncio.ensure_future(store.file_write("notes.md", "x"))]
+            await asyncio.sleep(0.3)
+            seen["waiting_while_held"] = [task.done() for task in waiting]
+            await blocker.execute("COMMIT")
+        finally:
+            await blocker.close()
+        await asyncio.wait_for(asyncio.gather(*waiting), 5)
+        seen["read"] = waiting[1].result()  # the read waited for the checkpoint, not for the later write
+        await store.close()
+        return store.writes
+
+    outcome = in_thread(work)
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["value"] == 2
+    assert seen == {"returned_in_flight": True, "waiting_while_held": [False, False, False], "read": None}
+    assert [(e.seq, e.type) for e in Event.objects.filter(run=run).order_by("seq")] == [
+        (1, "llm_response"), (2, "llm_request"), (3, "file_change")]
+    assert Session.objects.get(pk=session.pk).writes == 2
+
+
+def test_a_checkpoint_whose_write_failed_is_heard_of_by_the_session_not_by_the_live_writer(team_a, monkeypatch,
+                                                                                          settings):
+    """The checkpoint's write failed after checkpoint() returned: the live writer, whose timer comes first,
+    leaves it alone, and the session's next write raises it — as a checkpoint waited for would have."""
+    from agents_app.kernel.loop import SessionState
+    from mas_core.llm_types import Message
+
+    settings.MAS_LIVE_EVENT_DELAY_MS = 5
+    run, session = rows(team_a)
+    lose: list = []
+    real_acquire = store_module.ConnectionPool.acquire
+
+    async def acquire(self):
+        return AnswerLost(await real_acquire(self), lose)
+
+    monkeypatch.setattr(store_module.ConnectionPool, "acquire", acquire)
+
+    async def work():
+        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
+                              budget={}, team_id=team_a.id)
+        state = SessionState(messages=[Message(role="user", content="go")])
+        await store.emit("tool_call", {"id": "tc-1", "name": "vfs_write", "arguments": {}})
+        store.deferring = True
+        await DatabaseWorkspace(store=store).write("notes.md", "first")
+        store.deferring = False
+        await store.emit("tool_result", {"id": "tc-1", "name": "vfs_write", "ok": True})
+        lose.append("unsent")  # the checkpoint's statement never leaves: neither it nor the held write commits
+        await store.checkpoint(state)
+        await store.emit("llm_request", {"step": 2})
+        await asyncio.sleep(0.2)  # the live writer's timer has fired
+        try:
+            await store.file_write("other.md", "y")
+        except psycopg.OperationalError as error:
+            return str(error)
+
+    outcome = in_thread(work)
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["value"] == LOST
+    assert not Event.objects.filter(run=run).exists()
+    assert not WorkspaceFile.objects.filter(run=run).exists()
