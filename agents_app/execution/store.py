@@ -312,13 +312,8 @@ class DatabaseStore:
         landing = self.landing
         if landing is None:
             return
-        if landing.done():
-            self.landing = None
-            if not landing.cancelled():  # cancelled: kept unsent, and the next write finds out first
-                landing.result()
-            return
         try:
-            await landing  # cancelled meanwhile (the run): so is the write, as one awaited would be
+            await asyncio.shield(landing)  # the waiter cancelled (the run): the write goes on, awaited at close
         finally:
             if landing.done() and self.landing is landing:
                 self.landing = None
@@ -684,9 +679,6 @@ class DatabaseStore:
         async def push() -> None:
             if previous is not None:
                 await previous
-            # One turn of the loop first: a session waiting for this commit (DatabaseStore.landed) goes on
-            # before the push is built and sent.
-            await asyncio.sleep(0)
             self.waiting_push = None
             with phases.timed("push (after commit)"):
                 await push_bounded(batch, team_id=self.team_id)
