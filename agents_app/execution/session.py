@@ -556,7 +556,6 @@ class ToolCaller:
     guard: SessionGuard | None = None  # an ``ask`` guardrail makes a call wait for a person as a policy does
 
     async def __call__(self, call: ToolCall) -> ToolResult:
-        await self.store.landed()  # no tool before the last checkpoint is committed (a tool's effects follow it)
         self.ids["current"], self.ids["call"] = f"{self.session_id}:{call.id}", call.id
         registry, gate = self.registry, self.gate
         holds = self.guard is not None and self.guard.asks_results(call.name)

@@ -286,7 +286,6 @@ class DatabaseStore:
         self.writing = asyncio.Lock()
         self.live_timer: asyncio.TimerHandle | None = None
         self.live_write: asyncio.Task | None = None
-        self.landing: asyncio.Future | None = None  # the last checkpoint's write, until it is committed
 
     # SessionStore
 
@@ -298,25 +297,7 @@ class DatabaseStore:
             # (see session.call_tool), or within the live delay — whichever comes first.
             self._schedule_live_write()
             return
-        await self.landed()  # the checkpoint before this one, first
-        # Sent now, its commit awaited later (``landed``): the session's next model call goes on meanwhile,
-        # while nothing that could see or depend on this checkpoint does (each write, read and tool waits).
-        self.landing = asyncio.ensure_future(self._write())
-        await asyncio.sleep(0)  # the write runs until its statement is sent
-
-    async def landed(self) -> None:
-        """Wait until the last checkpoint written is committed (raising what its write raised).
-
-        Every write waits for it, and so does every tool (:class:`agents_app.execution.session.ToolCaller`):
-        what happens in between is the next model call, whose answer is recorded only by a later write."""
-        landing = self.landing
-        if landing is None:
-            return
-        try:
-            await asyncio.shield(landing)  # the waiter cancelled (the run): the write goes on, awaited at close
-        finally:
-            if landing.done() and self.landing is landing:
-                self.landing = None
+        await self._write()
 
     def _stage_checkpoint(self, state: SessionState) -> None:
         positions = ({key: self.cursor.get(key) for key in (self.agent, COMPACTOR_KEY, JUDGE_KEY)
@@ -383,7 +364,6 @@ class DatabaseStore:
         if not self.budget:
             self.reservations.append((Decimal(0), 0))
             return
-        await self.landed()  # the budget reads the run's totals
         if self.usage[2] or self.usage[3] or self.releasing or self.releasing_large or self.held is not None:
             await self.flush()  # the budget reads the run's totals (and locks its row, which a held write holds)
         large = (self.tier if tier is None else tier) == "large"
@@ -410,7 +390,6 @@ class DatabaseStore:
 
     async def flush(self) -> None:
         """Write the pending events and checkpoint now (before anything else writes for this run)."""
-        await self.landed()
         if self.pending or self.has_checkpoint or self.unsent is not None or self.held is not None:
             await self._write()
 
@@ -422,11 +401,6 @@ class DatabaseStore:
         self.live_timer = None
 
         async def write() -> None:
-            landing = self.landing
-            if landing is not None:
-                await asyncio.wait([landing])
-                if landing.cancelled() or landing.exception() is not None:
-                    return  # the session hears of it first (its next write), and writes these events then
             try:
                 await self.flush()
             except Exception:  # kept pending: the session's next write retries them
@@ -440,13 +414,11 @@ class DatabaseStore:
         Raises :class:`~agents_app.execution.workspace_limit.WorkspaceFull` (nothing written, the
         events kept for the next write) when the run's workspace would pass its limit.
         """
-        await self.landed()
         row = await self._write(sql=FILE_WRITE_SQL, file={
             "path": path, "content": content, "bytes": len(content.encode("utf-8"))})
         return row[1]
 
     async def file_delete(self, path: str) -> bool:
-        await self.landed()
         row = await self._write(sql=FILE_DELETE_SQL, file={"path": path, "content": None, "bytes": None})
         return bool(row[1])
 
@@ -743,7 +715,6 @@ class DatabaseWorkspace:
         self.store = store
 
     async def read(self, path: str) -> str | None:
-        await self.store.landed()  # reads what the session wrote
         async with pool().connection() as conn:
             cursor = await conn.execute("SELECT content FROM agents_app_workspacefile WHERE run_id = %s AND path = %s",
                                         [self.store.run_id, path])
@@ -757,7 +728,6 @@ class DatabaseWorkspace:
         return await self.store.file_delete(path)
 
     async def paths(self) -> list[str]:
-        await self.store.landed()
         async with pool().connection() as conn:
             cursor = await conn.execute("SELECT path FROM agents_app_workspacefile WHERE run_id = %s ORDER BY path",
                                         [self.store.run_id])
