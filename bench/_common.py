@@ -6,7 +6,7 @@ environment is pointed at
 - the database ``mas_bench`` on the same PostgreSQL server (embedded under
   var/pgdata unless DATABASE_URL is set), dropped and migrated afresh by
   :func:`database_create` and dropped again by :func:`database_drop`;
-- the Celery queue ``mas-bench`` and Redis database 10 (broker, results and
+- the Celery queue ``mas-bench`` and Redis database 8 (broker, results and
   the Channels layer, prefix ``mas-bench``), flushed before and after;
 - a temporary folder for the definitions' markdown mirror.
 
@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = os.environ.get("MAS_BENCH_DB", "mas_bench")
 BENCH_QUEUE = "mas-bench"
 _redis_base = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0]
-BENCH_REDIS_URL = os.environ.get("MAS_BENCH_REDIS_URL", _redis_base + "/10")
+# Not 9-15: the test suite's (mas_project/settings_test.py), which a bench run beside it would flush.
+BENCH_REDIS_URL = os.environ.get("MAS_BENCH_REDIS_URL", _redis_base + "/8")
 
 ENV = {
     "DJANGO_SETTINGS_MODULE": "mas_project.settings",
