@@ -17,6 +17,8 @@ after, outside the gate. Websockets do not pass it (their reads have their own t
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
@@ -47,10 +49,7 @@ class GatedASGIHandler(ASGIHandler):
 
     def load_middleware(self, is_async=False):
         super().load_middleware(is_async=False)
-        # asgiref's hop (not the loop's run_in_executor): an async view's async_to_sync then runs it on this
-        # loop, as under Django's handler, not on a loop of its own that waits for every task it leaves.
-        self._in_thread = sync_to_async(self._serve, thread_sensitive=False, executor=ThreadPoolExecutor(
-            max_workers=settings.MAS_WEB_CONCURRENCY, thread_name_prefix="request"))
+        self._threads = ThreadPoolExecutor(max_workers=settings.MAS_WEB_CONCURRENCY, thread_name_prefix="request")
 
     async def handle(self, scope, receive, send):
         try:
@@ -60,7 +59,9 @@ class GatedASGIHandler(ASGIHandler):
         try:
             set_script_prefix(get_script_prefix(scope))
             async with gate_places():
-                response = await self._in_thread(scope, body_file)
+                context = contextvars.copy_context()  # what the request's code reads of the loop's (as sync_to_async)
+                response = await asyncio.get_running_loop().run_in_executor(
+                    self._threads, context.run, self._serve, scope, body_file)
             await self.send_response(response, send)
             if response.streaming:
                 await sync_to_async(response.close)()

@@ -191,30 +191,3 @@ def test_a_request_starts_and_finishes_in_the_thread_of_its_view_and_the_threads
     assert [len(idents) for idents in per_request] == [1] * 5
     assert len(set().union(*per_request)) <= 2
     assert threading.current_thread().name not in set().union(*per_request)
-
-
-def test_an_async_function_a_view_calls_runs_on_the_web_processs_loop(monkeypatch):
-    """A view's ``async_to_sync`` (an async ninja view is called so) runs on the loop the request came from, as
-    under Django's handler — not on a loop of its own, which would wait at its end for every task left behind
-    (an MCP server's Test waited 30 s for the process it had given up on)."""
-    from asgiref.sync import async_to_sync
-
-    real = BaseHandler._get_response
-    loops = []
-
-    async def where():
-        loops.append(asyncio.get_running_loop())
-
-    def view(self, request):
-        async_to_sync(where)()
-        return real(self, request)
-
-    monkeypatch.setattr(BaseHandler, "_get_response", view)
-
-    async def main():
-        status = await get(GatedASGIHandler())
-        return status, asyncio.get_running_loop()
-
-    status, loop = asyncio.run(main())
-    assert status == 404
-    assert loops == [loop]
