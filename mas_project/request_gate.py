@@ -1,13 +1,12 @@
 """How many requests a web process works on at once: the others wait their turn in its event loop.
 
-Django's ASGI handler runs the code of each request in a thread of its own. A hundred requests at once were a
+daphne runs the Django code of each request in a thread of its own. A hundred requests at once were a
 hundred threads taking turns at the one interpreter lock with the event loop that carries the websockets'
 live events: the loop got its turn behind them, and a live event waited for a burst of API calls to be
 answered (``bench/load.py``). More threads do not answer sooner either: the work is Python, which runs on
 one core per process whatever the number of threads. So the web process works on ``MAS_WEB_CONCURRENCY``
 requests at once (default 4: a request waiting for the database leaves the core to another) and the rest
-wait, in arrival order, as coroutines of the loop — which keeps its turn. The places' requests run in as many
-threads, kept for the process's life.
+wait, in arrival order, as coroutines of the loop — which keeps its turn.
 
 The gate holds a request from the moment its body is read (Django reads it first: a slow client holds no
 place) through its middleware and view, until the response is made; a streaming response's body is sent

@@ -99,8 +99,8 @@ if not DATABASE_URL:
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
 if os.environ.get("MAS_DATABASE_NAME"):
     DATABASES["default"]["NAME"] = os.environ["MAS_DATABASE_NAME"]
-# The web process (mas_project/asgi.py sets MAS_DB_POOL) runs requests in MAS_WEB_CONCURRENCY threads
-# (mas_project/request_gate.py) and each websocket's reads in threads of its loop: without a pool,
+# The web process (mas_project/asgi.py sets MAS_DB_POOL) runs each request in a thread of its own
+# (MAS_WEB_CONCURRENCY of them at once) and each websocket's reads in threads of its loop: without a pool,
 # every such thread would keep a connection open, fifty sockets joining at once fifty of them, and the
 # server refuses the rest ("too many clients"). With the pool they share MAS_DB_POOL_MAX connections.
 if os.environ.get("MAS_DB_POOL") == "1":
