@@ -63,11 +63,12 @@ def monitor_actor(request: HttpRequest, *, team_slug: str = "") -> Actor:
     return actors[0]
 
 
-def _run_actor(request: HttpRequest, run_id: str) -> tuple[Actor, Run]:
-    """The run, if it belongs to one of the user's teams (404 otherwise: no probing of other teams)."""
+def _run_actor(request: HttpRequest, run_id: str, read=run_get):
+    """The run, if it belongs to one of the user's teams (404 otherwise: no probing of other teams), as ``read``
+    reads it (:func:`run_get`: the Run; :func:`run_detail`: its RunDetail)."""
     for actor in _actors(request.user):
         try:
-            return actor, run_get(team=actor.team, run_id=run_id)
+            return actor, read(team=actor.team, run_id=run_id)
         except Http404:
             continue
     raise Http404("no such run")
@@ -152,8 +153,8 @@ def _slugs(runs, field: str) -> list[str]:
 
 @login_required
 def run_page(request: HttpRequest, run_id: str) -> HttpResponse:
-    actor, run = _run_actor(request, run_id)
-    detail = run_detail_out(run_detail(team=actor.team, run_id=run.pk))
+    actor, found = _run_actor(request, run_id, read=run_detail)
+    run, detail = found.run, run_detail_out(found)
     files = [{"path": file.path, "size": file_size(file), "version": file.version, "author": file.author}
              for file in run_files(run=run)]
     return render(request, "monitor/run.html", {

@@ -30,6 +30,7 @@ from agents_app.models.runs import (
 from agents_app.scheduler import DEFAULT_MAX_CONCURRENCY, READY_CHANNEL, ready_notify, run_end_notify
 from agents_app.execution.guardrails import input_checker
 from agents_app.selectors_guardrails import guardrail_slugs
+from agents_app.selectors_runs import ACTIVATION_ROW, RUN_ROW  # the runs' hand-written columns, made once
 from agents_app.specs import unknown_guardrails
 from mas_core.eventlog import (
     INSERT_NUMBERED,
@@ -40,7 +41,6 @@ from mas_core.eventlog import (
     events_appended,
     events_param,
 )
-from mas_core.rows import Columns
 from mas_core.telemetry import RunTrace
 
 logger = logging.getLogger(__name__)
@@ -158,8 +158,6 @@ def _start_write(*, run: Run, start: dict[str, Any], fired: list[dict[str, Any]]
     events_appended(run_id=run.id, base=0, team_id=run.team_id, entries=entries)
     return root
 
-
-RUN_ROW, ACTIVATION_ROW = Columns(Run), Columns(Activation)
 
 # A run's start writes in two statements, hand-written (a hot path: the ORM compiled both INSERTs at every start,
 # see mas_core.rows): the run's row, then its root activation's and its first events, telling the workers work
