@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from django.db import InterfaceError, OperationalError, connection
 
 from mas_core import phases
-from mas_core.lanes import FairExecutor
+from mas_core.lanes import FairExecutor, away
 
 T = TypeVar("T")
 
@@ -85,7 +85,14 @@ def db(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
             connection.close()
             raise
 
-    return sync_to_async(guarded, thread_sensitive=False)
+    hop = sync_to_async(guarded, thread_sensitive=False)
+
+    @functools.wraps(func)
+    async def call(*args, **kwargs):
+        async with away():  # the query is the database's work: the loop's turn goes to another session
+            return await hop(*args, **kwargs)
+
+    return call
 
 
 def _counted(hop: str, execute, sql, params, many, context):
