@@ -206,7 +206,6 @@ class _Holding:
 
     def __init__(self, semaphore: FairSemaphore) -> None:
         self.semaphore, self.held, self.away, self.done = semaphore, True, 0, False
-        self.connections = 0  # of the loop's pool, held by the session now (``holding_connection``)
 
 
 _holding: contextvars.ContextVar[_Holding | None] = contextvars.ContextVar("mas_turn", default=None)
@@ -220,7 +219,7 @@ def _semaphore() -> FairSemaphore:
 def turns_waiting() -> tuple[int, int]:
     """How many sessions wait for a turn at the running loop now, and how many turns it has."""
     semaphore = _semaphore()
-    return semaphore.waiting, max(semaphore.size, 16)
+    return semaphore.waiting, semaphore.size
 
 
 @contextlib.asynccontextmanager
@@ -251,7 +250,7 @@ async def away() -> AsyncIterator[None]:
     connection could hold up the sessions that have a turn and wait for one.
     """
     holding = _holding.get()
-    if holding is None or holding.done or holding.connections:
+    if holding is None or holding.done:
         yield
         return
     holding.away += 1
@@ -268,18 +267,3 @@ async def away() -> AsyncIterator[None]:
             if holding.away or holding.done:  # gone away again (another wait of the session), or ended, meanwhile
                 holding.held = False
                 holding.semaphore.release()
-
-
-def holding_connection() -> _Holding | None:
-    """The session takes a connection of the loop's pool: it goes away from its turn no more until
-    :func:`connection_back` (given what this returned) — waiting for its turn with a connection, it could
-    hold up the sessions that have a turn and wait for one."""
-    holding = _holding.get()
-    if holding is not None:
-        holding.connections += 1
-    return holding
-
-
-def connection_back(holding: _Holding | None) -> None:
-    if holding is not None:
-        holding.connections -= 1

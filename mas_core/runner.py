@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from django.db import InterfaceError, OperationalError, connection
 
 from mas_core import phases
-from mas_core.lanes import FairExecutor, away
+from mas_core.lanes import FairExecutor
 
 T = TypeVar("T")
 
@@ -85,14 +85,7 @@ def db(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
             connection.close()
             raise
 
-    hop = sync_to_async(guarded, thread_sensitive=False)
-
-    @functools.wraps(func)
-    async def call(*args, **kwargs):
-        async with away():  # the query is the database's work: the loop's turn goes to another session
-            return await hop(*args, **kwargs)
-
-    return call
+    return sync_to_async(guarded, thread_sensitive=False)
 
 
 def _counted(hop: str, execute, sql, params, many, context):

@@ -36,7 +36,7 @@ from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.kernel.loop import PolicyDenied, SessionState
 from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Session
-from mas_core import lanes, phases
+from mas_core import phases
 from mas_core.lanes import FairSemaphore
 from mas_core.loops import loop_local
 from mas_core.runner import db
@@ -55,39 +55,32 @@ class ConnectionPool:
         self.size, self.loop = size, loop
         self.idle: list[psycopg.AsyncConnection] = []
         self.slots = FairSemaphore(size)  # the teams' sessions take turns at it
-        self.holders: dict[int, Any] = {}  # id of a connection of acquire -> the session's turn (lanes)
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
         """An autocommit connection: one statement is one transaction."""
         async with self.slots:
             phases.count("async connection use")
-            holding = lanes.holding_connection()
+            conn = self.idle.pop() if self.idle else await psycopg.AsyncConnection.connect(**_conn_params())
             try:
-                conn = self.idle.pop() if self.idle else await psycopg.AsyncConnection.connect(**_conn_params())
-                try:
-                    yield conn
-                except BaseException:
-                    if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                        await conn.close()
-                        raise
-                    self.idle.append(conn)
+                yield conn
+            except BaseException:
+                if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    await conn.close()
                     raise
                 self.idle.append(conn)
-            finally:
-                lanes.connection_back(holding)
+                raise
+            self.idle.append(conn)
 
     async def acquire(self) -> psycopg.AsyncConnection:
         """A connection kept past one statement (a transaction left open): :meth:`release` gives it back."""
         await self.slots.acquire()
         phases.count("async connection use")
         try:
-            conn = self.idle.pop() if self.idle else await psycopg.AsyncConnection.connect(**_conn_params())
+            return self.idle.pop() if self.idle else await psycopg.AsyncConnection.connect(**_conn_params())
         except BaseException:
             self.slots.release()
             raise
-        self.holders[id(conn)] = lanes.holding_connection()
-        return conn
 
     async def release(self, conn: psycopg.AsyncConnection) -> None:
         """Give back a connection of :meth:`acquire`; one not idle (broken, or in a transaction) is closed."""
@@ -97,7 +90,6 @@ class ConnectionPool:
             else:
                 self.idle.append(conn)
         finally:
-            lanes.connection_back(self.holders.pop(id(conn), None))
             self.slots.release()
 
 
