@@ -199,3 +199,36 @@ def test_the_settles_one_read_locks_the_run_then_the_session_then_its_activation
 def _waits_for_a_lock(cursor, pid: int) -> bool:
     cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)", [pid])
     return cursor.fetchone()[0]
+
+
+def test_the_sessions_model_is_recorded_without_waiting_for_the_disks_flush(team_a, unserved):
+    """Recording the session's resolved model is a transaction of its own: its commit does not wait for the WAL's
+    flush (this backend's fsyncs, as PostgreSQL counts them), where a plain statement's does."""
+    from django.db import connection
+
+    from agents_app.execution.lifecycle import session_begin
+    from agents_app.execution.session import _MODEL_SQL, session_prepare
+    from agents_app.llm.scripted import MemoryCursor
+    from agents_app.models import Session
+
+    def fsyncs():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, as of its last commit
+            cursor.execute("SELECT fsyncs FROM pg_stat_get_backend_io(pg_backend_pid()) "
+                           "WHERE object = 'wal' AND context = 'normal'")
+            return cursor.fetchone()[0]
+
+    agent(team_a, "Stepper")
+    run = run_start(team=team_a, agent="stepper", input="Write notes", script=script(0))
+    [root] = Activation.objects.filter(run=run)
+    start = session_begin(activation_id=root.id, worker="host:1")
+    before = fsyncs()
+    resolved, _ = session_prepare(run=start.run, session=start.session, agent=start.agent, ref="",
+                                  cursor=MemoryCursor(dict(start.run.script_cursor)))
+    after = fsyncs()
+    with connection.cursor() as cursor:
+        cursor.execute(_MODEL_SQL, [resolved.provider_slug, resolved.model, "small", start.session.id])
+    plain = fsyncs()
+    assert (after - before, plain - after) == (0, 1)
+    row = Session.objects.values("provider", "model", "tier").get(pk=start.session.id)
+    assert row == {"provider": resolved.provider_slug, "model": resolved.model, "tier": "small"}
