@@ -249,13 +249,13 @@ def kernel_services(*, run: Run, activation_id, tool_call_ids: dict[str, str], s
 
 
 # The session's model, once resolved (its tier becomes the model's). Alone, the statement is a transaction of its
-# own whose commit waited for the disk's flush (4.8 ms of a session start under bench/load.py): it does not wait
+# own whose commit waited for the disk's flush (5.3 ms of a session start under bench/load.py): it does not wait
 # (synchronous_commit off for its transaction only). The row is what every reader sees at once all the same;
 # only a database crash within a fraction of a second could lose it, and the session's next write (waiting for
 # its flush, which carries this one's) comes first: a session resumed after such a crash prepares again.
 _MODEL_SQL = "UPDATE agents_app_session SET provider = %s, model = %s, tier = %s WHERE id = %s"
-_MODEL_SQL_NO_FLUSH = f"""WITH unflushed AS (SELECT set_config('synchronous_commit', 'off', true))
-{_MODEL_SQL.replace(" WHERE ", " FROM unflushed WHERE ")}"""
+_MODEL_SQL_NO_FLUSH = ("WITH unflushed AS (SELECT set_config('synchronous_commit', 'off', true)) "
+                       "UPDATE agents_app_session SET provider = %s, model = %s, tier = %s FROM unflushed WHERE id = %s")
 
 
 def session_prepare(*, run: Run, session: Session, agent: AgentDefinition, ref: str,
