@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from mas_core.events import RUN_CHANGES, _bounded, events_push, events_push_async
+from mas_core.events import RUN_CHANGES, bounded, events_push, events_push_async
 
 # Inserts the events of ``%(events)s`` (a JSON array of {i, type, agent, session, data, at}) numbered
 # after ``r.base``; a statement using it defines ``r`` as the run's counter UPDATE ... RETURNING base.
@@ -34,19 +34,21 @@ WITH r AS (
 SELECT r.base, r.team_id FROM r
 """
 
-Entry = tuple[str, str, Any, dict[str, Any], datetime]  # type, agent, session id, data, time
+# type, agent, session id, data, time, and the data's JSON text: encoded once, for the insert and the push.
+Entry = tuple[str, str, Any, dict[str, Any], datetime, str]
 
 
 def entry(type: str, *, agent: str = "", session_id=None, data: dict[str, Any] | None = None) -> Entry:
-    return (type, agent, session_id, _bounded(data or {}), datetime.now(UTC))
+    data, text = bounded(data or {})
+    return (type, agent, session_id, data, datetime.now(UTC), text)
 
 
 def events_param(entries: list[Entry]) -> str:
-    return json.dumps([
-        {"i": i, "type": type_, "agent": agent, "session": str(session) if session else None, "data": data,
-         "at": at.isoformat()}
-        for i, (type_, agent, session, data, at) in enumerate(entries, start=1)
-    ], default=str)
+    """The ``%(events)s`` of :data:`INSERT_NUMBERED`: a JSON array, written around each event's data text."""
+    return "[" + ",".join(
+        '{"i": %d, "type": %s, "agent": %s, "session": %s, "data": %s, "at": "%s"}' % (
+            i, json.dumps(type_), json.dumps(agent), f'"{session}"' if session else "null", text, at.isoformat())
+        for i, (type_, agent, session, _, at, text) in enumerate(entries, start=1)) + "]"
 
 
 def payloads(run_id, base: int, entries: list[Entry]) -> list[dict[str, Any]]:
@@ -54,8 +56,24 @@ def payloads(run_id, base: int, entries: list[Entry]) -> list[dict[str, Any]]:
     return [
         {"run": str(run_id), "seq": base + i, "type": type_, "agent": agent,
          "session": str(session) if session else None, "data": data, "created_at": at.isoformat()}
-        for i, (type_, agent, session, data, at) in enumerate(entries, start=1)
+        for i, (type_, agent, session, data, at, _) in enumerate(entries, start=1)
     ]
+
+
+def pushed(run_id, base: int, entries: list[Entry]) -> list[str]:
+    """The events as :func:`payloads` gives them, each as its JSON text (what the live push sends)."""
+    run = json.dumps(str(run_id))
+    return [
+        '{"run": %s, "seq": %d, "type": %s, "agent": %s, "session": %s, "data": %s, "created_at": "%s"}' % (
+            run, base + i, json.dumps(type_), json.dumps(agent), f'"{session}"' if session else "null", text,
+            at.isoformat())
+        for i, (type_, agent, session, _, at, text) in enumerate(entries, start=1)
+    ]
+
+
+def changes_run(entries: list[Entry]) -> bool:
+    """Whether the events change their run's status or totals (its team's run list hears of those)."""
+    return any(entry[0] in RUN_CHANGES for entry in entries)
 
 
 def events_append(*, run_id, entries: list[Entry]) -> list[dict[str, Any]]:
@@ -72,10 +90,10 @@ def events_appended(*, run_id, base: int, team_id: int, entries: list[Entry]) ->
     """Events a statement of the caller's numbered from ``base`` and inserted (:data:`INSERT_NUMBERED`), as
     :func:`events_append` does: pushed to websockets when the transaction commits, and the run's team
     (``team_id``, which the statement read with the counter) told when they change the run."""
-    pushed = payloads(run_id, base, entries)
-    changes = team_id if any(entry[0] in RUN_CHANGES for entry in entries) else None
-    transaction.on_commit(lambda: _push(pushed, changes))
-    return pushed
+    texts = pushed(run_id, base, entries)
+    team = team_id if changes_run(entries) else None
+    transaction.on_commit(lambda: _push(str(run_id), texts, team))
+    return payloads(run_id, base, entries)
 
 
 def event_append(*, run_id, type: str, agent: str = "", session_id=None,
@@ -84,21 +102,14 @@ def event_append(*, run_id, type: str, agent: str = "", session_id=None,
     return events_append(run_id=run_id, entries=[entry(type, agent=agent, session_id=session_id, data=data)])[0]
 
 
-def _push(pushed: list[dict[str, Any]], team_id: int | None) -> None:
+def _push(run_id: str, events: list[str], team_id: int | None) -> None:
     # In a worker the push goes to the session loop and is not waited for; elsewhere it is published now.
+    # Hundreds of sessions push at once in a worker: the loop's pushes go out together, one pipeline per
+    # Redis round trip (``mas_core.events.Publisher``), on one connection.
     from mas_core.runner import runner
 
     loop = runner.running_loop()
     if loop is not None:
-        asyncio.run_coroutine_threadsafe(push_bounded(pushed, team_id=team_id), loop)
+        asyncio.run_coroutine_threadsafe(events_push_async(run_id, events, team_id=team_id), loop)
     else:
-        events_push(pushed, team_id=team_id)
-
-
-async def push_bounded(pushed: list[dict[str, Any]], *, team_id: int | None = None) -> None:
-    """Push committed events from a worker's loop; returns once they are sent.
-
-    Hundreds of sessions push at once: the loop's pushes go out together, one
-    pipeline per Redis round trip (``mas_core.events.Publisher``), on one connection.
-    """
-    await events_push_async(pushed, team_id=team_id)
+        events_push(run_id, events, team_id=team_id)

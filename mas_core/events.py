@@ -92,17 +92,15 @@ def events_after(*, run_id, after: int, limit: int, before: int | None = None) -
     return [_event_json(*row) for row in rows.order_by("seq").values_list(*EVENT_FIELDS)[:limit]]
 
 
-def _bounded(data: dict[str, Any]) -> dict[str, Any]:
-    # Payloads stay well under the channel layer's 1 MB message limit.
+def bounded(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """An event's data kept well under the channel layer's 1 MB message limit, and its JSON text (encoded once:
+    the database and the live push both take the text)."""
     text = json.dumps(data, default=str)
     if len(text) <= MAX_EVENT_DATA_CHARS:
-        return data
-    return {key: (value[:2000] + "…[truncated]" if isinstance(value, str) and len(value) > 2000 else value)
+        return data, text
+    data = {key: (value[:2000] + "…[truncated]" if isinstance(value, str) and len(value) > 2000 else value)
             for key, value in data.items()} | {"truncated": True}
-
-
-def _encoded(payloads: list[dict[str, Any]]) -> str:
-    return json.dumps(payloads, default=str)
+    return data, json.dumps(data, default=str)
 
 
 _sync_client = None
@@ -117,31 +115,31 @@ def _sync_redis():
     return _sync_client
 
 
-def _publishes(payloads: list[dict[str, Any]], team_id: int | None) -> list[tuple[str, str]]:
-    # The run's events, and the run's id to its team's run list when they changed its status or totals.
-    run_id = payloads[0]["run"]
-    out = [(run_channel(run_id), _encoded(payloads))]
-    if team_id is not None and any(payload["type"] in RUN_CHANGES for payload in payloads):
+def _publishes(run_id: str, events: list[str], team_id: int | None) -> list[tuple[str, str]]:
+    # The run's events (one JSON array), and the run's id to its team's run list when they changed it.
+    out = [(run_channel(run_id), "[" + ",".join(events) + "]")]
+    if team_id is not None:
         out.append((team_runs_channel(team_id), run_id))
     return out
 
 
-def events_push(payloads: list[dict[str, Any]], *, team_id: int | None = None) -> None:
-    """Publish committed events (of one run) from sync code: one round trip, no hop to an event loop.
+def events_push(run_id: str, events: list[str], *, team_id: int | None = None) -> None:
+    """Publish committed events of one run (each the JSON text of :func:`event_to_dict`'s object) from sync
+    code: one round trip, no hop to an event loop.
 
-    With ``team_id``, the team's run list hears of the run too when the events changed its status or
-    totals. A failed push is logged: the sockets read the events back from the database.
+    With ``team_id`` (the caller's to give when the events changed the run's status or totals, see
+    :data:`RUN_CHANGES`), the team's run list hears of the run too. A failed push is logged: the sockets
+    read the events back from the database.
     """
-    if not payloads:
+    if not events:
         return
     try:
         pipe = _sync_redis().pipeline(transaction=False)
-        for channel, text in _publishes(payloads, team_id):
+        for channel, text in _publishes(run_id, events, team_id):
             pipe.publish(channel, text)
         pipe.execute()
     except Exception:
-        logger.warning("event push failed", extra={"run": payloads[0]["run"], "seq": payloads[0]["seq"]},
-                       exc_info=True)
+        logger.warning("event push failed", extra={"run": run_id, "events": len(events)}, exc_info=True)
 
 
 class Publisher:
@@ -164,9 +162,9 @@ class Publisher:
         self.waiters: list[asyncio.Future] = []
         self.sending: asyncio.Task | None = None
 
-    def push(self, payloads: list[dict[str, Any]], team_id: int | None) -> asyncio.Future:
+    def push(self, run_id: str, events: list[str], team_id: int | None) -> asyncio.Future:
         done = self.loop.create_future()
-        self.outbox += _publishes(payloads, team_id)
+        self.outbox += _publishes(run_id, events, team_id)
         self.waiters.append(done)
         if self.sending is None:
             self.sending = asyncio.ensure_future(self.send())
@@ -241,15 +239,16 @@ def _publish_command(channel: str, text: str) -> bytes:
 _publishers: dict[int, Publisher] = {}
 
 
-async def events_push_async(payloads: list[dict[str, Any]], *, team_id: int | None = None) -> None:
-    """Publish committed events (of one run) from an event loop; returns once they are sent.
+async def events_push_async(run_id: str, events: list[str], *, team_id: int | None = None) -> None:
+    """Publish committed events of one run (JSON texts, as :func:`events_push`) from an event loop; returns
+    once they are sent.
 
     The pushes of a loop share one pipeline per round trip (:class:`Publisher`), in the order they came.
-    With ``team_id``, the team's run list hears of the run too when the events changed its status or totals.
+    With ``team_id``, the team's run list hears of the run too.
     """
-    if not payloads:
+    if not events:
         return
-    await loop_local(_publishers, Publisher).push(payloads, team_id)
+    await loop_local(_publishers, Publisher).push(run_id, events, team_id)
 
 
 def event_emit(*, run_id, type: str, data: dict[str, Any] | None = None, agent: str = "",

@@ -8,11 +8,11 @@ text the model can read and act on (SPEC §3).
 
 from __future__ import annotations
 
-import copy
 import functools
 import dataclasses
 import json
 import logging
+import pickle
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,10 +127,24 @@ def _tidy(node: Any, *, is_properties: bool = False) -> Any:
 
 def parameters_schema(tool: Tool) -> dict[str, Any]:
     """The JSON schema of a tool's parameters, cleaned for every provider (or the tool's own, e.g. an MCP tool's)."""
+    return pickle.loads(_frozen_schema(tool))
+
+
+def _frozen_schema(tool: Tool) -> bytes:
+    # A schema is copied for each registry and again for each list of them (nobody shares a dict a caller
+    # could change): pickled once, every copy is a pickle.loads, several times cheaper than copy.deepcopy.
     own = getattr(tool, "input_schema", None)
     if own is not None:
-        return copy.deepcopy(own)
-    return copy.deepcopy(_schema_of(tool.Parameters))
+        json.dumps(own)  # a schema that is not JSON is a broken plugin, reported at registration
+        return pickle.dumps(own)
+    return _checked_schema(tool.Parameters)
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_schema(params: type[BaseModel]) -> bytes:
+    schema = _schema_of(params)
+    json.dumps(schema)
+    return pickle.dumps(schema)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -172,7 +186,7 @@ class ToolRegistry:
     max_result_chars: int = MAX_RESULT_CHARS
     warnings: list[str] = field(default_factory=list)
     _tools: dict[str, Tool] = field(default_factory=dict)
-    _schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _schemas: dict[str, bytes] = field(default_factory=dict)  # pickled (see _frozen_schema)
 
     def register(self, tool: Tool | type[Tool]) -> Tool:
         """Add a tool; ValueError when its name, description or parameters are unusable (TypeError: not a Tool)."""
@@ -189,12 +203,11 @@ class ToolRegistry:
         if params.model_config.get("extra") != "forbid":
             raise ValueError(f"tool {tool.name}: Parameters must forbid extra arguments (subclass plugin.Params)")
         try:
-            schema = parameters_schema(tool)
-            json.dumps(schema)
+            frozen = _frozen_schema(tool)
         except Exception as exc:  # any failure here is a broken plugin, reported at registration
             raise ValueError(f"tool {tool.name}: cannot build its JSON schema: {exc}") from exc
         self._tools[tool.name] = tool
-        self._schemas[tool.name] = schema
+        self._schemas[tool.name] = frozen
         return tool
 
     @property
@@ -212,11 +225,11 @@ class ToolRegistry:
 
     def schema(self, name: str) -> dict[str, Any]:
         """The JSON schema of one tool's parameters (a copy)."""
-        return copy.deepcopy(self._schemas[name])
+        return pickle.loads(self._schemas[name])
 
     def schemas(self) -> list[ToolSchema]:
         return [
-            ToolSchema(name=name, description=tool.description, parameters=copy.deepcopy(self._schemas[name]))
+            ToolSchema(name=name, description=tool.description, parameters=pickle.loads(self._schemas[name]))
             for name, tool in self._tools.items()
         ]
 
@@ -237,13 +250,13 @@ class ToolRegistry:
             return ToolOutcome(
                 False,
                 f"Invalid arguments for {name}: arguments must be a JSON object, got {_cap(str(shown), 200)!r}. "
-                f"Parameters: {_describe_parameters(self._schemas[name])}.",
+                f"Parameters: {_describe_parameters(self.schema(name))}.",
                 error_kind="invalid_arguments",
             )
         try:
             args = tool.Parameters.model_validate(raw_arguments)
         except ValidationError as exc:
-            return ToolOutcome(False, _validation_message(name, exc, self._schemas[name]), error_kind="invalid_arguments")
+            return ToolOutcome(False, _validation_message(name, exc, self.schema(name)), error_kind="invalid_arguments")
         try:
             result = await tool.run(args, ctx)
         except ToolError as exc:
