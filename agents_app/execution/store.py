@@ -268,6 +268,12 @@ class DatabaseStore:
         self.budget = budget
         # The session's claim (lifecycle.session_begin) and how many writes it holds: each write is the next.
         self.claim, self.writes = claim, writes
+        # What every write sends, found once: the ids as text, the settings, this loop's pool (see _pool).
+        self.run_key, self.session_key = str(run_id), str(session_id)
+        self.claim_key = str(claim) if claim else None
+        self.live_delay = live_delay_s()
+        self.history_max = settings.MAS_WORKSPACE_HISTORY_MAX_BYTES
+        self.db_pool: ConnectionPool | None = None
         self.unsent: tuple | None = None  # a write whose answer was lost: sent again, as it was, first
         # A file write of a tool (see ``deferring``) in a transaction left open, committed with the store's
         # next write — in practice the checkpoint that records the tool's result, so that the file and its
@@ -301,6 +307,13 @@ class DatabaseStore:
         self.writing = asyncio.Lock()
         self.live_timer: asyncio.TimerHandle | None = None
         self.live_write: asyncio.Task | None = None
+
+    def _pool(self) -> ConnectionPool:
+        # The running loop's pool, kept: :func:`pool` looks the process, the loop and the database up at each
+        # call. (A session's store lives on one loop; a test's may write from several, one after another.)
+        if self.db_pool is None or self.db_pool.loop is not asyncio.get_running_loop():
+            self.db_pool = pool()
+        return self.db_pool
 
     # SessionStore
 
@@ -356,7 +369,7 @@ class DatabaseStore:
         with phases.timed("events"):
             self._emit(type, data)
         if type in self.LIVE:
-            if live_delay_s() <= 0:
+            if self.live_delay <= 0:
                 await self.flush()
             else:
                 self._schedule_live_write()
@@ -382,7 +395,7 @@ class DatabaseStore:
         if self.usage[2] or self.usage[3] or self.releasing or self.releasing_large or self.held is not None:
             await self.flush()  # the budget reads the run's totals (and locks its row, which a held write holds)
         large = (self.tier if tier is None else tier) == "large"
-        async with pool().connection() as conn:
+        async with self._pool().connection() as conn:
             row = await (await conn.execute(RESERVE_SQL, reserve_params(
                 run_id=self.run_id, session_id=self.session_id, budget=self.budget, worst_usd=worst_usd,
                 large=large))).fetchone()
@@ -410,7 +423,7 @@ class DatabaseStore:
 
     def _schedule_live_write(self) -> None:
         if self.live_timer is None:
-            self.live_timer = asyncio.get_running_loop().call_later(live_delay_s(), self._write_live)
+            self.live_timer = asyncio.get_running_loop().call_later(self.live_delay, self._write_live)
 
     def _write_live(self) -> None:
         self.live_timer = None
@@ -467,16 +480,16 @@ class DatabaseStore:
             self.pending, self.usage = [], [0, 0, Decimal(0), 0]
             self.releasing, self.releasing_large = Decimal(0), 0
             params = {
-                "run": str(self.run_id), "session": str(self.session_id), "agent": self.agent,
+                "run": self.run_key, "session": self.session_key, "agent": self.agent,
                 "n": len(events), "pt": usage[0], "ct": usage[1], "cost": str(usage[2]), "large": usage[3],
                 "release": str(release[0]), "release_large": release[1],
                 "pos": json.dumps(changed) if changed else None, "state": counters,
                 "beat": counters is not None,
-                "events": events_param(events), "claim": str(self.claim) if self.claim else None,
+                "events": events_param(events), "claim": self.claim_key,
                 "write": self.writes + 1,
                 "entries": _entries_param(entries, extra), "marks": _marks_param(marks),
                 "hb": (file["bytes"] or 0) if file is not None else 0,
-                "history_max": settings.MAS_WORKSPACE_HISTORY_MAX_BYTES,
+                "history_max": self.history_max,
             }
             if file is not None:
                 params |= {**file, "at": datetime.now(UTC)}
@@ -487,7 +500,7 @@ class DatabaseStore:
             if self.deferring and sql is FILE_WRITE_SQL:
                 return await self._write_held(params, file, batch, changed)
             try:
-                async with pool().connection() as conn:
+                async with self._pool().connection() as conn:
                     if sql is FILE_WRITE_SQL:
                         row = await _write_within_limit(conn, params)
                     else:
@@ -509,7 +522,7 @@ class DatabaseStore:
                           changed: dict[str, int]) -> tuple:
         """A tool's file write in a transaction left open (``self.held``): its row now, its commit with the
         next write. Not committed, it cannot be in doubt: whatever goes wrong, nothing of it was written."""
-        conn = await pool().acquire()
+        conn = await self._pool().acquire()
         try:
             async with conn.pipeline():
                 await conn.execute("BEGIN")
@@ -522,7 +535,7 @@ class DatabaseStore:
             if row is None:  # refused: taken over, or out of order (raises); else applied already (a retry)
                 row = await self._applied_before(conn, params["write"])
                 await conn.execute("ROLLBACK")
-                await pool().release(conn)
+                await self._pool().release(conn)
                 return self._written(FILE_WRITE_SQL, params, file, batch[0], changed, row)
             workspace_check(path=params["path"], used=used)
         except BaseException as error:
@@ -558,7 +571,7 @@ class DatabaseStore:
             if isinstance(error, psycopg.Error):
                 raise WriteRefused(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
             raise
-        await pool().release(conn)
+        await self._pool().release(conn)
         self._written(*held[1:4], held[4][0], *held[5:])
         if row is None:  # cannot be: the held write holds the session's row, this write is its next
             raise WriteRefused(f"write {params['write']} of session {self.session_id} was refused after write "
@@ -579,7 +592,7 @@ class DatabaseStore:
             self.abandoned = True  # not committed, and its tool saw it succeed
             raise SessionTakenOver(f"session {self.session_id} lost a file write its tool saw succeed: "
                                    "it is resumed from its last checkpoint") from error
-        await pool().release(conn)
+        await self._pool().release(conn)
         self._written(*held[1:4], held[4][0], *held[5:])
 
     def _written(self, sql: str, params: dict[str, Any], file: dict[str, Any] | None, events: list[Entry],
@@ -616,11 +629,11 @@ class DatabaseStore:
         pushed), else what it held goes with the next write — but not its file change, whose tool saw the
         write fail (a resumed session runs that call again)."""
         sql, params, file, batch, changed, held = self.unsent
-        async with pool().connection() as conn:
+        async with self._pool().connection() as conn:
             cursor = await conn.execute("SELECT claim, writes, last_write FROM agents_app_session WHERE id = %s",
                                         [self.session_id])
             found = await cursor.fetchone()
-        if found is None or (str(found[0]) if found[0] else None) != (str(self.claim) if self.claim else None):
+        if found is None or (str(found[0]) if found[0] else None) != self.claim_key:
             raise SessionTakenOver(f"session {self.session_id} was taken over by another worker")
         self.unsent = None
         if found[1] == params["write"]:
@@ -643,7 +656,7 @@ class DatabaseStore:
                                     [self.session_id])
         found = await cursor.fetchone()
         claim = str(found[0]) if found and found[0] else None
-        if found is None or claim != (str(self.claim) if self.claim else None):
+        if found is None or claim != self.claim_key:
             raise SessionTakenOver(f"session {self.session_id} was taken over by another worker")
         if found[1] != write:
             raise WriteRefused(f"write {write} of session {self.session_id} is out of order (it holds {found[1]})")
@@ -667,7 +680,7 @@ class DatabaseStore:
             team = self.team_id if self.waiting_changes else None
             self.waiting_push, self.waiting_changes = None, False
             with phases.timed("push (after commit)"):
-                await events_push_async(str(self.run_id), batch, team_id=team)
+                await events_push_async(self.run_key, batch, team_id=team)
 
         self.pushing = asyncio.ensure_future(push())
 
@@ -729,7 +742,7 @@ class DatabaseWorkspace:
         self.store = store
 
     async def read(self, path: str) -> str | None:
-        async with pool().connection() as conn:
+        async with self.store._pool().connection() as conn:
             cursor = await conn.execute("SELECT content FROM agents_app_workspacefile WHERE run_id = %s AND path = %s",
                                         [self.store.run_id, path])
             row = await cursor.fetchone()
@@ -742,7 +755,7 @@ class DatabaseWorkspace:
         return await self.store.file_delete(path)
 
     async def paths(self) -> list[str]:
-        async with pool().connection() as conn:
+        async with self.store._pool().connection() as conn:
             cursor = await conn.execute("SELECT path FROM agents_app_workspacefile WHERE run_id = %s ORDER BY path",
                                         [self.store.run_id])
             return [row[0] for row in await cursor.fetchall()]
