@@ -12,6 +12,7 @@ import asyncio
 import functools
 import os
 import threading
+import types
 from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -70,9 +71,27 @@ def db(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
 
     Connections are reused across calls without a health-check query each
     time (that round trip cost more than most calls); a call that finds its
-    connection broken drops it, so the next call reconnects.
+    connection broken drops it, so the next call reconnects. A module's
+    function is wrapped once (a session makes a dozen hops through a handful
+    of them, and making the wrapper was most of a hop's own cost); a lambda,
+    a closure or a method is wrapped at each call (kept, it would be kept
+    for good: the wrapper holds it).
     """
+    try:
+        found = _hops.get(func)
+    except TypeError:  # unhashable: wrapped each time
+        return _hop(func)
+    if found is None:
+        found = _hop(func)
+        if type(func) is types.FunctionType and "<" not in func.__qualname__:  # not <lambda>, not <locals>
+            _hops[func] = found
+    return found
 
+
+_hops: dict[Callable, Callable] = {}
+
+
+def _hop(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     @functools.wraps(func)
     def guarded(*args, **kwargs):
         try:
