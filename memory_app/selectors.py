@@ -52,8 +52,10 @@ def _visible(*, team_id: int, agent: str | None, types: list[str] | None, tags: 
 def _vector_leg(vector: list[float], where: str, params: list[Any], n: int) -> list[tuple[int, float]]:
     literal = "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        cursor.execute("SET LOCAL hnsw.ef_search = %s", [max(40, 2 * n)])
+        # Both for this transaction only, in one statement; set_config takes its value as a parameter bound by the
+        # server too (SET does not: "SET LOCAL hnsw.ef_search = $1" is a syntax error with server-side binding).
+        cursor.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                       "set_config('hnsw.ef_search', %s, true)", [str(max(40, 2 * n))])
         # relaxed_order may return near-ties out of order: sort the candidates again.
         cursor.execute(
             f"SELECT id, distance FROM (SELECT id, embedding <=> %s::vector AS distance FROM memory_app_memory "
