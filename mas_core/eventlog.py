@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from mas_core.events import RUN_CHANGES, bounded, events_push, events_push_async
+from mas_core.events import RUN_CHANGES, bounded, event_json, events_push, events_push_async
 
 # Inserts the events of ``%(events)s`` (a JSON array of {i, type, agent, session, data, at}) numbered
 # after ``r.base``; a statement using it defines ``r`` as the run's counter UPDATE ... RETURNING base.
@@ -53,11 +53,8 @@ def events_param(entries: list[Entry]) -> str:
 
 def payloads(run_id, base: int, entries: list[Entry]) -> list[dict[str, Any]]:
     """The events as websockets and the REST API show them (see ``mas_core.events.event_to_dict``)."""
-    return [
-        {"run": str(run_id), "seq": base + i, "type": type_, "agent": agent,
-         "session": str(session) if session else None, "data": data, "created_at": at.isoformat()}
-        for i, (type_, agent, session, data, at, _) in enumerate(entries, start=1)
-    ]
+    return [event_json(run_id, base + i, type_, agent, session, data, at)
+            for i, (type_, agent, session, data, at, _) in enumerate(entries, start=1)]
 
 
 def pushed(run_id, base: int, entries: list[Entry]) -> list[str]:
@@ -83,17 +80,17 @@ def events_append(*, run_id, entries: list[Entry]) -> list[dict[str, Any]]:
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(APPEND_SQL, {"run": str(run_id), "n": len(entries), "events": events_param(entries)})
         base, team_id = cursor.fetchone()
-    return events_appended(run_id=run_id, base=base, team_id=team_id, entries=entries)
+    events_appended(run_id=run_id, base=base, team_id=team_id, entries=entries)
+    return payloads(run_id, base, entries)
 
 
-def events_appended(*, run_id, base: int, team_id: int, entries: list[Entry]) -> list[dict[str, Any]]:
+def events_appended(*, run_id, base: int, team_id: int, entries: list[Entry]) -> None:
     """Events a statement of the caller's numbered from ``base`` and inserted (:data:`INSERT_NUMBERED`), as
     :func:`events_append` does: pushed to websockets when the transaction commits, and the run's team
     (``team_id``, which the statement read with the counter) told when they change the run."""
     texts = pushed(run_id, base, entries)
     team = team_id if changes_run(entries) else None
     transaction.on_commit(lambda: _push(str(run_id), texts, team))
-    return payloads(run_id, base, entries)
 
 
 def event_append(*, run_id, type: str, agent: str = "", session_id=None,

@@ -61,11 +61,11 @@ RUN_CHANGES = frozenset({"run_start", "run_complete", "session_start", "session_
 
 def event_to_dict(event: Event) -> dict[str, Any]:
     """The JSON of an event: the same for the REST API and websockets."""
-    return _event_json(event.run_id, event.seq, event.type, event.agent, event.session_id, event.data,
+    return event_json(event.run_id, event.seq, event.type, event.agent, event.session_id, event.data,
                        event.created_at)
 
 
-def _event_json(run_id, seq, type, agent, session_id, data, created_at) -> dict[str, Any]:
+def event_json(run_id, seq, type, agent, session_id, data, created_at) -> dict[str, Any]:
     return {
         "run": str(run_id),
         "seq": seq,
@@ -89,7 +89,7 @@ def events_after(*, run_id, after: int, limit: int, before: int | None = None) -
     rows = Event.objects.filter(run_id=run_id, seq__gt=after)
     if before is not None:
         rows = rows.filter(seq__lt=before)
-    return [_event_json(*row) for row in rows.order_by("seq").values_list(*EVENT_FIELDS)[:limit]]
+    return [event_json(*row) for row in rows.order_by("seq").values_list(*EVENT_FIELDS)[:limit]]
 
 
 def bounded(data: dict[str, Any]) -> tuple[dict[str, Any], str]:

@@ -125,14 +125,10 @@ def _tidy(node: Any, *, is_properties: bool = False) -> Any:
     return out
 
 
-def parameters_schema(tool: Tool) -> dict[str, Any]:
-    """The JSON schema of a tool's parameters, cleaned for every provider (or the tool's own, e.g. an MCP tool's)."""
-    return pickle.loads(_frozen_schema(tool))
-
-
 def _frozen_schema(tool: Tool) -> bytes:
-    # A schema is copied for each registry and again for each list of them (nobody shares a dict a caller
-    # could change): pickled once, every copy is a pickle.loads, several times cheaper than copy.deepcopy.
+    """The JSON schema of a tool's parameters, cleaned for every provider (or the tool's own, e.g. an MCP tool's),
+    pickled: a schema is copied for each registry and again for each list of them (nobody shares a dict a caller
+    could change), and a copy is a ``pickle.loads``, several times cheaper than ``copy.deepcopy``."""
     own = getattr(tool, "input_schema", None)
     if own is not None:
         json.dumps(own)  # a schema that is not JSON is a broken plugin, reported at registration
@@ -142,14 +138,13 @@ def _frozen_schema(tool: Tool) -> bytes:
 
 @functools.lru_cache(maxsize=1024)
 def _checked_schema(params: type[BaseModel]) -> bytes:
+    # Every session builds a registry: pydantic's schema generation is too slow to repeat.
     schema = _schema_of(params)
     json.dumps(schema)
     return pickle.dumps(schema)
 
 
-@functools.lru_cache(maxsize=1024)
 def _schema_of(params: type[BaseModel]) -> dict[str, Any]:
-    # Every session builds a registry: pydantic's schema generation is too slow to repeat.
     raw = params.model_json_schema()
     defs = raw.pop("$defs", {})
     schema = _tidy(_inline_refs(raw, defs))

@@ -241,10 +241,6 @@ COMPACTOR_KEY = "compactor"  # the scripted provider's script key of the summari
 JUDGE_KEY = "guardrail"  # … and of the verdicts llm_judge guardrails ask for (agents_app.execution.guardrail_calls)
 
 
-def live_delay_s() -> float:
-    return float(getattr(settings, "MAS_LIVE_EVENT_DELAY_MS", 20)) / 1000
-
-
 class DatabaseStore:
     """:class:`agents_app.kernel.loop.SessionStore` on Postgres and the Channels layer.
 
@@ -271,7 +267,7 @@ class DatabaseStore:
         # What every write sends, found once: the ids as text, the settings, this loop's pool (see _pool).
         self.run_key, self.session_key = str(run_id), str(session_id)
         self.claim_key = str(claim) if claim else None
-        self.live_delay = live_delay_s()
+        self.live_delay = float(getattr(settings, "MAS_LIVE_EVENT_DELAY_MS", 20)) / 1000
         self.history_max = settings.MAS_WORKSPACE_HISTORY_MAX_BYTES
         self.db_pool: ConnectionPool | None = None
         self.unsent: tuple | None = None  # a write whose answer was lost: sent again, as it was, first
