@@ -91,8 +91,8 @@ def _conn_params(dbname: str) -> dict:
     from django.db import connection
 
     conn_params = {**connection.get_connection_params(), "dbname": dbname}
-    conn_params.pop("cursor_factory", None)
-    conn_params.pop("context", None)
+    for django_only in ("cursor_factory", "context", "prepare_threshold"):  # psycopg's, not libpq's
+        conn_params.pop(django_only, None)
     return conn_params
 
 

@@ -103,6 +103,10 @@ if os.environ.get("MAS_DATABASE_NAME"):
 # and end send a few hundred values through Django, and quoting them was ~6 % of a run's worker CPU. (A
 # parameter cannot stand where the server takes no parameter: SET takes none, set_config(...) does.)
 DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
+# ... and prepared on a connection at their third run there (Django's default is never): a session's start and
+# end are some 30 statements, which PostgreSQL parsed anew each time (bench/RESULTS.md). psycopg keeps each
+# connection's 100 most recent.
+DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 2)
 # The web process (mas_project/asgi.py sets MAS_DB_POOL) runs each request in a thread of its own
 # (MAS_WEB_CONCURRENCY of them at once) and each websocket's reads in threads of its loop: without a pool,
 # every such thread would keep a connection open, fifty sockets joining at once fifty of them, and the

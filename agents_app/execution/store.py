@@ -95,8 +95,8 @@ class ConnectionPool:
 
 
 def _conn_params() -> dict[str, Any]:
-    # Prepared once they repeat (Django's own connections never prepare): a step's statements are a few
-    # long ones, which Postgres would otherwise parse and plan at every write.
+    # Prepared at their third run on a connection, as Django's are (mas_project/settings.py): a step's
+    # statements are a few long ones, which Postgres would otherwise parse and plan at every write.
     params = {**connections["default"].get_connection_params(), "autocommit": True, "prepare_threshold": 2}
     for django_only in ("cursor_factory", "context", "server_side_binding"):
         params.pop(django_only, None)
