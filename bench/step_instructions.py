@@ -7,7 +7,10 @@ which counts, not times), for the same work as ``kernel_overhead.py``'s phase [2
 scripted model, ``--steps`` tool steps each (one ``vfs_write`` per turn), one run at a time, through the real
 worker path in one process — the scheduler's claim (``agents_app.scheduler.loop.WorkerLoop``), the session's
 begin, prepare, loop and settle, its writes to PostgreSQL and pushes to Redis — less Celery, which the worker
-only uses to start. PostgreSQL's own work is not counted (another process). What a worker does by the clock
+only uses to start. The worker's count is its loop's thread and its database threads': the process's main
+thread starts the runs (``run_start``, the API's part) and waits for them, and is left out (it was counted
+until 2026-11-28: some 40 % of a run's count beside its steps). PostgreSQL's own work is not counted (another
+process). What a worker does by the clock
 rather than by the step (its beat, the scheduler's poll, the sessions' monitor, an event written 20 ms after
 it was made when nothing took it along) is put out of the way: under callgrind's slowed clock it would count
 as the steps' work, and more so on a busier machine.
@@ -31,6 +34,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -101,14 +105,26 @@ LABELS = {"worker": "MAS worker", "plain": "kernel alone (in-memory store)",
 
 
 def counted(way: str, runs: int, steps: int) -> int:
-    """Instructions callgrind counted for ``runs`` runs of ``way`` in a fresh process (all its threads)."""
-    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-               sys.executable, __file__, "--child", way, "--runs", str(runs), "--steps", str(steps)]
-    result = subprocess.run(command, cwd=c.ROOT, env={**os.environ, **c.ENV, **QUIET}, capture_output=True,
-                            text=True, check=False)
-    found = re.search(r"Collected : (\d+)", result.stderr)
-    if result.returncode or found is None:
-        raise SystemExit(f"{way} x {runs} under callgrind failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    """Instructions callgrind counted for ``runs`` runs of ``way`` in a fresh process: all its threads, but for
+    the worker, whose runs the main thread starts (the API's part) and waits for, the threads of its loop and
+    of its database hops only."""
+    with tempfile.TemporaryDirectory(prefix="mas-callgrind-") as out:
+        command = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}/cg",
+                   sys.executable, __file__, "--child", way, "--runs", str(runs), "--steps", str(steps)]
+        result = subprocess.run(command, cwd=c.ROOT, env={**os.environ, **c.ENV, **QUIET}, capture_output=True,
+                                text=True, check=False)
+        if result.returncode or "Collected" not in result.stderr:
+            raise SystemExit(f"{way} x {runs} under callgrind failed ({result.returncode}):\n{result.stderr[-3000:]}")
+        threads = {path.name: _total(path) for path in Path(out).glob("cg-*")}  # cg-01 is the main thread
+    if way == "worker":
+        threads.pop("cg-01")
+    return sum(threads.values())
+
+
+def _total(path: Path) -> int:
+    found = re.search(r"^totals: (\d+)", path.read_text(errors="replace"), re.MULTILINE)
+    if found is None:
+        raise SystemExit(f"no totals in {path}")
     return int(found.group(1))
 
 
@@ -150,7 +166,7 @@ def main() -> None:
         c.database_drop()
         c.redis_flush()
     c.say(f"\ninstructions per step (whole runs: claim, begin, prepare, {args.steps} steps, settle, over "
-          f"{args.steps} steps), the client's process only:")
+          f"{args.steps} steps); the worker's loop and database threads, the client's process for the others:")
     for way, figure in figures.items():
         c.say(f"  {LABELS[way]:<48} {figure / 1e6:8.3f} M")
     ratios = [f"MAS / {LABELS[way].split(' ')[0]} {figures['worker'] / figures[way]:.2f}"
