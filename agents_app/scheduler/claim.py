@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -39,19 +39,28 @@ class Claimed:
     waited_s: float  # from ready to claimed
 
 
+class Claims(list):
+    """What a claim took (:class:`Claimed`, in the order they should start), and whether it left ready work of
+    the pool behind (``left``: a team at its limit, the worker's even part, teams skipped). A slot freed here
+    may take what was left; when nothing was, only new ready work (its NOTIFY) gives a claim something."""
+
+    def __init__(self, claimed: Iterable[Claimed] = (), *, left: bool) -> None:
+        super().__init__(claimed)
+        self.left = left
+
+
 def team_limit(*, max_sessions: int | None, session_limit: int | None) -> int:
     """How many sessions of a team may hold a slot at once: the operator's cap, or the team's own lower one."""
     cap = max_sessions if max_sessions is not None else int(settings.MAS_TEAM_MAX_SESSIONS)
     return min(cap, session_limit) if session_limit is not None else cap
 
 
-def claim(*, worker: str, queue: str, free: int, running: int,
-          skip_teams: Collection[int] = ()) -> list[Claimed] | None:
+def claim(*, worker: str, queue: str, free: int, running: int, skip_teams: Collection[int] = ()) -> Claims | None:
     """Claim up to ``free`` ready activations of ``queue`` for ``worker`` (which carries ``running`` sessions
     now), none of the teams ``skip_teams``, and mark them dispatched to it; returns them in the order they
     should start, or None when another claim is under way (try again in a moment)."""
     if free <= 0:
-        return []
+        return Claims(left=True)  # not looked at
     dead_s = float(settings.MAS_WORKER_DEAD_S)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [CLAIM_LOCK])
@@ -67,9 +76,11 @@ def claim(*, worker: str, queue: str, free: int, running: int,
             GROUP BY a.team_id, t.max_sessions, t.session_limit, t.weight
             HAVING count(*) FILTER (WHERE a.status = 'ready' AND a.queue = %(queue)s) > 0
             """, {"queue": queue})
-        teams = [row for row in cursor.fetchall() if row[0] not in skip_teams]
+        found = cursor.fetchall()
+        ready_all = sum(ready for _, ready, *_ in found)
+        teams = [row for row in found if row[0] not in skip_teams]
         if not teams:
-            return []
+            return Claims(left=ready_all > 0)
         cursor.execute(
             "SELECT coalesce(sum(running) FILTER (WHERE name <> %s), 0), count(*) FILTER (WHERE name <> %s) "
             "FROM agents_app_worker WHERE queue = %s AND heartbeat_at >= now() - make_interval(secs => %s)",
@@ -99,7 +110,7 @@ def claim(*, worker: str, queue: str, free: int, running: int,
         if claimed:
             cursor.execute("UPDATE agents_app_worker SET running = %s WHERE name = %s",
                            [running + len(claimed), worker])
-    return claimed
+    return Claims(claimed, left=ready_all > len(claimed))
 
 
 def claims_return(*, worker: str, keep: Collection[str] = ()) -> list[str]:

@@ -53,6 +53,7 @@ class WorkerLoop:
         self.name, self.queue, self.slots = name, queue, slots
         self.sessions: dict[asyncio.Task, Claimed] = {}  # each running session's task, and what it runs
         self.strays = False  # a claim of this worker may be running nowhere: hand it back before claiming more
+        self.left = True  # the last claim left ready work behind (Claims.left): a slot freed here may take it
         self.wake = asyncio.Event()  # look again: a session ended, or news
         self.news = asyncio.Event()  # new ready work may be there
         self.stopping = False
@@ -74,10 +75,17 @@ class WorkerLoop:
             free = self.slots - len(self.sessions)
             waiting, turns = lanes.turns_waiting()
             busy = runner.db_backlog() > BACKLOG_PER_THREAD * runner.db_threads or waiting > turns
-            if busy and not self.news.is_set() and time.monotonic() - claimed_at < poll_s:
-                # Saturated, and no new work since the last look: nothing to take. Look again in a moment.
-                await self._nap(BUSY_WAIT_S)
-                continue
+            since = time.monotonic() - claimed_at
+            if not self.news.is_set() and since < poll_s:
+                if busy:
+                    # Saturated, and no new work since the last look: nothing to take. Look again in a moment.
+                    await self._nap(BUSY_WAIT_S)
+                    continue
+                if not self.left:
+                    # A session ended, and the last claim left nothing ready behind: a claim now would find
+                    # nothing (a database hop and three statements a run). New work wakes the loop (news).
+                    await self._nap(poll_s - since)
+                    continue
             claimed = []
             if free > 0:
                 self.news.clear()
@@ -98,6 +106,7 @@ class WorkerLoop:
                     self.news.set()
                     await asyncio.sleep(CLAIM_RETRY_S)
                     continue
+                self.left = claimed.left
             for item in claimed:
                 task = loop.create_task(self._run(item))
                 self.sessions[task] = item
