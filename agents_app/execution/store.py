@@ -130,8 +130,9 @@ def pool() -> ConnectionPool:
 # event emitted before it was staged (``r.base`` + its offset in this write's events: what a fork cuts
 # at), and ``k`` marks the entries a compaction replaced. The entries and the marks are each one JSON array of
 # objects (NULL for none), not parallel arrays: psycopg dumps a list parameter element by element, eight of them
-# about 0.12 ms of the loop's CPU per write, and one text 0.02 ms. A file change adds ``f``, its event and ``v``,
-# the file's version (kept while the run's history is under ``MAS_WORKSPACE_HISTORY_MAX_BYTES``).
+# about 0.12 ms of the loop's CPU per write, and one text 0.02 ms. An entry's payload and counters, JSON texts
+# already, stand in the array as they are (``json`` fields: PostgreSQL gives their text back unchanged), not encoded
+# again as strings (:func:`_json_field`). A file change adds ``f``, its event and ``v``, the file's version (kept while the run's history is under ``MAS_WORKSPACE_HISTORY_MAX_BYTES``).
 _WRITE = """
 WITH l AS (
   SELECT 1 FROM agents_app_run WHERE id = %(run)s::uuid FOR UPDATE
@@ -159,8 +160,8 @@ WITH l AS (
   FROM r WHERE id = %(session)s::uuid
 ), j AS (
   INSERT INTO agents_app_sessionentry (session_id, seq, kind, payload, replaced_by, event_seq, counters)
-  SELECT %(session)s::uuid, x.seq, x.kind, x.payload, x.rb, r.base + x.off, x.counters
-  FROM r, json_to_recordset(%(entries)s::json) AS x(seq int, kind text, payload text, rb int, off int, counters text)
+  SELECT %(session)s::uuid, x.seq, x.kind, {text_of_payload}, x.rb, r.base + x.off, {text_of_counters}
+  FROM r, json_to_recordset(%(entries)s::json) AS x(seq int, kind text, payload json, rb int, off int, counters json)
   ON CONFLICT (session_id, seq) DO NOTHING
 ), k AS (
   UPDATE agents_app_sessionentry AS t SET replaced_by = x.rb
@@ -179,7 +180,11 @@ _VERSION = """, v AS (
   SELECT %(run)s::uuid, %(path)s::text, r.base + %(n)s + 1, %(content)s::text
   FROM r, f WHERE r.history <= %(history_max)s
 )"""
-_WRITE = _WRITE.replace("{insert}", INSERT_NUMBERED)
+# The text a ``json`` field of ``x`` stands for: a JSON string is a text encoded (:func:`_json_field`), anything
+# else (an object) the text itself.
+_TEXT_OF = "CASE json_typeof(x.{0}) WHEN 'string' THEN x.{0} #>> '{{{{}}}}' ELSE x.{0}::text END"
+_WRITE = _WRITE.replace("{insert}", INSERT_NUMBERED).replace("{text_of_payload}", _TEXT_OF.format("payload")).replace(
+    "{text_of_counters}", _TEXT_OF.format("counters"))
 WRITE_SQL = _WRITE.format(file="", file_count="", file_event="", file_columns="", file_from="", version="",
                           last="jsonb_build_array(r.base)")
 FILE_WRITE_SQL = _WRITE.format(
@@ -211,11 +216,22 @@ FILE_DELETE_SQL = _WRITE.format(
 
 
 def _entries_param(entries: list[tuple[int, str, str, int | None]], extra: list[tuple[int, str | None]]) -> str | None:
-    """The checkpoint's new history entries, each with its event offset and counters, for ``j`` of :data:`_WRITE`."""
+    """The checkpoint's new history entries, each with its event offset and counters, for ``j`` of :data:`_WRITE`:
+    written around their payloads' and counters' JSON texts (a ``seen`` entry's payload, a digest, is encoded)."""
     if not entries:
         return None
-    return json.dumps([{"seq": seq, "kind": kind, "payload": payload, "rb": rb, "off": off, "counters": counters}
-                       for (seq, kind, payload, rb), (off, counters) in zip(entries, extra, strict=True)])
+    return "[" + ",".join(
+        '{"seq": %d, "kind": %s, "payload": %s, "rb": %s, "off": %d, "counters": %s}' % (
+            seq, json.dumps(kind), json.dumps(payload) if kind == "seen" else _json_field(payload),
+            "null" if rb is None else int(rb), off, "null" if counters is None else _json_field(counters))
+        for (seq, kind, payload, rb), (off, counters) in zip(entries, extra, strict=True)) + "]"
+
+
+def _json_field(text: str) -> str:
+    """A JSON object's text as a value of :data:`_WRITE`'s ``x``: as it is, or encoded as a JSON string when it holds
+    the escape ``\\u0000``, which PostgreSQL's JSON functions refuse to read (a NUL cannot be text), while the
+    string's text, once decoded, holds it as six characters."""
+    return json.dumps(text) if "\\u0000" in text else text
 
 
 def _marks_param(marks: list[tuple[int, int]]) -> str | None:

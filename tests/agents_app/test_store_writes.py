@@ -4,6 +4,7 @@ twice, and one of a worker whose session was taken over applies nothing."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from datetime import timedelta
 from decimal import Decimal
@@ -332,3 +333,46 @@ def test_a_held_file_write_whose_commit_was_lost_stops_the_session_for_a_resume(
     assert not Event.objects.filter(run=run).exists()
     assert not WorkspaceFile.objects.filter(run=run).exists()
     assert Session.objects.get(pk=session.pk).writes == 0
+
+
+def test_a_checkpoints_entries_are_stored_as_their_own_json_texts(team_a):
+    """A checkpoint's history entries reach PostgreSQL in one JSON array written around their own JSON texts: each
+    row holds exactly the text the journal made, whatever the messages hold, a ``seen`` entry its digest, the last
+    new entry the counters; and the journal reads the same messages and counters back."""
+    from agents_app.execution import journal
+    from agents_app.kernel.loop import SessionState
+    from agents_app.models import SessionEntry
+    from mas_core.llm_types import Message, ToolCall
+
+    awkward = 'quote " backslash \\ nul \x00 tab \t line\n é 漢字 \u2028 🙂 </script> {"json": [1, null]} \\u0041'
+    messages = [
+        Message(role="user", content=awkward),
+        Message(role="assistant", content="", tool_calls=[
+            ToolCall(id="c1", name="vfs_write", arguments={"path": 'a"\\b.md', "content": awkward, "n": 1.5})]),
+        Message(role="tool", content=awkward, tool_call_id="c1", name="vfs_write"),
+    ]
+    run, session = rows(team_a)
+
+    async def work():
+        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
+                              budget={}, team_id=team_a.id)
+        state = SessionState(messages=list(messages), seen_results=['dig"est\\1', "digest-2"])
+        await store.checkpoint(state)
+        await store.close()
+        return {key: value for key, value in state.counters().items() if key != "seen_results"}
+
+    outcome = in_thread(work)
+    assert "error" not in outcome, outcome.get("error")
+    stored = list(SessionEntry.objects.filter(session=session).order_by("seq")
+                  .values_list("seq", "kind", "payload", "replaced_by", "counters"))
+    texts = [json.dumps(message.to_dict(), ensure_ascii=False) for message in messages]
+    assert [row[:4] for row in stored] == [
+        (1, "message", texts[0], None), (2, "message", texts[1], None), (3, "message", texts[2], None),
+        (4, "seen", 'dig"est\\1', None), (5, "seen", "digest-2", None)]
+    assert [row[4] for row in stored[:4]] == [None] * 4
+    assert json.loads(stored[4][4]) == outcome["value"]  # the counters, on the checkpoint's last new entry
+    counters = Session.objects.get(pk=session.pk).state
+    assert counters == outcome["value"]
+    state, _ = journal.journal_load(session_id=session.id, counters=counters)
+    assert state.messages == messages
+    assert state.seen_results == ['dig"est\\1', "digest-2"]
