@@ -9,6 +9,7 @@ Django's connection) and the session store (through its async connection).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -43,11 +44,16 @@ def entry(type: str, *, agent: str = "", session_id=None, data: dict[str, Any] |
     return (type, agent, session_id, data, datetime.now(UTC), text)
 
 
+# An event's type or agent as a JSON string: a few dozen texts, each quoted at every event of every write twice
+# (the insert and the push) before it was kept.
+_quoted = functools.lru_cache(maxsize=4096)(json.dumps)
+
+
 def events_param(entries: list[Entry]) -> str:
     """The ``%(events)s`` of :data:`INSERT_NUMBERED`: a JSON array, written around each event's data text."""
     return "[" + ",".join(
         '{"i": %d, "type": %s, "agent": %s, "session": %s, "data": %s, "at": "%s"}' % (
-            i, json.dumps(type_), json.dumps(agent), f'"{session}"' if session else "null", text, at.isoformat())
+            i, _quoted(type_), _quoted(agent), f'"{session}"' if session else "null", text, at.isoformat())
         for i, (type_, agent, session, _, at, text) in enumerate(entries, start=1)) + "]"
 
 
@@ -62,7 +68,7 @@ def pushed(run_id, base: int, entries: list[Entry]) -> list[str]:
     run = json.dumps(str(run_id))
     return [
         '{"run": %s, "seq": %d, "type": %s, "agent": %s, "session": %s, "data": %s, "created_at": "%s"}' % (
-            run, base + i, json.dumps(type_), json.dumps(agent), f'"{session}"' if session else "null", text,
+            run, base + i, _quoted(type_), _quoted(agent), f'"{session}"' if session else "null", text,
             at.isoformat())
         for i, (type_, agent, session, _, at, text) in enumerate(entries, start=1)
     ]
