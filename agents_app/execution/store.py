@@ -132,7 +132,8 @@ def pool() -> ConnectionPool:
 # objects (NULL for none), not parallel arrays: psycopg dumps a list parameter element by element, eight of them
 # about 0.12 ms of the loop's CPU per write, and one text 0.02 ms. An entry's payload and counters, JSON texts
 # already, stand in the array as they are (``json`` fields: PostgreSQL gives their text back unchanged), not encoded
-# again as strings (:func:`_json_field`). A file change adds ``f``, its event and ``v``, the file's version (kept while the run's history is under ``MAS_WORKSPACE_HISTORY_MAX_BYTES``).
+# again as strings (:func:`_json_field`: a JSON string there is a text encoded). A file change adds ``f``, its event
+# and ``v``, the file's version (kept while the run's history is under ``MAS_WORKSPACE_HISTORY_MAX_BYTES``).
 _WRITE = """
 WITH l AS (
   SELECT 1 FROM agents_app_run WHERE id = %(run)s::uuid FOR UPDATE
@@ -160,7 +161,9 @@ WITH l AS (
   FROM r WHERE id = %(session)s::uuid
 ), j AS (
   INSERT INTO agents_app_sessionentry (session_id, seq, kind, payload, replaced_by, event_seq, counters)
-  SELECT %(session)s::uuid, x.seq, x.kind, {text_of_payload}, x.rb, r.base + x.off, {text_of_counters}
+  SELECT %(session)s::uuid, x.seq, x.kind,
+    CASE json_typeof(x.payload) WHEN 'string' THEN x.payload #>> '{{}}' ELSE x.payload::text END, x.rb, r.base + x.off,
+    CASE json_typeof(x.counters) WHEN 'string' THEN x.counters #>> '{{}}' ELSE x.counters::text END
   FROM r, json_to_recordset(%(entries)s::json) AS x(seq int, kind text, payload json, rb int, off int, counters json)
   ON CONFLICT (session_id, seq) DO NOTHING
 ), k AS (
@@ -180,11 +183,7 @@ _VERSION = """, v AS (
   SELECT %(run)s::uuid, %(path)s::text, r.base + %(n)s + 1, %(content)s::text
   FROM r, f WHERE r.history <= %(history_max)s
 )"""
-# The text a ``json`` field of ``x`` stands for: a JSON string is a text encoded (:func:`_json_field`), anything
-# else (an object) the text itself.
-_TEXT_OF = "CASE json_typeof(x.{0}) WHEN 'string' THEN x.{0} #>> '{{{{}}}}' ELSE x.{0}::text END"
-_WRITE = _WRITE.replace("{insert}", INSERT_NUMBERED).replace("{text_of_payload}", _TEXT_OF.format("payload")).replace(
-    "{text_of_counters}", _TEXT_OF.format("counters"))
+_WRITE = _WRITE.replace("{insert}", INSERT_NUMBERED)
 WRITE_SQL = _WRITE.format(file="", file_count="", file_event="", file_columns="", file_from="", version="",
                           last="jsonb_build_array(r.base)")
 FILE_WRITE_SQL = _WRITE.format(
@@ -223,7 +222,7 @@ def _entries_param(entries: list[tuple[int, str, str, int | None]], extra: list[
     return "[" + ",".join(
         '{"seq": %d, "kind": %s, "payload": %s, "rb": %s, "off": %d, "counters": %s}' % (
             seq, json.dumps(kind), json.dumps(payload) if kind == "seen" else _json_field(payload),
-            "null" if rb is None else int(rb), off, "null" if counters is None else _json_field(counters))
+            "null" if rb is None else rb, off, "null" if counters is None else _json_field(counters))
         for (seq, kind, payload, rb), (off, counters) in zip(entries, extra, strict=True)) + "]"
 
 
