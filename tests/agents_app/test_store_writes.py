@@ -376,3 +376,33 @@ def test_a_checkpoints_entries_are_stored_as_their_own_json_texts(team_a):
     state, _ = journal.journal_load(session_id=session.id, counters=counters)
     assert state.messages == messages
     assert state.seen_results == ['dig"est\\1', "digest-2"]
+
+
+def test_a_stores_connections_plan_a_write_once_and_reuse_the_plan(team_a):
+    """The store's connections take PostgreSQL's generic plan for their prepared statements (``plan_cache_mode``):
+    a write's statement, prepared at its third run on a connection, is planned once there, not at every write.
+    Left to choose, PostgreSQL planned each of its first five runs anew, and kept doing so on some connections:
+    0.36 + 0.59 ms of its CPU a step (bench/RESULTS.md)."""
+    from agents_app.kernel.loop import SessionState
+    from mas_core.llm_types import Message
+
+    run, session = rows(team_a)
+
+    async def work():
+        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
+                              budget={}, team_id=team_a.id)
+        state = SessionState(messages=[Message(role="user", content="go")])
+        for step in range(8):  # one at a time: each write on the loop's one connection
+            state.messages.append(Message(role="assistant", content=f"step {step}"))
+            await store.checkpoint(state)
+        async with pool().connection() as conn:
+            plans = await (await conn.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
+                ["%WITH l AS (%agents_app_sessionentry%"])).fetchall()
+        await store.close()
+        return plans
+
+    outcome = in_thread(work)
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["value"] == [(6, 0)]  # prepared at the third write: six runs of one generic plan, no custom one
+    assert Session.objects.get(pk=session.pk).writes == 8
