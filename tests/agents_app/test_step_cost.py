@@ -81,12 +81,15 @@ def test_a_tool_step_is_two_round_trips_one_commit_and_no_thread_hop(team_a, mon
     # write, the workspace's total: one round trip), then the checkpoint recording its result and the
     # COMMIT (one round trip). Four events emitted (llm_request, llm_response, tool_call, tool_result; the
     # file_change is the write's own). No ORM query, no hop to a database thread.
+    pushes = per_step.pop("push (after commit)", 0)
     assert per_step == {
         "step": 1, "statement": 2, "async connection use": 1,
         "events": 4, "checkpoint staging": 2, "context count": 2, "budget reserve": 1, "model call": 1,
         "gate": 1, "tool": 1, "tool result kept": 1, "file write": 1, "checkpoint+events write": 1,
-        "push (after commit)": 1,
     }
+    # One PUBLISH per commit at most: a commit made while the last push is still on its way rides along with the
+    # next one (on a loaded machine, 0.75 a step was seen), never one of its own beside it.
+    assert 0 < pushes <= 1
 
 
 def test_a_step_reads_its_writes_results_after_the_pipeline_syncs(team_a, monkeypatch, loop_connections_closed,
