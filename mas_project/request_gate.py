@@ -5,10 +5,8 @@ hundred threads taking turns at the one interpreter lock with the event loop tha
 live events: the loop got its turn behind them, and a live event waited for a burst of API calls to be
 answered (``bench/load.py``). More threads do not answer sooner either: the work is Python, which runs on
 one core per process whatever the number of threads. So the web process works on ``MAS_WEB_CONCURRENCY``
-requests at once and the rest wait, in arrival order, as coroutines of the loop — which keeps its turn. The
-default is 2: a request waiting for the database leaves the core to the other, and one slow request does not hold
-up all the rest. With 4, the loop's turns came later: ``bench/load.py``'s live events reached their clients at
-p99 283 against 215 ms (the medians of seven alternated runs each), for POSTs answered at p95 589 against 680 ms.
+requests at once (default 4: a request waiting for the database leaves the core to another) and the rest
+wait, in arrival order, as coroutines of the loop — which keeps its turn.
 
 The gate holds a request from the moment its body is read (Django reads it first: a slow client holds no
 place) through its middleware and view, until the response is made; a streaming response's body is sent
