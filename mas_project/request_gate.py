@@ -6,7 +6,9 @@ live events: the loop got its turn behind them, and a live event waited for a bu
 answered (``bench/load.py``). More threads do not answer sooner either: the work is Python, which runs on
 one core per process whatever the number of threads. So the web process works on ``MAS_WEB_CONCURRENCY``
 requests at once (default 4: a request waiting for the database leaves the core to another) and the rest
-wait, in arrival order, as coroutines of the loop — which keeps its turn.
+wait, in arrival order, as coroutines of the loop — which keeps its turn. Two places got ``bench/load.py``'s live
+events to their clients sooner (p99 215 against 283 ms), but then two slow requests, such as two MCP server Tests
+waiting out their connect timeout, held up every other request (``tests/tools_app/test_mcp_sandbox.py``).
 
 The gate holds a request from the moment its body is read (Django reads it first: a slow client holds no
 place) through its middleware and view, until the response is made; a streaming response's body is sent
