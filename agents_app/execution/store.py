@@ -99,7 +99,7 @@ def _conn_params() -> dict[str, Any]:
     # statements are a few long ones, which Postgres would otherwise parse and plan at every write. And planned
     # once there (a generic plan): left to choose, Postgres plans a prepared statement's first five runs for their
     # values, then keeps doing so when its estimates favour it, which for the writes they did on some connections
-    # and not on others: 0.95 ms of its CPU a step, half its share. Every statement of these connections finds
+    # and not on others (0.95 ms of its CPU a step there). Every statement of these connections finds
     # its rows by key, so one plan serves all values.
     params = {**connections["default"].get_connection_params(), "autocommit": True, "prepare_threshold": 2}
     for django_only in ("cursor_factory", "context", "server_side_binding"):

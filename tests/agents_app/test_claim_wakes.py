@@ -13,7 +13,6 @@ from agents_app.models import Run
 from agents_app.scheduler import loop as scheduler_loop
 from agents_app.scheduler.loop import WorkerLoop
 from mas_core.runner import runner
-from tests.agents_app.test_step_cost import loop_connections_closed  # noqa: F401 - a fixture
 from tests.runs import agent, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -38,7 +37,7 @@ def claims(monkeypatch, settings):
 
 
 @pytest.fixture
-def serving(unserved, claims, loop_connections_closed):  # noqa: F811
+def serving(unserved, claims, loop_connections_closed):
     """A worker of the test's own pool on this process's session loop, stopped (its LISTEN closed) after."""
     worker = WorkerLoop(name="w:wakes", queue=unserved, slots=10)
     served = asyncio.run_coroutine_threadsafe(worker.serve(), runner.loop())

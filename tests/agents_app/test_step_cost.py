@@ -16,35 +16,6 @@ from tests.runs import agent, wait_until
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def loop_connections_closed():
-    """The sessions run on this process's loop: its connections (the store's pool, the database threads') are
-    closed afterwards, or the test database could not be dropped."""
-    yield
-    import asyncio
-    import threading
-
-    from django.db import connections
-
-    from agents_app.execution.store import pool
-    from mas_core.runner import db, runner
-
-    threads = runner._db_threads
-    barrier = threading.Barrier(threads)
-
-    def close() -> None:  # one call per thread: each waits for all the others
-        connections.close_all()
-        barrier.wait(timeout=10)
-
-    async def close_all() -> None:
-        for conn in pool().idle:
-            await conn.close()
-        pool().idle.clear()
-        await asyncio.gather(*(db(close)() for _ in range(threads)))
-
-    runner.run(close_all())
-
-
 def script(steps: int) -> dict:
     turns = [{"tool_calls": [{"name": "vfs_write", "arguments": {"path": f"notes/{i}.md", "content": f"step {i}"}}]}
              for i in range(steps)]

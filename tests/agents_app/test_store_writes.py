@@ -85,6 +85,12 @@ def rows(team):
     return run, Session.objects.create(run=run, activation=activation, agent="lead", tier="medium")
 
 
+def store_of(run, session, **more) -> DatabaseStore:
+    """The store a worker makes for ``session`` of ``run`` (agent lead, no budget); ``more``: its claim and writes."""
+    return DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None, budget={},
+                         team_id=run.team_id, **more)
+
+
 def response(cost: str) -> dict:
     return {"model": "m", "finish_reason": "stop", "text": "hi", "tool_calls": [],
             "usage": {"prompt_tokens": 100, "completion_tokens": 20}, "cost_usd": cost}
@@ -113,8 +119,7 @@ def test_a_write_retried_after_its_commit_applies_nothing_twice(team_a, monkeypa
     monkeypatch.setattr(store_module.ConnectionPool, "connection", connection)
 
     async def work():
-        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
-                              budget={}, team_id=team_a.id)
+        store = store_of(run, session)
         workspace = DatabaseWorkspace(store=store)
         failures = []
         await store.emit("llm_request", {"model": "m"})
@@ -171,8 +176,7 @@ def test_a_worker_whose_session_was_taken_over_writes_nothing(team_a, settings):
     session.save(update_fields=["claim"])
 
     async def first_write():
-        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
-                              budget={}, team_id=team_a.id, claim=session.claim, writes=0)
+        store = store_of(run, session, claim=session.claim, writes=0)
         await store.emit("llm_response", response("0.5"))
         await store.flush()
         return store
@@ -200,8 +204,7 @@ def test_a_worker_whose_session_was_taken_over_writes_nothing(team_a, settings):
 
     # The new owner writes on from where the session was.
     async def new_owner():
-        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
-                              budget={}, team_id=team_a.id, claim=start.session.claim, writes=start.session.writes)
+        store = store_of(run, session, claim=start.session.claim, writes=start.session.writes)
         await store.emit("llm_response", response("0.25"))
         await store.flush()
         return store.writes
@@ -220,8 +223,7 @@ def test_a_tools_held_file_write_is_committed_with_the_checkpoint_that_records_i
     seen: dict = {}
 
     async def work():
-        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
-                              budget={}, team_id=team_a.id)
+        store = store_of(run, session)
         state = SessionState(messages=[Message(role="user", content="write")])
         await store.emit("llm_response", response("0"))
         await store.checkpoint(state, before_tools=True)
@@ -263,8 +265,7 @@ def test_a_held_file_write_past_the_workspace_limit_writes_nothing_and_keeps_the
     run, session = rows(team_a)
 
     async def work():
-        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
-                              budget={}, team_id=team_a.id)
+        store = store_of(run, session)
         await store.emit("tool_call", {"id": "tc-1", "name": "vfs_write", "arguments": {}})
         store.deferring = True
         try:
@@ -300,8 +301,7 @@ def test_a_held_file_write_whose_commit_was_lost_stops_the_session_for_a_resume(
     monkeypatch.setattr(store_module.ConnectionPool, "acquire", acquire)
 
     async def work():
-        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
-                              budget={}, team_id=team_a.id)
+        store = store_of(run, session)
         await store.emit("tool_call", {"id": "tc-1", "name": "vfs_write", "arguments": {}})
         store.deferring = True
         version = await DatabaseWorkspace(store=store).write("notes.md", "first")
@@ -354,8 +354,7 @@ def test_a_checkpoints_entries_are_stored_as_their_own_json_texts(team_a):
     run, session = rows(team_a)
 
     async def work():
-        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
-                              budget={}, team_id=team_a.id)
+        store = store_of(run, session)
         state = SessionState(messages=list(messages), seen_results=['dig"est\\1', "digest-2"])
         await store.checkpoint(state)
         await store.close()
@@ -389,8 +388,7 @@ def test_a_stores_connections_plan_a_write_once_and_reuse_the_plan(team_a):
     run, session = rows(team_a)
 
     async def work():
-        store = DatabaseStore(run_id=run.id, session_id=session.id, agent="lead", tier="medium", cursor=None,
-                              budget={}, team_id=team_a.id)
+        store = store_of(run, session)
         state = SessionState(messages=[Message(role="user", content="go")])
         for step in range(8):  # one at a time: each write on the loop's one connection
             state.messages.append(Message(role="assistant", content=f"step {step}"))

@@ -15,7 +15,6 @@ from agents_app.scheduler.claim import Claimed
 from agents_app.scheduler.loop import WorkerLoop
 from mas_core import lanes
 from mas_core.runner import runner
-from tests.agents_app.test_step_cost import loop_connections_closed  # noqa: F401 - a fixture
 from tests.runs import agent, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -41,7 +40,7 @@ def session_started(run: Run) -> bool:
 
 
 def test_a_session_waits_for_a_turn_and_gives_it_up_while_its_model_answers(
-        team_a, team_b, one_turn, unserved, loop_connections_closed):  # noqa: F811
+        team_a, team_b, one_turn, unserved, loop_connections_closed):
     from agents_app.execution.session import execute_activation
 
     slow, slow_id = started(team_a, "Slow", [{"latency_ms": 3000, "text": "slow done"}])
