@@ -202,13 +202,69 @@ class FairSemaphore:
 
 
 class _Holding:
-    """One session's turn: held, or given up while ``away`` > 0 of its waits are under way."""
+    """One block's place: held, or given up while ``away`` > 0 of its waits are under way."""
 
-    def __init__(self, semaphore: FairSemaphore) -> None:
-        self.semaphore, self.held, self.away, self.done = semaphore, True, 0, False
+    def __init__(self, semaphore: FairSemaphore, loop: asyncio.AbstractEventLoop) -> None:
+        self.semaphore, self.loop, self.held, self.away, self.done = semaphore, loop, True, 0, False
 
 
-_holding: contextvars.ContextVar[_Holding | None] = contextvars.ContextVar("mas_turn", default=None)
+class Places:
+    """A loop's places, taken in turn by lane: a block holds one while it works (``held``) and gives it up
+    while it waits for something slow (``away``), taking it again in turn after.
+
+    A worker's sessions hold its loop's turns (``turn`` and ``away`` below); a web process's requests hold
+    its places (``mas_core.webgate``).
+    """
+
+    def __init__(self, name: str, semaphore: Callable[[], FairSemaphore]) -> None:
+        self._holding: contextvars.ContextVar[_Holding | None] = contextvars.ContextVar(name, default=None)
+        self.semaphore = semaphore  # the running loop's
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        """Hold one place at the running loop for the block (in the block already: nothing more)."""
+        if self._holding.get() is not None:
+            yield
+            return
+        semaphore = self.semaphore()
+        await semaphore.acquire()
+        holding = _Holding(semaphore, asyncio.get_running_loop())
+        token = self._holding.set(holding)
+        try:
+            yield
+        finally:
+            self._holding.reset(token)
+            holding.done = True
+            if holding.held:
+                holding.held = False
+                semaphore.release()
+
+    @contextlib.asynccontextmanager
+    async def away(self) -> AsyncIterator[None]:
+        """Give the place up while the block waits for something slow; take it again (in turn) after.
+
+        Outside a held place, or on another loop than the one it is held at, nothing is given up.
+        """
+        holding = self._holding.get()
+        if holding is None or holding.done or holding.loop is not asyncio.get_running_loop():
+            yield
+            return
+        holding.away += 1
+        if holding.held:
+            holding.held = False
+            holding.semaphore.release()
+        try:
+            yield
+        finally:
+            holding.away -= 1
+            if holding.away == 0 and not holding.held and not holding.done:
+                await holding.semaphore.acquire()
+                holding.held = True
+                if holding.away or holding.done:  # gone away again (another wait of the block), or ended, meanwhile
+                    holding.held = False
+                    holding.semaphore.release()
+
+
 _turns: dict[int, FairSemaphore] = {}
 
 
@@ -216,54 +272,18 @@ def _semaphore() -> FairSemaphore:
     return loop_local(_turns, lambda loop: FairSemaphore(int(os.environ.get("MAS_WORKER_TURNS", "16")), loop=loop))
 
 
+_session_turns = Places("mas_turn", _semaphore)
+
+# Hold one of the process's turns at its loop for the block (in the block already: nothing more).
+turn = _session_turns.held
+
+# Give the turn up while the block waits for something slow; take it again (in turn) after. Never around a
+# wait that holds a connection of the pool: a session waiting for its turn with a connection could hold up
+# the sessions that have a turn and wait for one.
+away = _session_turns.away
+
+
 def turns_waiting() -> tuple[int, int]:
     """How many sessions wait for a turn at the running loop now, and how many turns it has."""
     semaphore = _semaphore()
     return semaphore.waiting, semaphore.size
-
-
-@contextlib.asynccontextmanager
-async def turn() -> AsyncIterator[None]:
-    """Hold one of the process's turns at its loop for the block (in the block already: nothing more)."""
-    if _holding.get() is not None:
-        yield
-        return
-    semaphore = _semaphore()
-    await semaphore.acquire()
-    holding = _Holding(semaphore)
-    token = _holding.set(holding)
-    try:
-        yield
-    finally:
-        _holding.reset(token)
-        holding.done = True
-        if holding.held:
-            holding.held = False
-            semaphore.release()
-
-
-@contextlib.asynccontextmanager
-async def away() -> AsyncIterator[None]:
-    """Give the turn up while the block waits for something slow; take it again (in turn) after.
-
-    Never around a wait that holds a connection of the pool: a session waiting for its turn with a
-    connection could hold up the sessions that have a turn and wait for one.
-    """
-    holding = _holding.get()
-    if holding is None or holding.done:
-        yield
-        return
-    holding.away += 1
-    if holding.held:
-        holding.held = False
-        holding.semaphore.release()
-    try:
-        yield
-    finally:
-        holding.away -= 1
-        if holding.away == 0 and not holding.held and not holding.done:
-            await holding.semaphore.acquire()
-            holding.held = True
-            if holding.away or holding.done:  # gone away again (another wait of the session), or ended, meanwhile
-                holding.held = False
-                holding.semaphore.release()

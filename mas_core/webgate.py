@@ -1,28 +1,45 @@
 """A web process's places: how many requests it works on at once (``MAS_WEB_CONCURRENCY``), the others waiting
 in its event loop — taken by Django's requests (``mas_project.request_gate``, which says why) and by the doors
 beside Django (``agents_app.doors``) for their database work.
+
+Waiting requests are let in lane by lane, a lane per caller (``caller_lane``): a client that sends a hundred
+requests at once waits behind its own, and another's request waits for at most one of them per lane. A
+request that waits for something outside the server (an MCP server being tested) gives its place up
+meanwhile (``away``), so a few such waits cannot hold up everyone else's requests.
 """
 
 from __future__ import annotations
 
-import asyncio
+import hashlib
 
 from django.conf import settings
 
+from mas_core.lanes import FairSemaphore, Places
 from mas_core.loops import loop_local
 
-
-class _Gate:
-    """A loop's places (a web process has one loop; tests run several, one after another)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.places = asyncio.Semaphore(settings.MAS_WEB_CONCURRENCY)
+_gates: dict[int, FairSemaphore] = {}
 
 
-_gates: dict[int, _Gate] = {}
+def _places() -> FairSemaphore:
+    return loop_local(_gates, lambda loop: FairSemaphore(settings.MAS_WEB_CONCURRENCY, loop=loop))
 
 
-def gate_places() -> asyncio.Semaphore:
-    """The running loop's places: ``async with gate_places():`` around work a request does."""
-    return loop_local(_gates, _Gate).places
+_places_held = Places("mas_web_place", _places)
+
+# Hold one of the running loop's places for the block: ``async with place():`` around work a request does.
+place = _places_held.held
+
+# Give the request's place up while it waits for something outside; take it again (in turn) after.
+away = _places_held.away
+
+
+def caller_lane(headers: list[tuple[bytes, bytes]], client: tuple[str, int] | None) -> str:
+    """The lane of a request's caller: its bearer token or session cookie, else its address.
+
+    Only a digest is kept (the lane key lives as long as requests wait in it); a caller who changes its
+    credentials gets another lane, as another caller would.
+    """
+    for name, value in headers:
+        if name == b"authorization" or (name == b"cookie" and b"sessionid=" in value):
+            return hashlib.blake2b(value, digest_size=8).hexdigest()
+    return client[0] if client else ""

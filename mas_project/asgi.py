@@ -16,6 +16,8 @@ from django.urls import path, re_path  # noqa: E402
 
 from agents_app.consumers import NoSuchSocketConsumer, RunEventsConsumer, TeamRunsConsumer  # noqa: E402
 from agents_app.doors import a2a_door, agui, mcp_door, openai_compat  # noqa: E402
+from mas_core.lanes import lane  # noqa: E402
+from mas_core.webgate import caller_lane  # noqa: E402
 from mas_project.http_limits import UrlLengthLimit, answer_overlong_lines  # noqa: E402
 
 answer_overlong_lines()
@@ -33,6 +35,7 @@ websocket_urlpatterns = [
 async def http_app(scope, receive, send):
     """The doors beside MAS's own API (``agents_app.doors``: ``/v1/``, the OpenAI-compatible endpoint; ``/mcp``,
     the MCP server; ``/ag-ui/``, runs as AG-UI events; ``/a2a/``, the A2A server), and Django for everything else."""
+    lane.set(("web", caller_lane(scope["headers"], scope.get("client"))))  # its turn at the gate (webgate)
     path = scope["path"]
     if path == "/v1" or path.startswith("/v1/"):
         return await openai_compat.app(scope, receive, send)

@@ -6,9 +6,11 @@ live events: the loop got its turn behind them, and a live event waited for a bu
 answered (``bench/load.py``). More threads do not answer sooner either: the work is Python, which runs on
 one core per process whatever the number of threads. So the web process works on ``MAS_WEB_CONCURRENCY``
 requests at once (default 4: a request waiting for the database leaves the core to another) and the rest
-wait, in arrival order, as coroutines of the loop — which keeps its turn. Two places got ``bench/load.py``'s live
-events to their clients sooner (p99 215 against 283 ms), but then two slow requests, such as two MCP server Tests
-waiting out their connect timeout, held up every other request (``tests/tools_app/test_mcp_sandbox.py``).
+wait as coroutines of the loop — which keeps its turn — let in lane by lane, a lane per caller
+(``mas_core.webgate``): one client's burst waits behind itself, not in front of everyone else's requests.
+A request that waits for something outside (an MCP server's Test) gives its place up meanwhile
+(``webgate.away``): with two places and no such giving up, two Tests waiting out their connect timeout held
+up every other request (``tests/tools_app/test_mcp_sandbox.py``).
 
 The gate holds a request from the moment its body is read (Django reads it first: a slow client holds no
 place) through its middleware and view, until the response is made; a streaming response's body is sent
@@ -21,7 +23,7 @@ from __future__ import annotations
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 
-from mas_core.webgate import gate_places
+from mas_core import webgate
 
 
 class GatedASGIHandler(ASGIHandler):
@@ -40,5 +42,5 @@ class GatedASGIHandler(ASGIHandler):
         self._in_thread = sync_to_async(self.get_response, thread_sensitive=True)
 
     async def get_response_async(self, request):
-        async with gate_places():
+        async with webgate.place():
             return await self._in_thread(request)

@@ -312,6 +312,9 @@ MAS_WEB_SEARCH_BACKEND = os.environ.get("MAS_WEB_SEARCH_BACKEND", "")
 # server's own timeout_s); a tool's result is cut at MAX_OUTPUT_CHARS.
 MAS_MCP_CONNECT_TIMEOUT_S = float(os.environ.get("MAS_MCP_CONNECT_TIMEOUT_S", 10))
 MAS_MCP_LIST_TIMEOUT_S = float(os.environ.get("MAS_MCP_LIST_TIMEOUT_S", 10))
+# MCP server Tests (the admin's action, POST /api/mcp-servers/{slug}/test) a team runs at once per web process;
+# past it the API answers 429 (tools_app/mcp/services.py).
+MAS_MCP_TESTS_PER_TEAM = max(1, int(os.environ.get("MAS_MCP_TESTS_PER_TEAM", 2)))
 MAS_MCP_MAX_OUTPUT_CHARS = int(os.environ.get("MAS_MCP_MAX_OUTPUT_CHARS", 100_000))
 # A streamable-HTTP/SSE connection stays open this long after its session for the worker's next session
 # (stdio servers are one process per session); 0 closes each with its session.

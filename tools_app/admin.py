@@ -98,10 +98,14 @@ class MCPServerAdmin(DefinitionAdmin):
 
     @admin.action(description="Test and discover tools of the selected servers")
     def test_and_discover(self, request, queryset):
-        from tools_app.mcp.services import mcp_server_test
+        from tools_app.mcp.services import TooManyTests, mcp_server_test
 
         for row in self._actionable(request, queryset):
-            report = mcp_server_test(row=row)
+            try:
+                report = mcp_server_test(row=row)
+            except TooManyTests as error:
+                self.message_user(request, f"{row.slug}: not tested: {error}", messages.ERROR)
+                continue
             if report["ok"]:
                 tools = ", ".join(f"{t['name']}{'' if t['approved'] else ' (not approved)'}" for t in report["tools"])
                 timing = report["timings_ms"].get("connect_and_list_ms")

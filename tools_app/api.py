@@ -62,20 +62,28 @@ def _server_for(request, slug: str):
 
 
 @router.post("/mcp-servers/{slug}/test", auth=api_auth("edit"), tags=["mcp-servers"], operation_id="mcp_test",
-             response={200: MCPTestOut, **error_responses(401, 403, 404)},
+             response={200: MCPTestOut, **error_responses(401, 403, 404, 429)},
              summary="Connect to an MCP server, list its tools (kept on the row), report timings and errors")
 async def test_server(request, slug: str):
-    # Async: the connection is awaited on the event loop, bounded by the connect and list timeouts, so a slow
-    # or hanging server holds no web thread; only the row's lookup and the save run in a thread.
+    # Async: the connection is awaited on the event loop, bounded by the connect and list timeouts, with the
+    # request's place in the web process and its database connection given up meanwhile (a slow or hanging
+    # server holds up no other request); only the row's lookup and the save run in a thread.
     from tools_app.mcp.client import ServerConfig
-    from tools_app.mcp.services import mcp_server_discover, mcp_server_test_record
+    from tools_app.mcp.services import (TooManyTests, connection_given_back, mcp_server_discover,
+                                        mcp_server_test_record, mcp_test_slot)
 
     def load():
         row = _server_for(request, slug)
-        return row, ServerConfig.of(row)
+        config = ServerConfig.of(row)
+        connection_given_back()
+        return row, config
 
     row, config = await sync_to_async(load)()
-    found = await mcp_server_discover(config=config, close_in_background=True)
+    try:
+        with mcp_test_slot(row.team_id):
+            found = await mcp_server_discover(config=config, close_in_background=True)
+    except TooManyTests as error:
+        raise HttpError(429, str(error)) from None
     return await sync_to_async(mcp_server_test_record)(row=row, found=found)
 
 

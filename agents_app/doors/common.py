@@ -190,9 +190,9 @@ def run_cancel_by_door(run_id: str) -> None:
 
 async def in_thread(function, *args):
     """``function(*args)`` in a thread, past the web process's gate (as Django's requests pass it)."""
-    from mas_core.webgate import gate_places
+    from mas_core import webgate
 
-    async with gate_places():
+    async with webgate.place():
         return await sync_to_async(_closing(function), thread_sensitive=False)(*args)
 
 

@@ -154,3 +154,103 @@ def test_a_request_goes_to_its_thread_once_for_the_middleware_and_the_view(monke
     own handler: fifteen (one per method of each middleware as well, and back to the loop around WhiteNoise)."""
     assert hops(GatedASGIHandler, monkeypatch) == 3
     assert hops(ASGIHandler, monkeypatch) == 15
+
+
+def in_order(monkeypatch, requests: list[tuple[float, str, str]], inside) -> list[str]:
+    """What happened, in order, to ``requests`` — (seconds after the first, path, bearer token) — sent to the
+    served application one place strong, each calling ``inside(path, log)`` in its thread in place of its view."""
+    from mas_project import asgi
+
+    log: list[str] = []
+    lock = threading.Lock()
+
+    def say(entry: str) -> None:
+        with lock:
+            log.append(entry)
+
+    def view(self, request):
+        say(f"{request.path} in")
+        try:
+            inside(request.path, say)
+        finally:
+            say(f"{request.path} out")
+        return real(self, request)
+
+    real = BaseHandler._get_response
+    monkeypatch.setattr(BaseHandler, "_get_response", view)
+    monkeypatch.setattr(asgi, "django_asgi_app", GatedASGIHandler())  # its chain made with the view above
+
+    async def send(after: float, path: str, token: str) -> int:
+        await asyncio.sleep(after)
+        scope = {**SCOPE, "path": path, "raw_path": path.encode(),
+                 "headers": [(b"authorization", f"Bearer {token}".encode())]}
+        received = [{"type": "http.request", "body": b"", "more_body": False}]
+        sent: list[dict] = []
+
+        async def receive():
+            if received:
+                return received.pop()
+            await asyncio.Future()
+
+        async def answer(message):
+            sent.append(message)
+
+        await asgi.http_app(scope, receive, answer)
+        return sent[0]["status"]
+
+    async def main():
+        return await asyncio.gather(*(send(*request) for request in requests))
+
+    assert asyncio.run(main()) == [404] * len(requests)
+    return log
+
+
+def test_a_request_waiting_away_lets_another_in_and_takes_its_place_again_in_turn(monkeypatch, settings):
+    """One place: /slow/ gives it up for 0.2 s (as an MCP server's Test does while the server answers), /fast/
+    comes in meanwhile and keeps it 0.4 s, and /slow/ goes on only once /fast/ has left."""
+    from asgiref.sync import async_to_sync
+
+    from mas_core import webgate
+
+    settings.MAS_WEB_CONCURRENCY = 1
+
+    async def away(say) -> None:
+        async with webgate.away():
+            say("/slow/ away")
+            await asyncio.sleep(0.2)
+        say("/slow/ back")
+
+    def inside(path: str, say) -> None:
+        if path == "/slow/":
+            async_to_sync(away)(say)  # on the web process's loop, as an async view runs
+        else:
+            time.sleep(0.4)
+
+    log = in_order(monkeypatch, [(0, "/slow/", "a"), (0.05, "/fast/", "b")], inside)
+    assert log == ["/slow/ in", "/slow/ away", "/fast/ in", "/fast/ out", "/slow/ back", "/slow/ out"]
+
+
+def test_without_going_away_a_waiting_request_keeps_its_place(monkeypatch, settings):
+    """The same requests, /slow/ waiting without ``away``: /fast/ comes in only after it."""
+    from asgiref.sync import async_to_sync
+
+    settings.MAS_WEB_CONCURRENCY = 1
+
+    def inside(path: str, say) -> None:
+        if path == "/slow/":
+            async_to_sync(asyncio.sleep)(0.2)
+        else:
+            time.sleep(0.4)
+
+    log = in_order(monkeypatch, [(0, "/slow/", "a"), (0.05, "/fast/", "b")], inside)
+    assert log == ["/slow/ in", "/slow/ out", "/fast/ in", "/fast/ out"]
+
+
+def test_waiting_requests_are_let_in_one_caller_at_a_time_in_turn(monkeypatch, settings):
+    """One place: caller a sends five requests at once, caller b one a moment later. b's goes in after a's
+    first (inside) and a's second (a's turn), not after all five: one caller's burst waits behind itself."""
+    settings.MAS_WEB_CONCURRENCY = 1
+    requests = [(0, f"/a{i}/", "a") for i in range(1, 6)] + [(0.05, "/b1/", "b")]
+    log = in_order(monkeypatch, requests, lambda path, say: time.sleep(0.1))
+    entered = [entry.split()[0] for entry in log if entry.endswith(" in")]
+    assert entered == ["/a1/", "/a2/", "/b1/", "/a3/", "/a4/", "/a5/"]

@@ -22,7 +22,7 @@ from mas_core.definitions.services import definition_parse, definition_save, std
 from mas_core.definitions.storage import team_defs_dir
 from mas_core.definitions.sync import markdown_sync
 from tools_app.kinds import MCP
-from tools_app.mcp.services import mcp_server_test
+from tools_app.mcp.services import CLOSE_GRACE_S, mcp_server_test
 from tools_app.models import MCPServer
 
 PRIVATE_PROMPT = "beta-private-prompt-7c1e: never outside team beta"
@@ -300,10 +300,12 @@ def sleepers() -> list[int]:
 
 @pytest.mark.alone  # times the answers: 2 s of timeout and under 1.9 s for the rest
 @pytest.mark.django_db(transaction=True)
-def test_testing_a_hanging_server_answers_within_its_timeout_and_holds_no_web_thread(team_a, make_member, make_token):
-    """The probe's `sleep 30` held a web request for 12 s. Two Tests at once, and a request meanwhile, over a
-    real daphne: each Test answers the connect timeout's error in about that timeout, the other at once, and
-    the server's process is ended after the answer."""
+def test_testing_a_hanging_server_answers_within_its_timeout_and_holds_no_web_place(team_a, make_member, make_token):
+    """The probe's `sleep 30` held a web request for 12 s. Two Tests at once, and requests meanwhile, over a
+    real daphne that works on one request at a time: each Test answers the connect timeout's error in about
+    that timeout and gives its place up while it waits, so a plain request meanwhile is answered at once; a
+    third Test of the team is refused at once (429: two at a time); the server's process is ended after the
+    answer."""
     import time
 
     from tests.web import WebServer
@@ -313,7 +315,7 @@ def test_testing_a_hanging_server_answers_within_its_timeout_and_holds_no_web_th
     definition_save(kind=MCP, team=team_a, slug="slow", parsed=definition_parse(
         kind=MCP, team=team_a,
         text=f"---\nname: slow\ntransport: stdio\ncommand: sleep\nargs: ['{SLEEP}']\ntimeout_s: 2\n---\n"))
-    web = WebServer(label="mcp-test")
+    web = WebServer(label="mcp-test", env={"MAS_WEB_CONCURRENCY": "1"})
     web.start()
     answers: dict[int, object] = {}
     try:
@@ -325,6 +327,7 @@ def test_testing_a_hanging_server_answers_within_its_timeout_and_holds_no_web_th
             thread.start()
         time.sleep(0.5)
         meanwhile = web.request("GET", "/api/me", token=token)
+        third = web.request("POST", "/api/mcp-servers/slow/test", token=token)
         for thread in tests:
             thread.join(60)
         both = time.monotonic() - started
@@ -348,5 +351,87 @@ def test_testing_a_hanging_server_answers_within_its_timeout_and_holds_no_web_th
     # waiting for the other's timeout (2 + 2 s); a plain request meanwhile waits for neither.
     assert all(answer.seconds < 3.9 for answer in answers.values()), [a.seconds for a in answers.values()]
     assert both < 3.9, both
-    assert meanwhile.status == 200 and meanwhile.seconds < 2, meanwhile
+    assert meanwhile.status == 200 and meanwhile.seconds < 1, meanwhile
+    assert (third.status, json.loads(third.body)) == (429, {"detail": (
+        "2 MCP server tests of this team are under way; test again when one has ended")})
+    assert third.seconds < 1, third
     assert len(seen) == 2 and left == []
+
+
+@pytest.mark.alone  # times the answers: 2 s of timeout, under 1 s for the request meanwhile
+@pytest.mark.django_db(transaction=True)
+def test_the_admins_test_action_gives_its_web_place_up_while_the_server_hangs(team_a, make_member, make_token):
+    """The admin's Test action waits for the server in its request (the connect timeout, 2 s here): over a
+    real daphne that works on one request at a time, another request meanwhile is answered at once."""
+    import time
+    from urllib.parse import urlencode
+
+    from django.test import Client
+
+    from tests.agents_app.test_admin_definitions import admin_url
+    from tests.web import WebServer
+
+    granted(team_a)
+    member = make_member(team_a, "admin")
+    token = make_token(team_a, member)
+    definition_save(kind=MCP, team=team_a, slug="slow", parsed=definition_parse(
+        kind=MCP, team=team_a,
+        text=f"---\nname: slow\ntransport: stdio\ncommand: sleep\nargs: ['{SLEEP}']\ntimeout_s: 2\n---\n"))
+    row = MCPServer.objects.get(team=team_a, slug="slow")
+    browser = Client()
+    browser.force_login(member)
+    csrf = "k" * 32
+    cookie = f"sessionid={browser.cookies['sessionid'].value}; csrftoken={csrf}"
+    url = admin_url(MCP, "changelist")
+    web = WebServer(label="mcp-admin-test", env={"MAS_WEB_CONCURRENCY": "1"})
+    web.start()
+    answers: dict[str, object] = {}
+    try:
+        web.request("GET", "/api/me", token=token)  # warm
+        action = threading.Thread(target=lambda: answers.__setitem__("action", web.request(
+            "POST", url, urlencode({"action": "test_and_discover", "_selected_action": row.pk,
+                                    "csrfmiddlewaretoken": csrf}),
+            content_type="application/x-www-form-urlencoded", headers={"Cookie": cookie}, timeout=60)))
+        action.start()
+        time.sleep(0.5)
+        meanwhile = web.request("GET", "/api/me", token=token)
+        action.join(60)
+        said = answers["action"].headers["set-cookie"].split(";")[0]  # the admin's messages, kept in a cookie
+        page = web.request("GET", url, headers={"Cookie": f"{cookie}; {said}"})
+    finally:
+        web.stop()
+
+    assert (answers["action"].status, answers["action"].headers["location"]) == (302, url)
+    # The timeout, then the stdio process's end, which the action waits for (CLOSE_GRACE_S at most).
+    assert 2 <= answers["action"].seconds < 2 + CLOSE_GRACE_S + 1.9, answers["action"]
+    assert meanwhile.status == 200 and meanwhile.seconds < 1, meanwhile
+    assert '<li class="error">Slow: MCP server slow did not answer within 2 s (connect)</li>' in page.body.decode()
+
+
+@pytest.mark.django_db
+def test_a_team_tests_two_servers_at_once_and_another_team_is_not_counted(team_a, team_b, make_member, api_for):
+    """Past the team's Tests at once the API answers 429 and the admin action says which server it left;
+    another team's Test goes on."""
+    from django.contrib.messages import get_messages
+
+    from tests.agents_app.test_admin_definitions import admin_url, client_for
+    from tools_app.mcp.services import mcp_test_slot
+
+    gone = "---\nname: gone\ntransport: streamable-http\nurl: http://127.0.0.1:9/mcp\n---\n"
+    for team in (team_a, team_b):
+        definition_save(kind=MCP, team=team, slug="gone", parsed=definition_parse(kind=MCP, team=team, text=gone))
+    row = MCPServer.objects.get(team=team_a, slug="gone")
+    with mcp_test_slot(team_a.id), mcp_test_slot(team_a.id):
+        refused = api_for(team_a, "editor").post("/api/mcp-servers/gone/test", {})
+        response = client_for(make_member(team_a, "editor")).post(
+            admin_url(MCP, "changelist"), {"action": "test_and_discover", "_selected_action": [row.pk]})
+        other = api_for(team_b, "editor").post("/api/mcp-servers/gone/test", {})
+    after = api_for(team_a, "editor").post("/api/mcp-servers/gone/test", {})
+
+    assert (refused.status_code, refused.json()) == (429, {"detail": (
+        "2 MCP server tests of this team are under way; test again when one has ended")})
+    assert [str(m) for m in get_messages(response.wsgi_request)] == [
+        "gone: not tested: 2 MCP server tests of this team are under way; test again when one has ended"]
+    assert other.status_code == 200 and other.json()["error"].startswith("MCP server gone could not be reached")
+    assert after.status_code == 200 and after.json()["ok"] is False
+    assert MCPServer.objects.get(pk=row.pk).discovered_at is None
