@@ -10,13 +10,18 @@ are sent at the same moment by 20 HTTP threads; ``--clients`` websocket
 clients (in a separate process, started before, one per run) follow the
 first runs answered, each from ``?after=0`` as soon as its POST is answered,
 to their ``run_complete``; meanwhile a poller reads GET /api/runs/{id} of
-random runs at about 10 requests/s. (Clients that joined only once every
+random runs at about 10 requests/s. While the POSTs are under way, another
+team's member and the posting member each read GET /api/me every 20 ms (the
+same light request, one caller apart): the web process lets waiting requests
+in one caller at a time in turn, so the other team's waits behind at most one
+of the burst's. (Clients that joined only once every
 POST was answered saw little live: most runs were over by then, and a
 run's p99 rested on a handful of events.)
 
 Figures:
 - runs/min: runs ÷ (first POST .. last run finished);
-- API latency p50/p95: the POSTs (all at once), and the GETs during the load;
+- API latency p50/p95: the POSTs (all at once), GET /api/me during the POSTs
+  by another team and by the posting member, and the GETs during the load;
 - event delivery p50/p99: created (the event's timestamp) -> received by a
   client, for the live events (after the client's replay); split in two
   where a tap subscribed to the runs' Redis channels (its own process) saw
@@ -162,6 +167,7 @@ def main() -> None:
 
     team = c.team_with_agent(slug="bench-load", agent="worker")
     token = c.member_token(team, username="bench-load")
+    other = c.member_token(c.team_with_agent(slug="bench-load-other", agent="worker"), username="bench-load-other")
     ports = [c.free_port() for _ in range(args.web)]
     bases = [f"http://127.0.0.1:{port}" for port in ports]
     servers = [c.start_daphne(port) for port in ports]
@@ -199,9 +205,27 @@ def main() -> None:
                 ids.put(answer[2]["id"])  # its client connects now
             return answer
 
+        me: dict[str, list[float]] = {"other team": [], "posting member": []}
+        posting = threading.Event()
+
+        def me_poll(who: str, key: str):
+            while posting.is_set():
+                took, status, _ = http("GET", f"{random.choice(bases)}/api/me", key)
+                me[who].append(took) if status == 200 else get_errors.append(status)
+                time.sleep(0.02)
+
+        get_errors: list[int] = []
+        posting.set()
+        probes = [threading.Thread(target=me_poll, args=(who, key), daemon=True)
+                  for who, key in (("other team", other), ("posting member", token))]
         started = time.time()
+        for probe in probes:
+            probe.start()
         with ThreadPoolExecutor(20) as pool:
             posts = list(pool.map(post, range(args.runs)))
+        posting.clear()
+        for probe in probes:
+            probe.join(10)
         refused = [(status, payload) for _, status, payload in posts if status != 201]
         if refused:
             c.say(f"{len(refused)} of {args.runs} POSTs failed, e.g. {refused[0]}")
@@ -209,7 +233,6 @@ def main() -> None:
         for _ in range(min(args.clients, args.runs) - min(args.clients, len(run_ids))):
             ids.put(None)  # the clients' process waits for no more
         gets: list[float] = []
-        get_errors: list[int] = []
         stop = threading.Event()
 
         def poll():
@@ -270,6 +293,9 @@ def main() -> None:
           f"p95 {c.percentile(post_times, 95) * 1000:.0f} ms; GET /api/runs/{{id}} during the load "
           f"(n={len(gets)}): p50 {c.percentile(gets, 50) * 1000:.0f} ms, p95 {c.percentile(gets, 95) * 1000:.0f} ms; "
           f"errors: POST {len(refused)}, GET {len(get_errors)}")
+    c.say("GET /api/me during the POSTs: " + "; ".join(
+        f"{who} (n={len(took)}) p50 {c.percentile(took, 50) * 1000:.0f} ms, p95 {c.percentile(took, 95) * 1000:.0f} ms"
+        for who, took in me.items()))
     c.say(f"event delivery, created -> received by a client (n={len(delivery)} live events, {len(followed)} clients): "
           f"p50 {c.percentile(delivery, 50) * 1000:.1f} ms, p99 {c.percentile(delivery, 99) * 1000:.1f} ms, "
           f"max {max(delivery, default=0) * 1000:.1f} ms; missing {missing}, duplicates {duplicates}, reconnects {reconnects}")

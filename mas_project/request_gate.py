@@ -5,12 +5,15 @@ hundred threads taking turns at the one interpreter lock with the event loop tha
 live events: the loop got its turn behind them, and a live event waited for a burst of API calls to be
 answered (``bench/load.py``). More threads do not answer sooner either: the work is Python, which runs on
 one core per process whatever the number of threads. So the web process works on ``MAS_WEB_CONCURRENCY``
-requests at once (default 4: a request waiting for the database leaves the core to another) and the rest
+requests at once (default 2: a request waiting for the database leaves the core to the other) and the rest
 wait as coroutines of the loop — which keeps its turn — let in lane by lane, a lane per caller
 (``mas_core.webgate``): one client's burst waits behind itself, not in front of everyone else's requests.
 A request that waits for something outside (an MCP server's Test) gives its place up meanwhile
-(``webgate.away``): with two places and no such giving up, two Tests waiting out their connect timeout held
-up every other request (``tests/tools_app/test_mcp_sandbox.py``).
+(``webgate.away``): before it did, two Tests waiting out their connect timeout held up every other request
+(``tests/tools_app/test_mcp_sandbox.py``), and the default was 4. ``bench/load.py`` alternated three times
+(2026-11-28, bench/RESULTS.md): with 2 places live events reached their clients sooner (p99 144–184 against
+209–356 ms) and another team's request during a burst of POSTs was answered sooner (p50 49–82 against
+114–187 ms); the burst's own POSTs later (p95 603–685 against 480–620 ms).
 
 The gate holds a request from the moment its body is read (Django reads it first: a slow client holds no
 place) through its middleware and view, until the response is made; a streaming response's body is sent

@@ -235,7 +235,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("MAS_MAX_REQUEST_BYTES", 2 * 10
 # Path + query string: longer is a 414 (mas_project/http_limits.py).
 MAS_MAX_URL_CHARS = int(os.environ.get("MAS_MAX_URL_CHARS", 8192))
 # Requests a web process works on at once; the others wait their turn (mas_project/request_gate.py).
-MAS_WEB_CONCURRENCY = max(1, int(os.environ.get("MAS_WEB_CONCURRENCY", 4)))
+MAS_WEB_CONCURRENCY = max(1, int(os.environ.get("MAS_WEB_CONCURRENCY", 2)))
 # A JSON request body: lists and objects inside each other, and values in all.
 MAS_MAX_JSON_DEPTH = int(os.environ.get("MAS_MAX_JSON_DEPTH", 64))
 MAS_MAX_JSON_VALUES = int(os.environ.get("MAS_MAX_JSON_VALUES", 100_000))

@@ -124,8 +124,8 @@ def places(**env: str) -> str:
     return result.stdout.strip()
 
 
-def test_four_places_by_default_as_the_readme_says_and_never_none():
-    assert (places(), places(MAS_WEB_CONCURRENCY="9"), places(MAS_WEB_CONCURRENCY="0")) == ("4", "9", "1")
+def test_two_places_by_default_as_the_settings_page_says_and_never_none():
+    assert (places(), places(MAS_WEB_CONCURRENCY="9"), places(MAS_WEB_CONCURRENCY="0")) == ("2", "9", "1")
 
 
 def hops(handler_class, monkeypatch) -> int:
