@@ -392,3 +392,12 @@ def test_the_settings_reference_names_every_variable_mas_reads_and_no_other():
     read = environment_reads()
     assert read - documented == set(), "read by MAS but missing from docs/reference/settings.md"
     assert documented - read == set(), "in docs/reference/settings.md but read nowhere"
+
+
+def test_every_bench_script_is_in_the_bench_readmes_table():
+    """bench/README.md says what each script measures: a script added without a row would go unnoticed."""
+    scripts = sorted(path.name for path in (ROOT / "bench").glob("*.py") if not path.name.startswith("_"))
+    table = (ROOT / "bench" / "README.md").read_text()
+    rows = sorted(line.split("`")[1] for line in table.splitlines() if line.startswith("| `"))
+    assert len(scripts) >= 19
+    assert rows == scripts
