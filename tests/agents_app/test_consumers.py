@@ -434,7 +434,8 @@ def test_the_run_list_since_sends_first_what_changed_after_the_page_was_drawn(te
         communicator = run_ws(f"/ws/runs/?since={drawn.timestamp()}", bearer(token))
         await communicator.connect()
         messages = [json.loads(await communicator.receive_from(timeout=5)) for _ in range(3)]
-        assert await communicator.receive_nothing(timeout=0.4)
+        if not await communicator.receive_nothing(timeout=0.4):  # what came, in the failure's message
+            messages.append(json.loads(await communicator.receive_from(timeout=1)))
         await communicator.disconnect()
         bad = run_ws("/ws/runs/?since=yesterday", bearer(token))
         await bad.connect()

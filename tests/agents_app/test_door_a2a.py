@@ -153,7 +153,9 @@ def test_tasks_are_got_listed_and_cancelled_and_another_teams_token_reaches_none
 
     done, going, cancelled, got, listed, cancelled_only, again = with_client(web, token, "helper", work)
     first, second = Run.objects.get(input="First"), Run.objects.get(input="Second")
-    assert (done.id, going.id, going.status.state) == (str(first.id), str(second.id), TaskState.TASK_STATE_SUBMITTED)
+    assert (done.id, going.id) == (str(first.id), str(second.id))
+    # Answered at once, as it is then: still queued, or already taken by the worker (a race on a busy machine).
+    assert going.status.state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
     assert (cancelled.id, cancelled.status.state, second.status) == (str(second.id), CANCELED, "cancelled")
     assert (got.id, got.status.state, got.artifacts[0].parts[0].text) == (str(first.id), COMPLETED, "Done.")
     assert [(t.id, t.status.state) for t in listed.tasks] == [(str(second.id), CANCELED), (str(first.id), COMPLETED)]
