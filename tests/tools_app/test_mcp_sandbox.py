@@ -353,7 +353,8 @@ def test_testing_a_hanging_server_answers_within_its_timeout_and_holds_no_web_pl
     assert both < 3.9, both
     assert meanwhile.status == 200 and meanwhile.seconds < 1, meanwhile
     assert (third.status, json.loads(third.body)) == (429, {"detail": (
-        "2 MCP server tests of this team are under way; test again when one has ended")})
+        "this team's MCP server tests under way: 2, its most at once (MAS_MCP_TESTS_PER_TEAM); "
+        "test again when one has ended")})
     assert third.seconds < 1, third
     assert len(seen) == 2 and left == []
 
@@ -429,9 +430,11 @@ def test_a_team_tests_two_servers_at_once_and_another_team_is_not_counted(team_a
     after = api_for(team_a, "editor").post("/api/mcp-servers/gone/test", {})
 
     assert (refused.status_code, refused.json()) == (429, {"detail": (
-        "2 MCP server tests of this team are under way; test again when one has ended")})
+        "this team's MCP server tests under way: 2, its most at once (MAS_MCP_TESTS_PER_TEAM); "
+        "test again when one has ended")})
     assert [str(m) for m in get_messages(response.wsgi_request)] == [
-        "gone: not tested: 2 MCP server tests of this team are under way; test again when one has ended"]
+        "gone: not tested: this team's MCP server tests under way: 2, its most at once (MAS_MCP_TESTS_PER_TEAM); "
+        "test again when one has ended"]
     assert other.status_code == 200 and other.json()["error"].startswith("MCP server gone could not be reached")
     assert after.status_code == 200 and after.json()["ok"] is False
     assert MCPServer.objects.get(pk=row.pk).discovered_at is None

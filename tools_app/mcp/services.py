@@ -26,7 +26,6 @@ from django.db import connection
 from django.utils import timezone
 
 from mas_core import webgate
-
 from tools_app.mcp.client import MCPError, ServerConfig, connection_limits, discover
 from tools_app.models import MCPServer
 
@@ -48,9 +47,8 @@ def mcp_test_slot(team_id: int) -> Iterator[None]:
     limit = settings.MAS_MCP_TESTS_PER_TEAM
     with _testing_lock:
         if _testing[team_id] >= limit:
-            raise TooManyTests(f"{limit} MCP server test{'s' if limit != 1 else ''} of this team "
-                               f"{'are' if limit != 1 else 'is'} under way; test again when "
-                               f"{'one has' if limit != 1 else 'it has'} ended")
+            raise TooManyTests(f"this team's MCP server tests under way: {limit}, its most at once "
+                               "(MAS_MCP_TESTS_PER_TEAM); test again when one has ended")
         _testing[team_id] += 1
     try:
         yield
