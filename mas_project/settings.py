@@ -108,7 +108,8 @@ DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
 # connection's 100 most recent.
 DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 2)
 # The web process (mas_project/asgi.py sets MAS_DB_POOL) runs each request in a thread of its own
-# (MAS_WEB_CONCURRENCY of them at once) and each websocket's reads in threads of its loop: without a pool,
+# (MAS_WEB_CONCURRENCY of them at work at once, more while MCP server Tests wait with their connection given
+# back: tools_app/mcp/services.py) and each websocket's reads in threads of its loop: without a pool,
 # every such thread would keep a connection open, fifty sockets joining at once fifty of them, and the
 # server refuses the rest ("too many clients"). With the pool they share MAS_DB_POOL_MAX connections.
 if os.environ.get("MAS_DB_POOL") == "1":
