@@ -23,26 +23,93 @@ after, outside the gate. Websockets do not pass it (their reads have their own t
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 
 from mas_core import webgate
 
 
+class RequestThread(ThreadPoolExecutor):
+    """One thread, running the calls of one request at a time; ``busy`` while a call is under way or queued."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="request")
+        self._calls = 0
+        self._count = threading.Lock()
+
+    def submit(self, fn, /, *args, **kwargs):
+        with self._count:
+            self._calls += 1
+        future = super().submit(fn, *args, **kwargs)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _future) -> None:
+        with self._count:
+            self._calls -= 1
+
+    @property
+    def busy(self) -> bool:
+        return self._calls > 0
+
+
+class RequestThreads:
+    """The request threads a web process keeps: each request takes an idle one (a new one when none is) and
+    gives it back once answered; beyond ``keep`` idle, a thread given back ends.
+
+    Django's handler starts a thread for each request (its ``ThreadSensitiveContext``) and ends it after:
+    here one thread serves one request after another, as a WSGI server's threads do. A thread still at work
+    when its request ends (the client went away: a call in a thread cannot be stopped) is not kept; it ends
+    once that work is done.
+    """
+
+    def __init__(self, *, keep: int) -> None:
+        self.keep = keep
+        self.idle: list[RequestThread] = []
+
+    def take(self) -> RequestThread:
+        return self.idle.pop() if self.idle else RequestThread()
+
+    def give_back(self, thread: RequestThread) -> None:
+        if not thread.busy and len(self.idle) < self.keep:
+            self.idle.append(thread)
+        else:
+            thread.shutdown(wait=False)
+
+
 class GatedASGIHandler(ASGIHandler):
     """Django's ASGI handler, at most ``MAS_WEB_CONCURRENCY`` requests past its gate at once (per process),
-    each through the middleware and its view in one thread.
+    each through the middleware and its view in one thread, kept from one request to the next.
 
     Django's own runs the middleware that can be async on the loop: each of Django's middlewares then hops
     to a thread for its ``process_request`` and back, and again for ``process_response`` (and WhiteNoise,
     sync only, from a thread back to the loop): about fifteen hops between the loop and a thread per
     request, a third of the web process's CPU for an API call. Here the whole chain is the synchronous one
-    (as under WSGI), run in one hop to the request's thread.
+    (as under WSGI), run in one hop to the request's thread; and that thread is one of ``RequestThreads``,
+    not one started for the request. Everything thread-sensitive the request does (its signals, its
+    response's close, an async view's ``sync_to_async``) still runs in its own thread, as under Django's
+    handler: the request's ``ThreadSensitiveContext`` names it.
     """
 
     def load_middleware(self, is_async=False):
+        from django.conf import settings
+
         super().load_middleware(is_async=False)
         self._in_thread = sync_to_async(self.get_response, thread_sensitive=True)
+        self._threads = RequestThreads(keep=settings.MAS_WEB_CONCURRENCY)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        thread = self._threads.take()
+        try:
+            async with ThreadSensitiveContext(executor=thread):
+                await self.handle(scope, receive, send)
+        finally:
+            self._threads.give_back(thread)
 
     async def get_response_async(self, request):
         async with webgate.place():

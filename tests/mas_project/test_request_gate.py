@@ -26,8 +26,8 @@ SCOPE = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "met
          "server": ("testserver", 80), "client": ("127.0.0.1", 5000)}
 
 
-async def get(handler) -> int:
-    """The status of one request to ``handler``."""
+async def get(handler, scope: dict | None = None) -> int:
+    """The status of one request to ``handler`` (``SCOPE`` unless another is given)."""
     received = [{"type": "http.request", "body": b"", "more_body": False}]
     sent: list[dict] = []
 
@@ -39,7 +39,7 @@ async def get(handler) -> int:
     async def send(message):
         sent.append(message)
 
-    await handler(dict(SCOPE), receive, send)
+    await handler(dict(scope or SCOPE), receive, send)
     return sent[0]["status"]
 
 
@@ -254,3 +254,52 @@ def test_waiting_requests_are_let_in_one_caller_at_a_time_in_turn(monkeypatch, s
     log = in_order(monkeypatch, requests, lambda path, say: time.sleep(0.1))
     entered = [entry.split()[0] for entry in log if entry.endswith(" in")]
     assert entered == ["/a1/", "/a2/", "/b1/", "/a3/", "/a4/", "/a5/"]
+
+
+def test_requests_one_after_another_run_in_one_kept_thread(monkeypatch, settings):
+    """Django's handler starts a thread for each request; the gated one keeps its threads: five requests one
+    after another run their views in the same thread, and two at once in two."""
+    settings.MAS_WEB_CONCURRENCY = 2
+    threads: list[tuple[int, str]] = []
+    real = BaseHandler._get_response
+
+    def view(self, request):
+        threads.append((threading.get_ident(), threading.current_thread().name))
+        if request.path == "/together/":
+            time.sleep(0.1)
+        return real(self, request)
+
+    monkeypatch.setattr(BaseHandler, "_get_response", view)
+
+    async def main():
+        handler = GatedASGIHandler()
+        alone = [await get(handler) for _ in range(5)]
+        scope = {**SCOPE, "path": "/together/", "raw_path": b"/together/"}
+        together = await asyncio.gather(*(get(handler, scope) for _ in range(2)))
+        return alone + together
+
+    assert asyncio.run(main()) == [404] * 7
+    assert len({ident for ident, _ in threads[:5]}) == 1
+    assert threads[0][1].startswith("request")
+    assert len({ident for ident, _ in threads[5:]}) == 2
+    assert threads[0][0] in {ident for ident, _ in threads[5:]}  # the kept one serves again
+
+
+def test_a_thread_still_at_work_when_its_request_ends_is_not_kept_and_no_more_than_keep_are():
+    from mas_project.request_gate import RequestThreads
+
+    threads = RequestThreads(keep=2)
+    working, release = threads.take(), threading.Event()
+    working.submit(release.wait, 10)  # a call of a request whose client went away, still running
+    threads.give_back(working)
+    assert threads.idle == []
+    idle = [threads.take() for _ in range(3)]
+    assert len({id(thread) for thread in idle}) == 3
+    for thread in idle:
+        thread.submit(lambda: None).result(5)
+        threads.give_back(thread)
+    assert threads.idle == idle[:2]
+    assert threads.take() is idle[1]  # the last given back serves first
+    release.set()
+    working.shutdown(wait=True)  # ended once its call was done
+    assert not working.busy
