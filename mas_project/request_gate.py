@@ -1,6 +1,6 @@
 """How many requests a web process works on at once: the others wait their turn in its event loop.
 
-daphne runs the Django code of each request in a thread of its own. A hundred requests at once were a
+Django's ASGI handler runs the code of each request in a thread of its own. A hundred requests at once were a
 hundred threads taking turns at the one interpreter lock with the event loop that carries the websockets'
 live events: the loop got its turn behind them, and a live event waited for a burst of API calls to be
 answered (``bench/load.py``). More threads do not answer sooner either: the work is Python, which runs on
