@@ -35,7 +35,8 @@ from typing import Any, AsyncIterator, Callable
 
 from mas_core.loops import loop_local
 
-# The team whose session this is (its id); None outside any session.
+# The team whose session this is (its id); in a web process, ("web", the request's caller: mas_core.webgate);
+# None outside any session.
 lane: contextvars.ContextVar[Hashable | None] = contextvars.ContextVar("mas_lane", default=None)
 
 

@@ -16,6 +16,7 @@ from django.conf import settings
 
 from mas_core.lanes import FairSemaphore, Places
 from mas_core.loops import loop_local
+from mas_core.ws_security import client_address
 
 _gates: dict[int, FairSemaphore] = {}
 
@@ -33,13 +34,13 @@ place = _places_held.held
 away = _places_held.away
 
 
-def caller_lane(headers: list[tuple[bytes, bytes]], client: tuple[str, int] | None) -> str:
+def caller_lane(scope) -> str:
     """The lane of a request's caller: its bearer token or session cookie, else its address.
 
     Only a digest is kept (the lane key lives as long as requests wait in it); a caller who changes its
     credentials gets another lane, as another caller would.
     """
-    for name, value in headers:
+    for name, value in scope["headers"]:
         if name == b"authorization" or (name == b"cookie" and b"sessionid=" in value):
             return hashlib.blake2b(value, digest_size=8).hexdigest()
-    return client[0] if client else ""
+    return client_address(scope)

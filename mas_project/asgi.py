@@ -35,7 +35,7 @@ websocket_urlpatterns = [
 async def http_app(scope, receive, send):
     """The doors beside MAS's own API (``agents_app.doors``: ``/v1/``, the OpenAI-compatible endpoint; ``/mcp``,
     the MCP server; ``/ag-ui/``, runs as AG-UI events; ``/a2a/``, the A2A server), and Django for everything else."""
-    lane.set(("web", caller_lane(scope["headers"], scope.get("client"))))  # its turn at the gate (webgate)
+    lane.set(("web", caller_lane(scope)))  # its turn at the gate (webgate)
     path = scope["path"]
     if path == "/v1" or path.startswith("/v1/"):
         return await openai_compat.app(scope, receive, send)

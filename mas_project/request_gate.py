@@ -27,6 +27,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 
 from mas_core import webgate
@@ -95,8 +96,6 @@ class GatedASGIHandler(ASGIHandler):
     """
 
     def load_middleware(self, is_async=False):
-        from django.conf import settings
-
         super().load_middleware(is_async=False)
         self._in_thread = sync_to_async(self.get_response, thread_sensitive=True)
         self._threads = RequestThreads(keep=settings.MAS_WEB_CONCURRENCY)

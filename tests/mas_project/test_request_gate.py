@@ -182,21 +182,8 @@ def in_order(monkeypatch, requests: list[tuple[float, str, str]], inside) -> lis
 
     async def send(after: float, path: str, token: str) -> int:
         await asyncio.sleep(after)
-        scope = {**SCOPE, "path": path, "raw_path": path.encode(),
-                 "headers": [(b"authorization", f"Bearer {token}".encode())]}
-        received = [{"type": "http.request", "body": b"", "more_body": False}]
-        sent: list[dict] = []
-
-        async def receive():
-            if received:
-                return received.pop()
-            await asyncio.Future()
-
-        async def answer(message):
-            sent.append(message)
-
-        await asgi.http_app(scope, receive, answer)
-        return sent[0]["status"]
+        return await get(asgi.http_app, {**SCOPE, "path": path, "raw_path": path.encode(),
+                                         "headers": [(b"authorization", f"Bearer {token}".encode())]})
 
     async def main():
         return await asyncio.gather(*(send(*request) for request in requests))

@@ -285,6 +285,14 @@ def test_the_network_is_on_unless_the_operator_turns_it_off(team_a, api_for, set
 SLEEP = "29.7731"  # `sleep 30`, told apart from any other process by its argument
 
 
+def hanging_server(team) -> MCPServer:
+    """The team's stdio server ``slow``: a `sleep 30` that never answers, with a connect timeout of 2 s."""
+    definition_save(kind=MCP, team=team, slug="slow", parsed=definition_parse(
+        kind=MCP, team=team,
+        text=f"---\nname: slow\ntransport: stdio\ncommand: sleep\nargs: ['{SLEEP}']\ntimeout_s: 2\n---\n"))
+    return MCPServer.objects.get(team=team, slug="slow")
+
+
 def sleepers() -> list[int]:
     from pathlib import Path
 
@@ -312,9 +320,7 @@ def test_testing_a_hanging_server_answers_within_its_timeout_and_holds_no_web_pl
 
     granted(team_a)
     token = make_token(team_a, make_member(team_a, "admin"))
-    definition_save(kind=MCP, team=team_a, slug="slow", parsed=definition_parse(
-        kind=MCP, team=team_a,
-        text=f"---\nname: slow\ntransport: stdio\ncommand: sleep\nargs: ['{SLEEP}']\ntimeout_s: 2\n---\n"))
+    hanging_server(team_a)
     web = WebServer(label="mcp-test", env={"MAS_WEB_CONCURRENCY": "1"})
     web.start()
     answers: dict[int, object] = {}
@@ -375,10 +381,7 @@ def test_the_admins_test_action_gives_its_web_place_up_while_the_server_hangs(te
     granted(team_a)
     member = make_member(team_a, "admin")
     token = make_token(team_a, member)
-    definition_save(kind=MCP, team=team_a, slug="slow", parsed=definition_parse(
-        kind=MCP, team=team_a,
-        text=f"---\nname: slow\ntransport: stdio\ncommand: sleep\nargs: ['{SLEEP}']\ntimeout_s: 2\n---\n"))
-    row = MCPServer.objects.get(team=team_a, slug="slow")
+    row = hanging_server(team_a)
     browser = Client()
     browser.force_login(member)
     csrf = "k" * 32
