@@ -349,6 +349,8 @@ MAS_CODE_EXEC_TMP_BYTES = int(os.environ.get("MAS_CODE_EXEC_TMP_BYTES", 32 * 102
 MAS_CODE_EXEC_MAX_FILES = int(os.environ.get("MAS_CODE_EXEC_MAX_FILES", 100))
 # A run's workspace files together (UTF-8 bytes): a write that would pass it is refused (a tool error).
 MAS_WORKSPACE_MAX_BYTES = int(os.environ.get("MAS_WORKSPACE_MAX_BYTES", 32 * 1024 * 1024))
+# ... and how many files it holds: a write creating one more is refused. Each write counts them all.
+MAS_WORKSPACE_MAX_FILES = int(os.environ.get("MAS_WORKSPACE_MAX_FILES", 5000))
 # The versions of a run's files kept for forks (agents_app.execution.forks): past this, no more are kept.
 MAS_WORKSPACE_HISTORY_MAX_BYTES = int(os.environ.get("MAS_WORKSPACE_HISTORY_MAX_BYTES", 4 * MAS_WORKSPACE_MAX_BYTES))
 MAS_SEARXNG_URL = os.environ.get("MAS_SEARXNG_URL", "")

@@ -547,13 +547,13 @@ class DatabaseStore:
             # Read once the pipeline is synced, not inside it: a fetch there asks for the results first (a
             # flush) and the sync is a second round trip.
             row = await written.fetchone()
-            used = (await total.fetchone())[0]
+            used = await total.fetchone()
             if row is None:  # refused: taken over, or out of order (raises); else applied already (a retry)
                 row = await self._applied_before(conn, params["write"])
                 await conn.execute("ROLLBACK")
                 await self._pool().release(conn)
                 return self._written(FILE_WRITE_SQL, params, file, batch[0], changed, row)
-            workspace_check(path=params["path"], used=used)
+            workspace_check(path=params["path"], used=used, created=row[2])
         except BaseException as error:
             await _let_go(conn)
             self._put_back(batch)  # not written
@@ -744,7 +744,7 @@ async def _write_within_limit(conn: psycopg.AsyncConnection, params: dict[str, A
         written = await conn.execute(FILE_WRITE_SQL, params)
         total = await conn.execute(USED_SQL, [params["run"]])
         row = await written.fetchone()
-        workspace_check(path=params["path"], used=(await total.fetchone())[0])
+        workspace_check(path=params["path"], used=await total.fetchone(), created=row is not None and row[2])
     return row
 
 

@@ -69,7 +69,7 @@ def workspace_write(*, run_id, path: str, content: str, agent: str, session_id) 
         file_version_keep(run_id=run_id, seq=changed["seq"], files={path: content})
         with connection.cursor() as cursor:
             cursor.execute(USED_SQL, [run_id])
-            workspace_check(path=path, used=cursor.fetchone()[0])
+            workspace_check(path=path, used=cursor.fetchone(), created=created)
     return file
 
 

@@ -1,4 +1,5 @@
-"""The per-run workspace limit (MAS_WORKSPACE_MAX_BYTES) and code_exec's quotas, on the kernel's real write path."""
+"""The per-run workspace limits (MAS_WORKSPACE_MAX_BYTES, MAS_WORKSPACE_MAX_FILES) and code_exec's quotas, on the
+kernel's real write path."""
 
 import asyncio
 import json
@@ -32,13 +33,20 @@ def refusal(path: str, would_hold: int) -> str:
             f"{LIMIT:,} bytes (MAS_WORKSPACE_MAX_BYTES). Nothing was changed; delete or shorten files first.")
 
 
+def too_many(path: str, would_hold: int, most: int) -> str:
+    return (f"{path} was not written: the run's workspace would hold {would_hold:,} files, over its limit of "
+            f"{most:,} files (MAS_WORKSPACE_MAX_FILES). Nothing was changed; delete files first.")
+
+
 @pytest.mark.worker
 def test_a_run_at_its_workspace_limit_gets_tool_errors_and_carries_on(team_a, monkeypatch):
     from mas_project.celery import app
 
     queue = f"quota-{os.getpid()}"
     monkeypatch.setitem(app.conf, "task_default_queue", queue)
-    worker = start_worker(queue, queue=queue, env={"MAS_WORKSPACE_MAX_BYTES": str(LIMIT)})
+    # 102 files: notes.md, code_exec's 100 and ok.txt.
+    worker = start_worker(queue, queue=queue, env={"MAS_WORKSPACE_MAX_BYTES": str(LIMIT),
+                                                   "MAS_WORKSPACE_MAX_FILES": "102"})
     try:
         agent(team_a, "Coder", "tools:\n- vfs_write\n- vfs_edit\n- spawn_agent\n- code_exec\n")
         script = {"coder": [
@@ -50,7 +58,10 @@ def test_a_run_at_its_workspace_limit_gets_tool_errors_and_carries_on(team_a, mo
             call("code_exec", language="python", code=MANY.format(n=3000, name="g")),
             call("code_exec", language="python", code=FLOOD),
             call("code_exec", language="python", code="open('big.txt', 'w').write('g' * 60_000)"),
-            call("vfs_write", path="ok.txt", content="fine"),
+            call("vfs_write", path="ok.txt", content="fine"),  # the 102nd file
+            call("vfs_write", path="extra.txt", content="x"),
+            call("code_exec", language="python", code="open('ok.txt', 'w').write('finer'); open('new.txt', 'w')"),
+            call("vfs_write", path="ok.txt", content="finest"),  # a file already there: written at the cap
             {"text": "done"},
         ]}
         run = finish(run_start(team=team_a, agent="coder", input="Fill it", script=script))
@@ -62,7 +73,8 @@ def test_a_run_at_its_workspace_limit_gets_tool_errors_and_carries_on(team_a, mo
     assert [r[:3] for r in results] == [
         ("vfs_write", True, None), ("vfs_write", False, "policy_denied"), ("vfs_edit", False, "policy_denied"),
         ("spawn_agent", False, "policy_denied"), ("code_exec", True, None), ("code_exec", False, "policy_denied"),
-        ("code_exec", False, "policy_denied"), ("code_exec", False, "policy_denied"), ("vfs_write", True, None)]
+        ("code_exec", False, "policy_denied"), ("code_exec", False, "policy_denied"), ("vfs_write", True, None),
+        ("vfs_write", False, "policy_denied"), ("code_exec", False, "policy_denied"), ("vfs_write", True, None)]
     assert results[1][3] == refusal("more.md", 150_006 + 60_000)
     assert results[2][3] == refusal("notes.md", 150_006 - 5 + 60_000)
     assert results[3][3] == refusal("agents/kid.md", 150_006 + len(KID))
@@ -77,13 +89,17 @@ def test_a_run_at_its_workspace_limit_gets_tool_errors_and_carries_on(team_a, mo
     assert flood["stderr"].endswith("OSError: [Errno 28] No space left on device\n")
     assert big["error"] == ("code_exec: its files would bring the run's workspace to 210,106 bytes, over its limit "
                             "of 200,000 bytes (MAS_WORKSPACE_MAX_BYTES). No files were copied back to the workspace.")
-    assert many["files_written"] == flood["files_written"] == big["files_written"] == []
+    assert results[9][3] == too_many("extra.txt", 103, 102)
+    one_more = json.loads(results[10][3])
+    assert one_more["error"] == ("code_exec: its files would bring the run's workspace to 103 files, over its limit "
+                                 "of 102 files (MAS_WORKSPACE_MAX_FILES). No files were copied back to the workspace.")
+    assert many["files_written"] == flood["files_written"] == big["files_written"] == one_more["files_written"] == []
     # One file_change per file that was written: none of the 3,000, the flood's or the refused writes.
     expected = ["notes.md", *(f"f{i:04}.txt" for i in range(100)), "ok.txt"]
-    assert [e.data["path"] for e in events(run, "file_change")] == expected
+    assert [e.data["path"] for e in events(run, "file_change")] == [*expected, "ok.txt"]
     files = dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content"))
-    assert sorted(files) == sorted(expected) and files["notes.md"] == NOTES and files["ok.txt"] == "fine"
-    assert sum(len(text.encode()) for text in files.values()) == 150_006 + 100 + 4 <= LIMIT
+    assert sorted(files) == sorted(expected) and files["notes.md"] == NOTES and files["ok.txt"] == "finest"
+    assert sum(len(text.encode()) for text in files.values()) == 150_006 + 100 + 6 <= LIMIT
     assert list(Activation.objects.filter(run=run).values_list("agent", flat=True)) == ["coder"]  # no kid spawned
 
 
@@ -152,3 +168,47 @@ def test_the_service_refuses_a_write_past_the_limit_and_keeps_what_was_there(tea
     assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content")) == {"a.txt": "é" * 500}
     assert [e.data["action"] for e in Event.objects.filter(run=run, type="file_change").order_by("seq")] == [
         "created", "updated"]
+
+
+def test_the_service_refuses_a_file_past_the_count_and_still_writes_the_files_there(team_a, settings):
+    settings.MAS_WORKSPACE_MAX_FILES = 2
+    run = Run.objects.create(team=team_a, agent="lead", status="running")
+    for path in ("a.txt", "b.txt"):
+        workspace_write(run_id=run.id, path=path, content=path, agent="lead", session_id=None)
+    with pytest.raises(WorkspaceFull) as refused:
+        workspace_write(run_id=run.id, path="c.txt", content="c", agent="lead", session_id=None)
+    assert str(refused.value) == too_many("c.txt", 3, 2)
+    settings.MAS_WORKSPACE_MAX_FILES = 1  # lowered: the run holds more than it may, and may still change them
+    workspace_write(run_id=run.id, path="a.txt", content="A", agent="lead", session_id=None)
+    assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content")) == {"a.txt": "A",
+                                                                                         "b.txt": "b.txt"}
+    assert [(e.data["path"], e.data["action"]) for e in Event.objects.filter(run=run, type="file_change")
+            .order_by("seq")] == [("a.txt", "created"), ("b.txt", "created"), ("a.txt", "updated")]
+    assert Run.objects.get(pk=run.pk).next_seq == 3  # the refused write's number was rolled back
+
+
+def test_the_session_store_refuses_a_file_past_the_count(team_a, settings):
+    settings.MAS_WORKSPACE_MAX_FILES = 2
+    run = Run.objects.create(team=team_a, agent="lead", status="running")
+    session = Session.objects.create(run=run, agent="lead", tier="medium",
+                                     activation=Activation.objects.create(run=run, agent="lead", status="running"))
+    workspace = DatabaseWorkspace(store=DatabaseStore(run_id=run.id, session_id=session.id, agent="lead",
+                                                      tier="medium", cursor=None, budget={}, team_id=team_a.id))
+
+    async def writes():
+        try:
+            done = [await workspace.write(path, "x") for path in ("a.txt", "b.txt")]
+            try:
+                await workspace.write("c.txt", "x")
+            except WorkspaceFull as error:
+                done.append(str(error))
+            done.append(await workspace.write("b.txt", "y"))  # a file already there
+            return done
+        finally:  # this loop's connections end with it (the test database is dropped afterwards)
+            for conn in pool().idle:
+                await conn.close()
+
+    assert asyncio.run(writes()) == [1, 1, too_many("c.txt", 3, 2), 2]
+    assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content")) == {"a.txt": "x", "b.txt": "y"}
+    assert [e.data["path"] for e in Event.objects.filter(run=run, type="file_change").order_by("seq")] == [
+        "a.txt", "b.txt", "b.txt"]

@@ -3,7 +3,7 @@
 Files come back all or nothing: when the program went over a quota (a full
 working directory, /tmp or /dev/shm, more changed files than
 ``MAS_CODE_EXEC_MAX_FILES``) or its files would take the run's workspace
-past ``MAS_WORKSPACE_MAX_BYTES``, the call fails with a message naming the
+past ``MAS_WORKSPACE_MAX_BYTES`` or ``MAS_WORKSPACE_MAX_FILES``, the call fails with a message naming the
 limit, its output is kept, and none of its files is written. Only a
 concurrent write by another session can still refuse one file after the
 check; each file then refused is listed in ``files_not_written``.
@@ -88,6 +88,12 @@ class CodeExec(Tool):
             raise _failed(f"its files would bring the run's workspace to {after:,} bytes, over its limit of "
                           f"{capacity:,} bytes (MAS_WORKSPACE_MAX_BYTES). No files were copied back "
                           "to the workspace.", report, "policy_denied")
+        added = sum(path not in sizes for path in chosen)
+        most = settings.MAS_WORKSPACE_MAX_FILES
+        if added and len(sizes) + added > most:
+            raise _failed(f"its files would bring the run's workspace to {len(sizes) + added:,} files, over its limit "
+                          f"of {most:,} files (MAS_WORKSPACE_MAX_FILES). No files were copied back to the workspace.",
+                          report, "policy_denied")
         for path, content in chosen.items():
             try:
                 await ctx.workspace.write(path, content)
