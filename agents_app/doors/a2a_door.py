@@ -61,7 +61,6 @@ from agents_app.doors.common import (
     WORKFLOW_PREFIX,
     DoorError,
     actor_of,
-    address_of,
     bearer,
     challenge,
     in_thread,
@@ -72,6 +71,7 @@ from agents_app.doors.common import (
     trace_of,
 )
 from agents_app.doors.follow import RunFollower
+from mas_core.ws_security import client_address
 
 PREFIX = "/a2a/"
 CARD = "/.well-known/agent-card.json"
@@ -275,7 +275,7 @@ async def app(scope, receive, send) -> None:
         if (method, card) not in (("GET", True), ("POST", False)) or not slug or "/" in slug:
             raise DoorError(404, f"no route {method} {scope['path']}: this server answers GET {PREFIX}<agent>{CARD} "
                                  f"and POST {PREFIX}<agent>", code="not_found")
-        actor = await in_thread(actor_of, bearer(scope), "view", address_of(scope))
+        actor = await in_thread(actor_of, bearer(scope), "view", client_address(scope))
         described = await in_thread(exposed, actor.team, slug)
         if described is None:
             raise DoorError(404, f"no agent {slug!r} this token may call: the team's exposed agents and workflows "

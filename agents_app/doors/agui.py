@@ -44,7 +44,6 @@ from agents_app.doors.common import (
     DoorError,
     Gone,
     actor_of,
-    address_of,
     bearer,
     in_thread,
     is_uuid,
@@ -57,6 +56,7 @@ from agents_app.doors.common import (
     until_done,
 )
 from agents_app.doors.follow import RunFollower
+from mas_core.ws_security import client_address
 
 AGENTS = "/ag-ui/agents/"
 RUNS = "/ag-ui/runs/"
@@ -130,7 +130,7 @@ async def app(scope, receive, send) -> None:
     encoder = EventEncoder()
     try:
         if path.startswith(AGENTS) and method == "POST":
-            actor = await in_thread(actor_of, bearer(scope), "run", address_of(scope))
+            actor = await in_thread(actor_of, bearer(scope), "run", client_address(scope))
             request = parsed(RunAgentInput, await read_body(receive))
             turns = [(message.role, _text(message.content)) for message in request.messages]
             run_id = await in_thread(start_agent, actor, path.removeprefix(AGENTS).strip("/"), turns, "", None,
@@ -138,7 +138,7 @@ async def app(scope, receive, send) -> None:
             translation = Translation(thread_id=request.thread_id, run_id=request.run_id)
             await _stream(send, receive, encoder, run_id, translation, cancel_when_gone=True)
         elif path.startswith(RUNS) and method == "GET":
-            actor = await in_thread(actor_of, bearer(scope), "view", address_of(scope))
+            actor = await in_thread(actor_of, bearer(scope), "view", client_address(scope))
             run_id = path.removeprefix(RUNS).strip("/")
             if not await in_thread(_teams_run, actor.team, run_id):
                 raise DoorError(404, f"no run {run_id!r} of this team", code="not_found")

@@ -215,11 +215,6 @@ def bearer(scope) -> str | None:
     return None
 
 
-def address_of(scope) -> str:
-    client = scope.get("client")
-    return client[0] if client else "unknown"
-
-
 def trace_of(door: str, scope=None, traceparent: str | None = None) -> RunTrace:
     """Where the trace of a run started at ``door`` begins: in the caller's trace when the request carries a
     W3C ``traceparent`` (given, as an MCP call's ``_meta`` has it, or the HTTP request's header in ``scope``)."""

@@ -25,7 +25,6 @@ from agents_app.doors.common import (
     WORKFLOW_PREFIX,
     DoorError,
     actor_of,
-    address_of,
     bearer,
     challenge,
     in_thread,
@@ -39,6 +38,7 @@ from agents_app.doors.common import (
 from agents_app.doors.follow import RunFollower
 from mas_core.loops import loop_local
 from mas_core.telemetry import RunTrace
+from mas_core.ws_security import client_address
 
 WORKFLOW_TOOL = "workflow__"
 MAX_PROGRESS_CHARS = 200
@@ -214,7 +214,7 @@ _managers: dict[int, _Manager] = {}
 async def app(scope, receive, send) -> None:
     """``/mcp`` (and ``/mcp/``): the token checked first (401 or 403 as JSON), then the SDK's transport."""
     try:
-        actor = await in_thread(actor_of, bearer(scope), "view", address_of(scope))
+        actor = await in_thread(actor_of, bearer(scope), "view", client_address(scope))
     except DoorError as refused:
         await send_json(send, refused.status, {"error": str(refused), "code": refused.code}, headers=challenge(refused))
         return

@@ -36,7 +36,6 @@ from agents_app.doors.common import (
     Gone,
     Turn,
     actor_of,
-    address_of,
     bearer,
     in_thread,
     inputs_object,
@@ -52,6 +51,7 @@ from agents_app.doors.common import (
 )
 from agents_app.doors.follow import RunFollower
 from mas_core.telemetry import RunTrace
+from mas_core.ws_security import client_address
 
 MAX_MESSAGES = 1_000
 OBJECT_PREFIX = "chatcmpl-"
@@ -190,18 +190,18 @@ async def app(scope, receive, send) -> None:
     try:
         path, method = scope["path"].rstrip("/"), scope["method"]
         if path == "/v1/models" and method == "GET":
-            actor = await in_thread(actor_of, bearer(scope), "view", address_of(scope))
+            actor = await in_thread(actor_of, bearer(scope), "view", client_address(scope))
             await send_json(send, 200, {"object": "list", "data": [
                 {"id": slug, "object": "model", "created": created, "owned_by": actor.team.slug}
                 for slug, created in await in_thread(_exposed, actor.team)]})
         elif path == "/v1/chat/completions" and method == "POST":
-            actor = await in_thread(actor_of, bearer(scope), "run", address_of(scope))
+            actor = await in_thread(actor_of, bearer(scope), "run", client_address(scope))
             request = parsed(ChatCompletionIn, await read_body(receive))
             run_id = await in_thread(_start, actor, trace_of("openai.chat_completions", scope), request.model,
                                      chat_turns(request.messages))
             await (_chat_stream if request.stream else _chat_whole)(send, receive, run_id=run_id, request=request)
         elif path == "/v1/responses" and method == "POST":
-            actor = await in_thread(actor_of, bearer(scope), "run", address_of(scope))
+            actor = await in_thread(actor_of, bearer(scope), "run", client_address(scope))
             request = parsed(ResponseIn, await read_body(receive))
             run_id = await in_thread(_start, actor, trace_of("openai.responses", scope), request.model,
                                      response_turns(request), request.instructions or "", request.previous_response_id)
