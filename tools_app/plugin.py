@@ -29,6 +29,7 @@ class Workspace(Protocol):
     async def write(self, path: str, content: str) -> int: ...  # returns the new version
     async def delete(self, path: str) -> bool: ...
     async def paths(self) -> list[str]: ...
+    async def contents(self) -> dict[str, str]: ...  # every file's content by path, in path order: one read
 
 
 @dataclass

@@ -30,3 +30,6 @@ class InMemoryWorkspace:
 
     async def paths(self) -> list[str]:
         return sorted(self.files)
+
+    async def contents(self) -> dict[str, str]:
+        return dict(sorted(self.files.items()))

@@ -776,6 +776,12 @@ class DatabaseWorkspace:
                                         [self.store.run_id])
             return [row[0] for row in await cursor.fetchall()]
 
+    async def contents(self) -> dict[str, str]:
+        async with self.store._pool().connection() as conn:
+            cursor = await conn.execute(
+                "SELECT path, content FROM agents_app_workspacefile WHERE run_id = %s ORDER BY path", [self.store.run_id])
+            return dict(await cursor.fetchall())
+
 
 # -- heartbeats and cancels ------------------------------------------------------------------
 

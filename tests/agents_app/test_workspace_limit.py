@@ -212,3 +212,34 @@ def test_the_session_store_refuses_a_file_past_the_count(team_a, settings):
     assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content")) == {"a.txt": "x", "b.txt": "y"}
     assert [e.data["path"] for e in Event.objects.filter(run=run, type="file_change").order_by("seq")] == [
         "a.txt", "b.txt", "b.txt"]
+
+
+def test_the_workspace_gives_all_its_files_in_one_read(team_a, monkeypatch):
+    """code_exec copies the whole workspace into its sandbox: with thousands of files, a read per file was
+    thousands of round trips."""
+    run = Run.objects.create(team=team_a, agent="lead", status="running")
+    session = Session.objects.create(run=run, agent="lead", tier="medium",
+                                     activation=Activation.objects.create(run=run, agent="lead", status="running"))
+    workspace = DatabaseWorkspace(store=DatabaseStore(run_id=run.id, session_id=session.id, agent="lead",
+                                                      tier="medium", cursor=None, budget={}, team_id=team_a.id))
+    statements = []
+    execute = psycopg.AsyncConnection.execute
+
+    async def counted(conn, query, *args, **kwargs):
+        statements.append(query)
+        return await execute(conn, query, *args, **kwargs)
+
+    async def read():
+        try:
+            for path in ("b.txt", "a/z.md", "a/b.md"):
+                await workspace.write(path, path * 2)
+            statements.clear()
+            monkeypatch.setattr(psycopg.AsyncConnection, "execute", counted)
+            return await workspace.contents()
+        finally:
+            for conn in pool().idle:
+                await conn.close()
+
+    contents = asyncio.run(read())
+    assert list(contents.items()) == [("a/b.md", "a/b.mda/b.md"), ("a/z.md", "a/z.mda/z.md"), ("b.txt", "b.txtb.txt")]
+    assert len(statements) == 1

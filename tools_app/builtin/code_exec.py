@@ -48,17 +48,13 @@ class CodeExec(Tool):
     async def run(self, args: Parameters, ctx: ToolContext) -> str:
         limits = sandbox.Limits.from_settings()
         capacity = settings.MAS_WORKSPACE_MAX_BYTES
-        files, sizes = {}, {}
-        for path in sorted(await ctx.workspace.paths()):
-            content = await ctx.workspace.read(path)
-            if content is None:
-                continue
-            sizes[path] = _utf8_len(content)
-            if sum(sizes.values()) > capacity:
-                raise ToolError(f"code_exec: the workspace holds more than its limit of "
-                                f"{capacity:,} bytes (MAS_WORKSPACE_MAX_BYTES); nothing was run")
-            if path not in sandbox.SCRIPT_NAMES:
-                files[path] = content
+        files = await ctx.workspace.contents()  # in one read, not one per file
+        sizes = {path: _utf8_len(content) for path, content in files.items()}
+        if sum(sizes.values()) > capacity:
+            raise ToolError(f"code_exec: the workspace holds more than its limit of "
+                            f"{capacity:,} bytes (MAS_WORKSPACE_MAX_BYTES); nothing was run")
+        for name in sandbox.SCRIPT_NAMES:
+            files.pop(name, None)
         try:
             result = await sandbox.run(args.language, args.code, files, limits)
         except sandbox.SandboxUnavailable as error:
