@@ -18,6 +18,9 @@ Figures per level, from the events' database timestamps:
   what the worker carries once the burst of session starts is behind it (use
   ``--turns 10`` so that window is long);
 - step time p50/p95 (llm_request to the next llm_request; ideal 1000 ms);
+- the start: how many claims the workers made and how long after the first
+  session_start the last came, then per session claim -> session_start and
+  session_start -> its first llm_request (p50/p95): where a burst's start goes;
 - peak RSS of the worker process (psutil, with children), peak Postgres
   backends on the bench database.
 
@@ -103,7 +106,7 @@ def level(team, sessions: int, *, concurrency: int, db_threads: int, workers: in
     from django.db import transaction
 
     from agents_app.execution.runs import run_start
-    from agents_app.models import Event
+    from agents_app.models import Event, Session
 
     pool = [c.Worker(concurrency=concurrency, db_threads=db_threads).start() for _ in range(workers)]
     with BackendSampler() as backends:
@@ -141,6 +144,12 @@ def level(team, sessions: int, *, concurrency: int, db_threads: int, workers: in
         if kind == "llm_request":
             by_session.setdefault(session_id, []).append(at)
     step_times = [(b - a).total_seconds() for times in by_session.values() for a, b in itertools.pairwise(times)]
+    # The start: when each session was claimed (its activation's dispatched_at), began (session_start) and first
+    # asked its model (llm_request).
+    claimed = dict(Session.objects.filter(run_id__in=ids).values_list("id", "activation__dispatched_at"))
+    began = {session_id: at for session_id, kind, at in rows if kind == "session_start"}
+    waits = [((began[session_id] - claimed[session_id]).total_seconds(), (times[0] - began[session_id]).total_seconds())
+             for session_id, times in by_session.items() if claimed.get(session_id) and session_id in began]
     # Steady state: while every session of the level was running (last start .. first end).
     all_in, first_out = max(starts), min(ends)
     steady_window = (first_out - all_in).total_seconds()
@@ -150,11 +159,18 @@ def level(team, sessions: int, *, concurrency: int, db_threads: int, workers: in
         "steady": steady_steps / steady_window if steady_window >= 3 else None,  # whole turns: too coarse below
         "sessions": sessions, "steps": steps, "window": window, "achieved": steps / window, "ideal": sessions / 1.0,
         "start_spread": (max(starts) - min(starts)).total_seconds(), "step_times": step_times,
+        "claims": len(set(claimed.values())),
+        "last_claim": (max(claimed.values()) - min(starts)).total_seconds(),
+        "claim_to_start": [claim_wait for claim_wait, _ in waits], "start_to_model": [first for _, first in waits],
         "peak_rss": sum(w.peak_rss for w in pool), "backends": backends.peak, "events": len(rows),
         "worker_cpu": worker_cpu, "machine_busy": machine_busy, "bench_cpu": bench_cpu,
         "push_failed": sum(w.log_count("event push failed") for w in pool), "redis_cpu": redis_cpu, "pg_cpu": pg_cpu,
         "command": pool[0].command_line() + (f"  (x{workers} processes)" if workers > 1 else ""),
     }
+
+
+def _p50_p95(seconds: list[float]) -> str:
+    return f"p50 {c.percentile(seconds, 50) * 1000:.0f} ms, p95 {c.percentile(seconds, 95) * 1000:.0f} ms"
 
 
 def report(result: dict) -> None:
@@ -175,6 +191,9 @@ def report(result: dict) -> None:
     if result["steady"] is not None:
         c.say(f"       steady state (all {result['sessions']} sessions running, {result['steady_window']:.1f} s): "
               f"{result['steady']:.1f} steps/s vs ideal {result['ideal']:.0f} = {result['steady'] / result['ideal']:.0%}")
+    c.say(f"       the start: {result['claims']} claims, the last {result['last_claim']:.2f} s after the first "
+          f"session_start; claim -> session_start {_p50_p95(result['claim_to_start'])}; session_start -> first "
+          f"llm_request {_p50_p95(result['start_to_model'])}")
     if result["push_failed"]:
         c.say(f"       {result['push_failed']} events were not pushed to websockets (\"event push failed\" in "
               "the worker log; their rows are stored)")
