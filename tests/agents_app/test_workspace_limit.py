@@ -38,6 +38,26 @@ def too_many(path: str, would_hold: int, most: int) -> str:
             f"{most:,} files (MAS_WORKSPACE_MAX_FILES). Nothing was changed; delete files first.")
 
 
+def session_workspace(team, run: Run, agent: str) -> DatabaseWorkspace:
+    """The workspace of a new running session of ``agent`` in the hand-built ``run``, as the kernel's tools see it."""
+    session = Session.objects.create(run=run, agent=agent, tier="medium",
+                                     activation=Activation.objects.create(run=run, agent=agent, status="running"))
+    return DatabaseWorkspace(store=DatabaseStore(run_id=run.id, session_id=session.id, agent=agent, tier="medium",
+                                                 cursor=None, budget={}, team_id=team.id))
+
+
+def on_own_loop(work):
+    """``work()`` run on a loop of its own, whose connections end with it (the test database is dropped after)."""
+    async def run():
+        try:
+            return await work()
+        finally:
+            for conn in pool().idle:
+                await conn.close()
+
+    return asyncio.run(run())
+
+
 @pytest.mark.worker
 def test_a_run_at_its_workspace_limit_gets_tool_errors_and_carries_on(team_a, monkeypatch):
     from mas_project.celery import app
@@ -107,27 +127,17 @@ def test_a_run_at_its_workspace_limit_gets_tool_errors_and_carries_on(team_a, mo
 def test_two_sessions_writing_at_once_cannot_both_pass_the_limit(team_a, settings):
     settings.MAS_WORKSPACE_MAX_BYTES = 1000
     run = Run.objects.create(team=team_a, agent="lead", status="running")
-    sessions = {name: Session.objects.create(run=run, agent=name, tier="medium", activation=Activation.objects.create(
-        run=run, agent=name, status="running")) for name in ("a", "b")}
+    a, b = (session_workspace(team_a, run, name) for name in ("a", "b"))
     # Hold the run's row so both writes are under way before either can commit.
     params = {k: v for k, v in connections["default"].get_connection_params().items()
               if k not in ("cursor_factory", "context", "server_side_binding")}
     holder, watcher = psycopg.connect(**params), psycopg.connect(**params, autocommit=True)
 
-    def workspace(agent):
-        return DatabaseWorkspace(store=DatabaseStore(run_id=run.id, session_id=sessions[agent].id, agent=agent,
-                                                     tier="medium", cursor=None, budget={}, team_id=team_a.id))
-
     async def both():
-        try:
-            return await asyncio.gather(workspace("a").write("a.txt", "a" * 600),
-                                        workspace("b").write("b.txt", "b" * 600), return_exceptions=True)
-        finally:  # this loop's connections end with it (the test database is dropped afterwards)
-            for conn in pool().idle:
-                await conn.close()
+        return await asyncio.gather(a.write("a.txt", "a" * 600), b.write("b.txt", "b" * 600), return_exceptions=True)
 
     outcome = {}
-    writer = threading.Thread(target=lambda: outcome.update(results=asyncio.run(both())))
+    writer = threading.Thread(target=lambda: outcome.update(results=on_own_loop(both)))
     try:
         holder.execute("SELECT 1 FROM agents_app_run WHERE id = %s FOR UPDATE", [run.id])
         writer.start()
@@ -190,25 +200,18 @@ def test_the_service_refuses_a_file_past_the_count_and_still_writes_the_files_th
 def test_the_session_store_refuses_a_file_past_the_count(team_a, settings):
     settings.MAS_WORKSPACE_MAX_FILES = 2
     run = Run.objects.create(team=team_a, agent="lead", status="running")
-    session = Session.objects.create(run=run, agent="lead", tier="medium",
-                                     activation=Activation.objects.create(run=run, agent="lead", status="running"))
-    workspace = DatabaseWorkspace(store=DatabaseStore(run_id=run.id, session_id=session.id, agent="lead",
-                                                      tier="medium", cursor=None, budget={}, team_id=team_a.id))
+    workspace = session_workspace(team_a, run, "lead")
 
     async def writes():
+        done = [await workspace.write(path, "x") for path in ("a.txt", "b.txt")]
         try:
-            done = [await workspace.write(path, "x") for path in ("a.txt", "b.txt")]
-            try:
-                await workspace.write("c.txt", "x")
-            except WorkspaceFull as error:
-                done.append(str(error))
-            done.append(await workspace.write("b.txt", "y"))  # a file already there
-            return done
-        finally:  # this loop's connections end with it (the test database is dropped afterwards)
-            for conn in pool().idle:
-                await conn.close()
+            await workspace.write("c.txt", "x")
+        except WorkspaceFull as error:
+            done.append(str(error))
+        done.append(await workspace.write("b.txt", "y"))  # a file already there
+        return done
 
-    assert asyncio.run(writes()) == [1, 1, too_many("c.txt", 3, 2), 2]
+    assert on_own_loop(writes) == [1, 1, too_many("c.txt", 3, 2), 2]
     assert dict(WorkspaceFile.objects.filter(run=run).values_list("path", "content")) == {"a.txt": "x", "b.txt": "y"}
     assert [e.data["path"] for e in Event.objects.filter(run=run, type="file_change").order_by("seq")] == [
         "a.txt", "b.txt", "b.txt"]
@@ -218,10 +221,7 @@ def test_the_workspace_gives_all_its_files_in_one_read(team_a, monkeypatch):
     """code_exec copies the whole workspace into its sandbox: with thousands of files, a read per file was
     thousands of round trips."""
     run = Run.objects.create(team=team_a, agent="lead", status="running")
-    session = Session.objects.create(run=run, agent="lead", tier="medium",
-                                     activation=Activation.objects.create(run=run, agent="lead", status="running"))
-    workspace = DatabaseWorkspace(store=DatabaseStore(run_id=run.id, session_id=session.id, agent="lead",
-                                                      tier="medium", cursor=None, budget={}, team_id=team_a.id))
+    workspace = session_workspace(team_a, run, "lead")
     statements = []
     execute = psycopg.AsyncConnection.execute
 
@@ -230,16 +230,12 @@ def test_the_workspace_gives_all_its_files_in_one_read(team_a, monkeypatch):
         return await execute(conn, query, *args, **kwargs)
 
     async def read():
-        try:
-            for path in ("b.txt", "a/z.md", "a/b.md"):
-                await workspace.write(path, path * 2)
-            statements.clear()
-            monkeypatch.setattr(psycopg.AsyncConnection, "execute", counted)
-            return await workspace.contents()
-        finally:
-            for conn in pool().idle:
-                await conn.close()
+        for path in ("b.txt", "a/z.md", "a/b.md"):
+            await workspace.write(path, path * 2)
+        statements.clear()
+        monkeypatch.setattr(psycopg.AsyncConnection, "execute", counted)
+        return await workspace.contents()
 
-    contents = asyncio.run(read())
+    contents = on_own_loop(read)
     assert list(contents.items()) == [("a/b.md", "a/b.mda/b.md"), ("a/z.md", "a/z.mda/z.md"), ("b.txt", "b.txtb.txt")]
     assert len(statements) == 1
