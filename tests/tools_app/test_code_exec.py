@@ -346,3 +346,30 @@ def test_files_that_would_take_the_workspace_past_its_limit_are_not_copied_back(
     outcome, _ = run_code("bash", "echo never > ran.txt", files={**files, "c.txt": "c" * 500})
     assert not outcome.ok and outcome.content == (
         "code_exec: the workspace holds more than its limit of 1,000 bytes (MAS_WORKSPACE_MAX_BYTES); nothing was run")
+
+
+class ReadsCounted(InMemoryWorkspace):
+    """A workspace that counts its reads: one file at a time, or all at once."""
+
+    def __init__(self, files):
+        super().__init__(files)
+        self.reads = {"one": 0, "all": 0}
+
+    async def read(self, path):
+        self.reads["one"] += 1
+        return await super().read(path)
+
+    async def contents(self):
+        self.reads["all"] += 1
+        return await super().contents()
+
+
+def test_the_workspace_is_copied_into_the_sandbox_in_one_read():
+    files = {f"part/{i:03}.txt": str(i) for i in range(50)}
+    workspace = ReadsCounted(files)
+    ctx = ToolContext(run_id="r", agent="coder", session_id="s", workspace=workspace)
+    code = "import pathlib; print(sum(int(p.read_text()) for p in pathlib.Path('part').iterdir()))"
+    outcome = asyncio.run(registry_for_agent(["code_exec"]).call("code_exec", {"language": "python", "code": code},
+                                                                 ctx))
+    assert report(outcome)["stdout"] == f"{sum(range(50))}\n"
+    assert workspace.reads == {"one": 0, "all": 1}
