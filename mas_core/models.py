@@ -225,12 +225,18 @@ class DefinitionVersion(models.Model):
 
 class Event(models.Model):
     # No index of its own: the unique (run, seq) index serves every lookup by run (one index less per event).
-    run = models.ForeignKey("agents_app.Run", on_delete=models.CASCADE, related_name="events", db_index=False)
+    # No foreign key checks in PostgreSQL (``db_constraint=False``), here nor on the other rows a step appends
+    # (history entries, workspace files and their versions): a step's commit checked one per row, 10-15 % of
+    # its database CPU. What they guarded, the writes keep: each row a write adds hangs on the run's and the
+    # session's rows, which it locks first (agents_app.execution.store, mas_core.eventlog), and a run is deleted
+    # only when finished, under its row's lock, with everything it wrote (Django's cascade).
+    run = models.ForeignKey("agents_app.Run", on_delete=models.CASCADE, related_name="events", db_index=False,
+                            db_constraint=False)
     seq = models.PositiveBigIntegerField()
     type = models.CharField(max_length=40)
     agent = models.CharField(max_length=100, blank=True)
     session = models.ForeignKey("agents_app.Session", null=True, blank=True, on_delete=models.SET_NULL,
-                                related_name="events")
+                                related_name="events", db_constraint=False)
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

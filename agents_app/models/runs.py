@@ -269,8 +269,10 @@ class SessionEntry(models.Model):
     ``Session.state``.
     """
 
-    # No index of its own: the unique (session, seq) index serves every lookup by session.
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="entries", db_index=False)
+    # No index of its own: the unique (session, seq) index serves every lookup by session. No foreign key check
+    # in PostgreSQL: see mas_core.models.Event.
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="entries", db_index=False,
+                                db_constraint=False)
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=16)  # message | compaction | seen
     # JSON text (a digest for ``seen``), not jsonb: a message's tool-call arguments keep the order the model gave them, so a
@@ -293,13 +295,14 @@ class SessionEntry(models.Model):
 
 
 class WorkspaceFile(models.Model):
-    # No index of its own: the unique (run, path) index serves every lookup by run.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="files", db_index=False)
+    # No index of its own: the unique (run, path) index serves every lookup by run. No foreign key checks in
+    # PostgreSQL: see mas_core.models.Event.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="files", db_index=False, db_constraint=False)
     path = models.CharField(max_length=500)
     content = models.TextField(blank=True)
     version = models.PositiveIntegerField(default=1)
     author = models.CharField(max_length=100, blank=True, help_text="Agent slug")
-    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.SET_NULL)
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -319,8 +322,10 @@ class WorkspaceFileVersion(models.Model):
     as it was at an event. Kept up to ``MAS_WORKSPACE_HISTORY_MAX_BYTES`` per run (``Run.history_bytes``).
     """
 
-    # No index of its own: the (run, seq) index serves every lookup by run.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="file_versions", db_index=False)
+    # No index of its own: the (run, seq) index serves every lookup by run. No foreign key check in PostgreSQL:
+    # see mas_core.models.Event.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="file_versions", db_index=False,
+                            db_constraint=False)
     path = models.CharField(max_length=500)
     seq = models.PositiveBigIntegerField()
     content = models.TextField(null=True, blank=True)

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from agents_app.models import Activation, Event, Run, Session, WorkspaceFile
+from agents_app.models import Activation, Event, Run, Session, SessionEntry, WorkspaceFile, WorkspaceFileVersion
 from memory_app.models import BlackboardEntry
 
 pytestmark = pytest.mark.django_db
@@ -120,21 +120,28 @@ def test_deleting_a_finished_run_takes_its_events_files_and_tree_and_nothing_els
     from mas_core.eventlog import event_append
 
     doomed, kept = make_run(team_a, input="doomed"), make_run(team_a, input="kept")
+    sessions = {}
     for run in (doomed, kept):
         activation = Activation.objects.create(run=run, agent="lead")
-        Session.objects.create(run=run, activation=activation, agent="lead")
+        session = sessions[run.pk] = Session.objects.create(run=run, activation=activation, agent="lead")
+        SessionEntry.objects.create(session=session, seq=1, kind="message", payload="{}")
         for n in range(3):
-            event_append(run_id=run.id, type="tool_call", agent="lead", data={"n": n})
-        WorkspaceFile.objects.create(run=run, path="notes.md", content="x", author="lead")
+            event_append(run_id=run.id, type="tool_call", agent="lead", session_id=session.id, data={"n": n})
+        WorkspaceFile.objects.create(run=run, path="notes.md", content="x", author="lead", session=session)
+        WorkspaceFileVersion.objects.create(run=run, path="notes.md", seq=3, content="x")
         BlackboardEntry.objects.create(run=run, key="plan", value="v", author="lead")
     admin = api_for(team_a, "admin")
     response = admin.delete(f"/api/runs/{doomed.id}")
     assert response.status_code == 200, response.content
     assert response.json() == {"id": str(doomed.id), "deleted": True, "events": 3, "files": 1}
     assert not Run.objects.filter(pk=doomed.pk).exists()
-    for model in (Activation, Session, Event, WorkspaceFile, BlackboardEntry):
+    # The database checks no key of the rows a step appends (events, history entries, files, versions): the
+    # deletion takes them all the same.
+    for model in (Activation, Session, Event, WorkspaceFile, WorkspaceFileVersion, BlackboardEntry):
         assert not model.objects.filter(run_id=doomed.pk).exists(), model
         assert model.objects.filter(run_id=kept.pk).exists(), model
+    assert not SessionEntry.objects.filter(session_id=sessions[doomed.pk].pk).exists()
+    assert SessionEntry.objects.filter(session_id=sessions[kept.pk].pk).count() == 1
     assert admin.get(f"/api/runs/{doomed.id}").status_code == 404
     assert admin.delete(f"/api/runs/{doomed.id}").status_code == 404
 
