@@ -23,12 +23,16 @@ after, outside the gate. Websockets do not pass it (their reads have their own t
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
-from django.core.handlers.asgi import ASGIHandler
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.urls import set_script_prefix
 
 from mas_core import webgate
 
@@ -93,12 +97,25 @@ class GatedASGIHandler(ASGIHandler):
     not one started for the request. Everything thread-sensitive the request does (its signals, its
     response's close, an async view's ``sync_to_async``) still runs in its own thread, as under Django's
     handler: the request's ``ThreadSensitiveContext`` names it.
+
+    The same hop sends ``request_started`` first and, for a response whose body is already made (not
+    streaming), closes it after (``request_finished``: the request's database connection goes back to the
+    pool before its answer is sent, not after): Django's handler takes a hop of its own for each, some
+    0.14 ms of the process's CPU apiece here. A streaming response is closed once sent, as Django does.
     """
 
     def load_middleware(self, is_async=False):
         super().load_middleware(is_async=False)
-        self._in_thread = sync_to_async(self.get_response, thread_sensitive=True)
+        self._in_thread = sync_to_async(self._respond, thread_sensitive=True)
         self._threads = RequestThreads(keep=settings.MAS_WEB_CONCURRENCY)
+
+    def _respond(self, request):
+        """The request, in its thread: ``request_started``, the middleware and view, and a made response closed."""
+        signals.request_started.send(sender=self.__class__, scope=request.scope)
+        response = self.get_response(request)
+        if not response.streaming:
+            response.close()
+        return response
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -113,3 +130,60 @@ class GatedASGIHandler(ASGIHandler):
     async def get_response_async(self, request):
         async with webgate.place():
             return await self._in_thread(request)
+
+    async def handle(self, scope, receive, send):
+        """Django's ``ASGIHandler.handle`` (5.2) less its hops for ``request_started`` and a made response's
+        close, which :meth:`_respond` does in the request's one hop."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            body_file.close()
+            await self.send_response(error_response, send)
+            await sync_to_async(_started_and_closed)(self.__class__, scope, error_response)
+            return
+
+        async def process_request(request, send):
+            response = await self.run_get_response(request)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass  # the client went away while its answer was sent
+            return response
+
+        # A client that goes away while its request is under way cancels it (as in Django's handler).
+        tasks = [asyncio.create_task(self.listen_for_disconnect(receive)),
+                 asyncio.create_task(process_request(request, send))]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        try:
+            response = tasks[1].result()
+        except asyncio.CancelledError:
+            await signals.request_finished.asend(sender=self.__class__)
+        else:
+            if not response.closed:
+                await sync_to_async(response.close)()
+        body_file.close()
+
+
+def _started_and_closed(sender, scope, response) -> None:
+    """A request Django could not make (its body too large, its path not text): its signals, in one hop."""
+    signals.request_started.send(sender=sender, scope=scope)
+    response.close()

@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+from django.core import signals
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.base import BaseHandler
 
@@ -128,8 +129,9 @@ def test_two_places_by_default_as_the_settings_page_says_and_never_none():
     assert (places(), places(MAS_WEB_CONCURRENCY="9"), places(MAS_WEB_CONCURRENCY="0")) == ("2", "9", "1")
 
 
-def hops(handler_class, monkeypatch) -> int:
-    """How many times one request's handling went from the loop to a thread."""
+def hops(handler_class, monkeypatch, scope: dict | None = None, status: int = 404) -> int:
+    """How many times one request's handling (``SCOPE`` unless another is given) went from the loop to a
+    thread."""
     from asgiref import sync
 
     real = sync.SyncToAsync.__call__
@@ -143,17 +145,78 @@ def hops(handler_class, monkeypatch) -> int:
     monkeypatch.setattr(sync.SyncToAsync, "__call__", counted)
 
     async def main():
-        return await get(handler_class())
+        return await get(handler_class(), scope)
 
-    assert asyncio.run(main()) == 404
+    assert asyncio.run(main()) == status
     return count
 
 
-def test_a_request_goes_to_its_thread_once_for_the_middleware_and_the_view(monkeypatch):
-    """Three hops: the request_started signal, the middleware with the view, the response's close. Django's
-    own handler: fifteen (one per method of each middleware as well, and back to the loop around WhiteNoise)."""
-    assert hops(GatedASGIHandler, monkeypatch) == 3
+def test_a_request_goes_to_its_thread_once_for_its_signals_the_middleware_and_the_view(monkeypatch):
+    """One hop: request_started, the middleware with the view, and the made response's close
+    (request_finished). Django's own handler: fifteen (one per method of each middleware as well, back to the
+    loop around WhiteNoise, and one for each signal)."""
+    assert hops(GatedASGIHandler, monkeypatch) == 1
     assert hops(ASGIHandler, monkeypatch) == 15
+
+
+def test_each_signal_fires_once_in_the_requests_thread_and_a_stream_is_closed_once_sent(monkeypatch):
+    """request_started before the view, request_finished after it: once each, in the thread the view ran in
+    (the database connection they take and give back is that thread's). A streaming response is closed after
+    its body was sent: a second hop."""
+    from django.http import StreamingHttpResponse
+
+    fired: list[tuple[str, int]] = []
+    real = BaseHandler._get_response
+
+    async def parts():
+        yield b"a"
+        yield b"b"
+
+    def view(self, request):
+        fired.append(("view", threading.get_ident()))
+        if request.path == "/stream/":
+            return StreamingHttpResponse(parts())
+        return real(self, request)
+
+    def started(**kwargs):
+        fired.append(("started", threading.get_ident()))
+
+    def finished(**kwargs):
+        fired.append(("finished", threading.get_ident()))
+
+    monkeypatch.setattr(BaseHandler, "_get_response", view)
+    signals.request_started.connect(started)
+    signals.request_finished.connect(finished)
+    try:
+        assert asyncio.run(get(GatedASGIHandler())) == 404
+        made, fired[:] = list(fired), []
+        assert hops(GatedASGIHandler, monkeypatch, {**SCOPE, "path": "/stream/", "raw_path": b"/stream/"},
+                    status=200) == 2
+    finally:
+        signals.request_started.disconnect(started)
+        signals.request_finished.disconnect(finished)
+    assert [name for name, _ in made] == ["started", "view", "finished"]
+    assert len({ident for _, ident in made}) == 1 and made[0][1] != threading.get_ident()
+    assert [name for name, _ in fired] == ["started", "view", "finished"]
+
+
+def test_a_request_django_cannot_make_is_answered_400_with_its_signals_in_one_hop(monkeypatch):
+    fired: list[str] = []
+
+    def started(**kwargs):
+        fired.append("started")
+
+    def finished(**kwargs):
+        fired.append("finished")
+
+    signals.request_started.connect(started)
+    signals.request_finished.connect(finished)
+    try:
+        assert hops(GatedASGIHandler, monkeypatch, {**SCOPE, "query_string": b"q=\xff"}, status=400) == 1
+    finally:
+        signals.request_started.disconnect(started)
+        signals.request_finished.disconnect(finished)
+    assert fired == ["started", "finished"]
 
 
 def in_order(monkeypatch, requests: list[tuple[float, str, str]], inside) -> list[str]:
