@@ -206,3 +206,35 @@ def test_the_sessions_model_is_recorded_without_waiting_for_the_disks_flush(team
     assert (after - before, plain - after) == (0, 1)
     row = Session.objects.values("provider", "model", "tier").get(pk=start.session.id)
     assert row == {"provider": resolved.provider_slug, "model": resolved.model, "tier": "small"}
+
+
+def test_a_runs_start_writes_in_three_round_trips(team_a, unserved, tmp_path):
+    """The API's start, once its checks have read the agent: BEGIN (psycopg waits for its answer), the two
+    INSERTs in one round trip (a pipeline), the COMMIT; the run, its root and its first events all written."""
+    from django.db import connection
+    from psycopg import pq
+
+    from agents_app.execution.runs import start_rows
+    from tests.runs import events
+
+    agent(team_a, "Stepper")
+    rows = start_rows(team=team_a, agent="stepper", script=script(0))
+    trace = tmp_path / "libpq.trace"
+    with open(trace, "w") as out:
+        pgconn = connection.connection.pgconn
+        pgconn.trace(out.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            run = run_start(team=team_a, agent="stepper", input="Write notes", script=script(0), rows=rows)
+        finally:
+            pgconn.untrace()
+    messages = trace.read_text().splitlines()
+    answered = [line for line in messages if "\tReadyForQuery\t" in line]
+    assert len(answered) == 3, messages
+    sent = [line.split("\t")[2:] for line in messages if line.startswith("F\t")]
+    executed = [kind for kind, *_ in sent if kind in ("Execute", "Sync", "Query")]
+    assert executed == ["Execute", "Sync", "Execute", "Execute", "Sync", "Query"], sent
+    assert 'COMMIT' in sent[-1][1] and 'BEGIN' in sent[0][1], sent
+    [root] = Activation.objects.filter(run=run)
+    assert (root.status, root.kind) == ("ready", "root")
+    assert [e.type for e in events(run)] == ["run_start", "activation_queued"]
