@@ -156,7 +156,11 @@ def eval_collect(*, eval_run_id: int, token: str = "") -> bool:
             return eval_run.status != EvalRunStatus.RUNNING
         eval_run.totals = eval_totals(eval_run=eval_run)
         eval_run.status, eval_run.finished_at = EvalRunStatus.FINISHED, timezone.now()
-        eval_run.save(update_fields=["totals", "status", "finished_at"])
+        closed = ["totals", "status", "finished_at"]
+        if token and eval_run.collect_token == token:  # the closing pass lets its lease go with the close
+            eval_run.collecting_until, eval_run.collected_at = None, eval_run.finished_at
+            closed += ["collecting_until", "collected_at"]
+        eval_run.save(update_fields=closed)
     logger.info("eval run finished", extra={"eval_run": eval_run.id, "pass_rate": eval_run.totals["pass_rate"]})
     return True
 
