@@ -184,6 +184,6 @@ class GatedASGIHandler(ASGIHandler):
 
 
 def _started_and_closed(sender, scope, response) -> None:
-    """A request Django could not make (its body too large, its path not text): its signals, in one hop."""
+    """A request Django could not make (its body too large, its query string not text): its signals, in one hop."""
     signals.request_started.send(sender=sender, scope=scope)
     response.close()

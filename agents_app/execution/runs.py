@@ -149,8 +149,8 @@ def _start_write(*, run: Run, start: dict[str, Any], fired: list[dict[str, Any]]
                *(entry("guardrail_triggered", agent=run.agent, data=data) for data in fired),
                _queued(root)]
     run.next_seq = len(entries)  # the new run's counter as its first events leave it: they are 1 … n
-    # Both statements, and the transaction's BEGIN before them, in one round trip (a pipeline: the API's start
-    # was four round trips to the database there, BEGIN, two INSERTs and COMMIT; now two).
+    # Both statements in one round trip (a pipeline): BEGIN, the INSERTs, COMMIT are three round trips, not four
+    # (psycopg waits for a pipelined BEGIN's answer).
     with connection.cursor() as cursor, connection.wrap_database_errors, connection.connection.pipeline():
         cursor.execute(_RUN_INSERT_SQL, {**run_params, "run_next_seq": run.next_seq})
         cursor.execute(_ROOT_SQL, {**root_params, "run": str(run.id), "events": events_param(entries),

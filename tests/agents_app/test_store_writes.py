@@ -215,7 +215,7 @@ def test_a_worker_whose_session_was_taken_over_writes_nothing(team_a, settings):
 
 def test_writes_of_a_session_whose_run_was_deleted_leave_no_row_behind(team_a):
     """The tables a step appends to keep no foreign key checks in PostgreSQL (a step's commit checked one per
-    event, history entry and file row: ~5 % of its database CPU); the write itself keeps them: every row it adds
+    event, history entry and file row: 10-16 % of its database CPU); the write itself keeps them: every row it adds
     hangs on the run's and the session's rows, locked first, so a run deleted meanwhile gets none — by the
     plain write, the held file write, nor its commit."""
     from agents_app.execution.housekeeping import run_delete
