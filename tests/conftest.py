@@ -201,10 +201,15 @@ def api_for(make_member, make_token):
 
 @pytest.fixture(scope="session")
 def celery_worker_process(django_db_setup, django_db_blocker):
-    """A real Celery worker process on this test run's own queue and database."""
+    """A real Celery worker process on this test run's own queue and database.
+
+    It sweeps for lost work once, when it starts (``MAS_REAP_INTERVAL_S=0``), not every 10 s: it outlives the
+    test that started it, and its periodic sweep would take the rows later tests build by hand (a "running" run
+    with nothing admitted is dispatched and fails, a session without a heartbeat is resumed). The tests of the
+    sweeps start workers of their own that sweep often (tests/faults)."""
     from tests.workers import start_worker, stop_worker
 
-    worker = start_worker(f"test-{os.getpid()}")
+    worker = start_worker(f"test-{os.getpid()}", env={"MAS_REAP_INTERVAL_S": "0"})
     yield worker
     stop_worker(worker)
 

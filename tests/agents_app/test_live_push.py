@@ -144,7 +144,6 @@ def test_a_push_after_the_connection_was_cut_goes_out_on_a_new_one(team_a):
     assert received == [[1], [3]]
 
 
-@pytest.mark.alone  # its hand-built running session: a live worker's recovery sweep can add a retry event to its run
 def test_live_events_are_what_the_api_reads_back_from_either_writer(team_a):
     # The pushed JSON is written around each event's data text (encoded once, for the insert and the push):
     # what a socket receives live must be, value for value, what the REST API and a socket's replay read from

@@ -123,7 +123,6 @@ def test_a_run_at_its_workspace_limit_gets_tool_errors_and_carries_on(team_a, mo
     assert list(Activation.objects.filter(run=run).values_list("agent", flat=True)) == ["coder"]  # no kid spawned
 
 
-@pytest.mark.alone  # its hand-built run: a live worker's sweep on a busy machine can add an event of its own
 def test_two_sessions_writing_at_once_cannot_both_pass_the_limit(team_a, settings):
     settings.MAS_WORKSPACE_MAX_BYTES = 1000
     run = Run.objects.create(team=team_a, agent="lead", status="running")

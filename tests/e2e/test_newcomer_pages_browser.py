@@ -70,7 +70,9 @@ def test_the_monitor_reads_well_at_a_desk_and_on_a_phone(
     run_id = start(asgi_server.url, make_token(team_a, olga), "lead", {
         "lead": [{"text": TURN_1, **call("delegate", agent="helper", task="Check the notes")},
                  {"text": TURN_2, "expect": "Checked."}],
-        "helper": [{"text": "Checked."}]})
+        # The helper's turn takes a while: the lead suspends before its child settles, so it waits for it (a
+        # child settled first leaves the lead nothing to wait for, and its event says so).
+        "helper": [{"text": "Checked.", "latency_ms": 1500}]})
     run = finish(Run.objects.get(pk=run_id))
     assert (run.status, run.result) == ("succeeded", TURN_2)
     steps = [e.data["step"] for e in Event.objects.filter(run=run, agent="lead", type="llm_request").order_by("seq")]
