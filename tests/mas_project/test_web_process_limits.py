@@ -158,3 +158,17 @@ def test_an_overlong_websocket_url_is_refused_before_the_consumer(web, editor):
     base = f"ws://127.0.0.1:{web.port}/ws/runs/"
     assert asyncio.run(status_of(base)) == 101
     assert asyncio.run(status_of(base + "?pad=" + "a" * 9000)) == 403
+
+
+def test_a_form_body_is_left_to_the_application(web, editor, team_a):
+    # Twisted parsed a POST's form body into request.args, which daphne never reads: a multipart body it could not
+    # parse (here: no boundary) got Twisted's bare 400, no JSON, and a closed connection (mas_project.http_limits).
+    # The application reads the body, and answers.
+    body = "--x\r\nContent-Disposition: form-data; name=\"agent\"\r\n\r\nx\r\n--x--\r\n"
+    answer, growth, cpu = measured(web, "POST", "/api/agents", body, token=editor,
+                                   content_type="multipart/form-data", timeout=10)
+    assert (answer.status, answer.headers["content-type"]) == (415, "application/json; charset=utf-8")
+    assert json.loads(answer.body) == {"detail": "send JSON with Content-Type: application/json, not "
+                                                 "'multipart/form-data'"}
+    assert cpu < CPU_LIMIT_S
+    assert_nothing_saved(team_a)
