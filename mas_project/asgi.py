@@ -19,9 +19,11 @@ from agents_app.doors import a2a_door, agui, mcp_door, openai_compat  # noqa: E4
 from mas_core.lanes import lane  # noqa: E402
 from mas_core.webgate import caller_lane  # noqa: E402
 from mas_project.http_limits import UrlLengthLimit, answer_overlong_lines, bodies_left_to_the_application  # noqa: E402
+from mas_project.startup_gc import frozen_once_daphne_serves  # noqa: E402
 
 answer_overlong_lines()
 bodies_left_to_the_application()
+frozen_once_daphne_serves()
 
 # The live monitor (agents_app/consumers.py). Browsers authenticate with their
 # session cookie (checked against the Origin header there), scripts with

@@ -55,6 +55,14 @@ def _scheduler_stop(**_kwargs) -> None:
     worker_stop()
 
 
+@worker_ready.connect
+def _startup_objects_frozen(**_kwargs) -> None:
+    # Full garbage collections scan only what the worker made since it started (mas_project/startup_gc.py).
+    from mas_project.startup_gc import startup_objects_frozen
+
+    startup_objects_frozen()
+
+
 @worker_init.connect
 def _short_gil_turns(**_kwargs) -> None:
     # A worker's threads (the broker consumer, the session loop, the database
