@@ -21,6 +21,7 @@ Django would have refused with its own answer.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -92,16 +93,8 @@ def answer_overlong_lines() -> None:
 
 
 def bodies_left_to_the_application() -> None:
-    """Make daphne's requests leave their bodies to the ASGI application (``parsePOSTFormSubmission=False``)."""
+    """Make daphne's requests leave their bodies to the ASGI application: daphne makes its requests without
+    Twisted's ``parsePOSTFormSubmission`` argument, which is given here (daphne's ``__init__`` passes it on)."""
     from daphne.http_protocol import WebRequest
 
-    if getattr(WebRequest.__init__, "bodies_left", False):
-        return
-    init = WebRequest.__init__
-
-    def __init__(self, *args, **kwargs) -> None:
-        init(self, *args, **kwargs)
-        self._parsePOSTFormSubmission = False  # twisted.web.http.Request's flag (its parsePOSTFormSubmission)
-
-    __init__.bodies_left = True
-    WebRequest.__init__ = __init__
+    WebRequest.__init__ = functools.partialmethod(WebRequest.__init__, parsePOSTFormSubmission=False)
