@@ -23,6 +23,16 @@ def _django_logging(**_kwargs) -> None:
 
 
 @worker_ready.connect
+def _startup_objects_frozen(**_kwargs) -> None:
+    # Full garbage collections scan only what the worker made since it started (mas_project/startup_gc.py).
+    # First of the worker_ready receivers (Celery calls them in order): frozen before the sweeps and the
+    # scheduler start sessions, whose objects must stay collectable and which the collection would stall.
+    from mas_project.startup_gc import startup_objects_frozen
+
+    startup_objects_frozen()
+
+
+@worker_ready.connect
 def _recover_on_start(**_kwargs) -> None:
     # Every worker sweeps for the work of dead workers when it starts and then
     # every MAS_REAP_INTERVAL_S, one sweep at a time across workers: crash
@@ -53,14 +63,6 @@ def _scheduler_stop(**_kwargs) -> None:
     from agents_app.scheduler import worker_stop
 
     worker_stop()
-
-
-@worker_ready.connect
-def _startup_objects_frozen(**_kwargs) -> None:
-    # Full garbage collections scan only what the worker made since it started (mas_project/startup_gc.py).
-    from mas_project.startup_gc import startup_objects_frozen
-
-    startup_objects_frozen()
 
 
 @worker_init.connect

@@ -26,7 +26,8 @@ def unfrozen():
 
 
 def test_a_worker_freezes_its_start_up_objects_once_ready(unfrozen):
-    assert worker_setup._startup_objects_frozen in [ref() for _, ref in worker_ready.receivers]
+    # The first receiver: frozen before the sweeps and the scheduler start sessions.
+    assert [ref() for _, ref in worker_ready.receivers][0] is worker_setup._startup_objects_frozen
     worker_setup._startup_objects_frozen()
     frozen = gc.get_freeze_count()
     assert frozen > 10_000  # this process's modules, classes, functions...
