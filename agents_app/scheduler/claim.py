@@ -67,50 +67,63 @@ def claim(*, worker: str, queue: str, free: int, running: int, skip_teams: Colle
         if not cursor.fetchone()[0]:
             return None
         # A team's sessions count against its limit in every pool; only this pool's ready work is handed out.
-        cursor.execute(
-            """
-            SELECT a.team_id, count(*) FILTER (WHERE a.status = 'ready' AND a.queue = %(queue)s),
-                   count(*) FILTER (WHERE a.status <> 'ready'), t.max_sessions, t.session_limit, t.weight
-            FROM agents_app_activation a JOIN agents_app_team t ON t.id = a.team_id
-            WHERE a.status IN ('ready', 'dispatched', 'running')
-            GROUP BY a.team_id, t.max_sessions, t.session_limit, t.weight
-            HAVING count(*) FILTER (WHERE a.status = 'ready' AND a.queue = %(queue)s) > 0
-            """, {"queue": queue})
+        # Each row carries the pool's other live workers too (what they run, how many they are).
+        cursor.execute(_COUNTS_SQL, {"queue": queue, "worker": worker, "dead_s": dead_s})
         found = cursor.fetchall()
-        ready_all = sum(ready for _, ready, *_ in found)
-        teams = [row for row in found if row[0] not in skip_teams]
+        ready_all = sum(row[1] for row in found)
+        teams = [row[:6] for row in found if row[0] not in skip_teams]
         if not teams:
             return Claims(left=ready_all > 0)
-        cursor.execute(
-            "SELECT coalesce(sum(running) FILTER (WHERE name <> %s), 0), count(*) FILTER (WHERE name <> %s) "
-            "FROM agents_app_worker WHERE queue = %s AND heartbeat_at >= now() - make_interval(secs => %s)",
-            [worker, worker, queue, dead_s])
-        others_running, others = cursor.fetchone()
+        others_running, others = found[0][6:]
         ready_total = sum(ready for _, ready, *_ in teams)
         even = math.ceil((others_running + running + ready_total) / (others + 1))
         take = min(free, ready_total, max(even - running, 1 if others == 0 else 0))
         order = _shares(teams, take)
         picked: dict[int, list[Claimed]] = {}
         now = timezone.now()
+        carried = running
         for team_id in dict.fromkeys(order):
-            cursor.execute(
-                """
-                UPDATE agents_app_activation a SET status = 'dispatched', worker = %s, dispatched_at = %s
-                FROM (SELECT id FROM agents_app_activation
-                      WHERE queue = %s AND team_id = %s AND status = 'ready'
-                      ORDER BY priority, created_at LIMIT %s FOR UPDATE SKIP LOCKED) picked
-                WHERE a.id = picked.id
-                RETURNING a.id::text, a.priority, a.created_at, a.ready_at
-                """, [worker, now, queue, team_id, order.count(team_id)])
+            cursor.execute(_DISPATCH_SQL, {"worker": worker, "now": now, "queue": queue, "team": team_id,
+                                           "limit": order.count(team_id), "carried": carried})
             rows = sorted(cursor.fetchall(), key=lambda row: row[1:3])
             picked[team_id] = [Claimed(activation_id, team_id, (now - (ready_at or created_at)).total_seconds())
                                for activation_id, _, created_at, ready_at in rows]
+            carried += len(rows)
         # In the order the slots were handed out: the teams interleaved as their shares go.
         claimed = [picked[team_id].pop(0) for team_id in order if picked[team_id]]
-        if claimed:
-            cursor.execute("UPDATE agents_app_worker SET running = %s WHERE name = %s",
-                           [running + len(claimed), worker])
     return Claims(claimed, left=ready_all > len(claimed))
+
+
+# Per team with ready work in the pool: its ready activations there, its sessions holding a slot anywhere, its
+# limits and weight; and beside each, the sum of what the pool's other live workers run and their number.
+_COUNTS_SQL = """
+SELECT a.team_id, count(*) FILTER (WHERE a.status = 'ready' AND a.queue = %(queue)s),
+       count(*) FILTER (WHERE a.status <> 'ready'), t.max_sessions, t.session_limit, t.weight, w.running, w.workers
+FROM agents_app_activation a JOIN agents_app_team t ON t.id = a.team_id,
+     (SELECT coalesce(sum(running), 0) AS running, count(*) AS workers FROM agents_app_worker
+      WHERE queue = %(queue)s AND name <> %(worker)s
+        AND heartbeat_at >= now() - make_interval(secs => %(dead_s)s)) w
+WHERE a.status IN ('ready', 'dispatched', 'running')
+GROUP BY a.team_id, t.max_sessions, t.session_limit, t.weight, w.running, w.workers
+HAVING count(*) FILTER (WHERE a.status = 'ready' AND a.queue = %(queue)s) > 0
+"""
+
+# A team's share of the claim: its oldest ready activations of the pool by priority, dispatched to the worker,
+# whose row then counts what it carries with them (``carried``: before this team's), in the same statement.
+_DISPATCH_SQL = """
+WITH picked AS (
+  UPDATE agents_app_activation a SET status = 'dispatched', worker = %(worker)s, dispatched_at = %(now)s
+  FROM (SELECT id FROM agents_app_activation
+        WHERE queue = %(queue)s AND team_id = %(team)s AND status = 'ready'
+        ORDER BY priority, created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) ready
+  WHERE a.id = ready.id
+  RETURNING a.id::text, a.priority, a.created_at, a.ready_at
+), carried AS (
+  UPDATE agents_app_worker SET running = %(carried)s + (SELECT count(*) FROM picked)
+  WHERE name = %(worker)s AND EXISTS (SELECT FROM picked)
+)
+SELECT * FROM picked
+"""
 
 
 def claims_return(*, worker: str, keep: Collection[str] = ()) -> list[str]:

@@ -141,6 +141,62 @@ def test_work_is_spread_over_the_live_workers_of_a_pool(leads, unserved):
     assert claimed_teams(unserved, 50, worker="w:other", running=10) == ["alpha"] * 4
 
 
+def test_a_claim_is_its_lock_the_counts_and_one_statement_per_team_that_also_counts_what_the_worker_runs(
+        leads, unserved):
+    from django.test.utils import CaptureQueriesContext
+
+    alpha, beta, _ = leads
+    ready_runs(alpha, 2)
+    ready_runs(beta, 1)
+    worker_beat(name="w:1", queue=unserved, slots=100, running=3)
+    worker_beat(name="w:other", queue=unserved, slots=100, running=10)  # this worker's even part takes all three
+    with CaptureQueriesContext(connection) as queries:
+        claimed = claim_now(worker="w:1", queue=unserved, free=3, running=3)
+    assert sorted(item.team_id for item in claimed) == sorted([alpha.id, alpha.id, beta.id])
+    statements = [query["sql"].split(None, 1)[0] for query in queries]
+    # The claims' lock; the teams' counts with the other workers'; each team's dispatch with the worker's count.
+    assert statements[0] == "BEGIN" and statements[-1] == "COMMIT", statements
+    assert [sql.split(None, 1)[0] for sql in statements[1:-1]] == ["SELECT", "SELECT", "WITH", "WITH"], statements
+    assert dict(Worker.objects.values_list("name", "running")) == {"w:1": 6, "w:other": 10}
+    assert Activation.objects.filter(status="dispatched", worker="w:1").count() == 3
+
+
+def test_ready_work_locked_elsewhere_is_skipped_and_leaves_the_workers_count_as_it_was(leads, unserved):
+    alpha, *_ = leads
+    ready_runs(alpha, 2)
+    worker_beat(name="w:1", queue=unserved, slots=100, running=3)
+    locked, release = threading.Event(), threading.Event()
+
+    def elsewhere():
+        from django.db import transaction
+
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT id FROM agents_app_activation WHERE status = 'ready' FOR UPDATE")
+                locked.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    def version() -> str:  # the row's version: a write, even of the same value, makes a new one
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT xmin::text FROM agents_app_worker WHERE name = 'w:1'")
+            return cursor.fetchone()[0]
+
+    before = version()
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    try:
+        assert locked.wait(10)
+        assert claim_now(worker="w:1", queue=unserved, free=2, running=3) == []
+        assert (Worker.objects.get(name="w:1").running, version()) == (3, before)
+    finally:
+        release.set()
+        thread.join(10)
+    assert claimed_teams(unserved, 2, worker="w:1", running=3) == ["alpha", "alpha"]
+    assert Worker.objects.get(name="w:1").running == 5
+
+
 def test_a_claim_under_way_elsewhere_makes_another_wait_its_turn(leads, unserved):
     alpha, *_ = leads
     ready_runs(alpha, 1)
