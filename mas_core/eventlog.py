@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from mas_core import jsontext
 from mas_core.events import RUN_CHANGES, bounded, event_json, events_push, events_push_async
 
 # Inserts the events of ``%(events)s`` (a JSON array of {i, type, agent, session, data, at}) numbered
@@ -65,7 +66,7 @@ def payloads(run_id, base: int, entries: list[Entry]) -> list[dict[str, Any]]:
 
 def pushed(run_id, base: int, entries: list[Entry]) -> list[str]:
     """The events as :func:`payloads` gives them, each as its JSON text (what the live push sends)."""
-    run = json.dumps(str(run_id))
+    run = jsontext.dumps(str(run_id))
     return [
         '{"run": %s, "seq": %d, "type": %s, "agent": %s, "session": %s, "data": %s, "created_at": "%s"}' % (
             run, base + i, _quoted(type_), _quoted(agent), f'"{session}"' if session else "null", text,

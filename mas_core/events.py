@@ -19,12 +19,12 @@ which of its runs changed on :func:`team_runs_channel`, in the same round trip.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
 from django.conf import settings
 
+from mas_core import jsontext
 from mas_core.loops import loop_local
 from mas_core.models import Event
 
@@ -95,12 +95,12 @@ def events_after(*, run_id, after: int, limit: int, before: int | None = None) -
 def bounded(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """An event's data kept well under the channel layer's 1 MB message limit, and its JSON text (encoded once:
     the database and the live push both take the text)."""
-    text = json.dumps(data, default=str)
+    text = jsontext.dumps(data)
     if len(text) <= MAX_EVENT_DATA_CHARS:
         return data, text
     data = {key: (value[:2000] + "…[truncated]" if isinstance(value, str) and len(value) > 2000 else value)
             for key, value in data.items()} | {"truncated": True}
-    return data, json.dumps(data, default=str)
+    return data, jsontext.dumps(data)
 
 
 _sync_client = None

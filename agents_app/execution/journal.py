@@ -20,6 +20,7 @@ from typing import Any
 from django.db import connection
 
 from agents_app.kernel.loop import SessionState
+from mas_core import jsontext
 from mas_core.llm_types import Message
 
 
@@ -33,7 +34,7 @@ class Staged:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return jsontext.dumps(value)
 
 
 class Journal:

@@ -37,7 +37,7 @@ from agents_app.execution.workspace_limit import USED_SQL, workspace_check
 from agents_app.kernel.loop import PolicyDenied, SessionState
 from agents_app.llm.scripted import MemoryCursor
 from agents_app.models import Session
-from mas_core import phases
+from mas_core import jsontext, phases
 from mas_core.lanes import FairSemaphore
 from mas_core.loops import loop_local
 from mas_core.runner import db
@@ -226,7 +226,7 @@ def _entries_param(entries: list[tuple[int, str, str, int | None]], extra: list[
         return None
     return "[" + ",".join(
         '{"seq": %d, "kind": %s, "payload": %s, "rb": %s, "off": %d, "counters": %s}' % (
-            seq, json.dumps(kind), json.dumps(payload) if kind == "seen" else _json_field(payload),
+            seq, jsontext.dumps(kind), jsontext.dumps(payload) if kind == "seen" else _json_field(payload),
             "null" if rb is None else rb, off, "null" if counters is None else _json_field(counters))
         for (seq, kind, payload, rb), (off, counters) in zip(entries, extra, strict=True)) + "]"
 
@@ -240,7 +240,7 @@ def _json_field(text: str) -> str:
 
 def _marks_param(marks: list[tuple[int, int]]) -> str | None:
     """The entries a compaction replaced (seq, by), for ``k`` of :data:`_WRITE`."""
-    return json.dumps([{"seq": seq, "rb": by} for seq, by in marks]) if marks else None
+    return jsontext.dumps([{"seq": seq, "rb": by} for seq, by in marks]) if marks else None
 
 
 class SessionTakenOver(ToolAborted):
@@ -351,7 +351,7 @@ class DatabaseStore:
         self._stage(self.journal.stage(state.messages))
         counters = state.counters()
         self.pending_entries.extend(self.journal.stage_seen(counters.pop("seen_results")))
-        self.pending_counters = json.dumps(counters)
+        self.pending_counters = jsontext.dumps(counters)
         added = len(self.pending_entries) - staged
         if added:
             emitted = len(self.pending)
@@ -375,7 +375,7 @@ class DatabaseStore:
 
     def stage_state(self, state: dict[str, Any]) -> None:
         """Keep ``state`` as the session's state with the next write (a remote agent's session: what it follows)."""
-        self.pending_counters = json.dumps(state)
+        self.pending_counters = jsontext.dumps(state)
 
     @property
     def has_checkpoint(self) -> bool:
@@ -499,7 +499,7 @@ class DatabaseStore:
                 "run": self.run_key, "session": self.session_key, "agent": self.agent,
                 "n": len(events), "pt": usage[0], "ct": usage[1], "cost": str(usage[2]), "large": usage[3],
                 "release": str(release[0]), "release_large": release[1],
-                "pos": json.dumps(changed) if changed else None, "state": counters,
+                "pos": jsontext.dumps(changed) if changed else None, "state": counters,
                 "beat": counters is not None,
                 "events": events_param(events), "claim": self.claim_key,
                 "write": self.writes + 1,
@@ -620,7 +620,7 @@ class DatabaseStore:
             data = ({"path": file["path"], "version": row[1], "action": "created" if row[2] else "updated",
                      "bytes": file["bytes"]} if sql is FILE_WRITE_SQL
                     else {"path": file["path"], "action": "deleted"})
-            events = [*events, ("file_change", self.agent, self.session_id, data, params["at"], json.dumps(data))]
+            events = [*events, ("file_change", self.agent, self.session_id, data, params["at"], jsontext.dumps(data))]
         self._push(pushed(self.run_id, row[0], events), changes=changes_run(events))
         return row
 

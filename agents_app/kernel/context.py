@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from mas_core import jsontext
 from mas_core.llm_types import Message, ToolSchema
 
 DEFAULT_RATIO = 0.3  # tokens per character before the provider has reported any count
@@ -111,10 +112,10 @@ class Meter:
         total = sum(chars for _, chars, _ in self.measured)
         for message in messages[same:]:
             chars = message_chars(message)
-            chain = hashlib.sha256(chain + json.dumps(message.to_dict(), ensure_ascii=False).encode()).digest()
+            chain = hashlib.sha256(chain + jsontext.dumps(message.to_dict()).encode()).digest()
             self.measured.append((message, chars, chain))
             total += chars
-        digest = hashlib.sha256(chain + json.dumps([t.name for t in tools]).encode()).hexdigest()[:24]
+        digest = hashlib.sha256(chain + jsontext.dumps([t.name for t in tools]).encode()).hexdigest()[:24]
         return total + self.tools_chars(tools), digest
 
 

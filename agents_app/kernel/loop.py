@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -22,7 +21,7 @@ from mas_core.outputs import INVALID_OUTPUT, correction
 from agents_app.kernel.results import FailureReport, Limits, Meta, SessionOutcome
 from mas_core.llm_types import Message, ModelRequest, ModelResponse, ProviderError, ToolCall, ToolSchema
 from agents_app.money import money_str
-from mas_core import phases
+from mas_core import jsontext, phases
 
 
 @dataclass
@@ -232,7 +231,7 @@ Compactor = Callable[[SessionState, list[ToolSchema], str], Awaitable[bool]]
 
 
 def call_signature(call: ToolCall) -> str:
-    return call.name + ":" + json.dumps(call.arguments, sort_keys=True, default=str)
+    return call.name + ":" + jsontext.dumps(call.arguments, sort_keys=True)
 
 
 def _digest(text: str) -> str:

@@ -392,6 +392,7 @@ def test_a_checkpoints_entries_are_stored_as_their_own_json_texts(team_a):
     from agents_app.execution import journal
     from agents_app.kernel.loop import SessionState
     from agents_app.models import SessionEntry
+    from mas_core import jsontext
     from mas_core.llm_types import Message, ToolCall
 
     awkward = 'quote " backslash \\ nul \x00 tab \t line\n é 漢字 \u2028 🙂 </script> {"json": [1, null]} \\u0041'
@@ -414,7 +415,7 @@ def test_a_checkpoints_entries_are_stored_as_their_own_json_texts(team_a):
     assert "error" not in outcome, outcome.get("error")
     stored = list(SessionEntry.objects.filter(session=session).order_by("seq")
                   .values_list("seq", "kind", "payload", "replaced_by", "counters"))
-    texts = [json.dumps(message.to_dict(), ensure_ascii=False) for message in messages]
+    texts = [jsontext.dumps(message.to_dict()) for message in messages]
     assert [row[:4] for row in stored] == [
         (1, "message", texts[0], None), (2, "message", texts[1], None), (3, "message", texts[2], None),
         (4, "seen", 'dig"est\\1', None), (5, "seen", "digest-2", None)]
