@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from agents_app import ws_reads
+from mas_core import jsontext
 from mas_core.events import live_redis_url, run_channel
 from mas_core.loops import loop_local
 
@@ -28,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 def encoded(events: list[dict[str, Any]]) -> list[tuple[int, str]]:
     """(seq, JSON) of each event: encoded once per process, whatever the number of sockets."""
-    return [(event["seq"], json.dumps(event, default=str)) for event in events]
+    return [(event["seq"], jsontext.dumps(event)) for event in events]
 
 
 class Room:
