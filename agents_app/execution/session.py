@@ -506,8 +506,10 @@ async def _offered_tools(registry, *, task: str, services: dict[str, Any]) -> li
         registry.register(ToolSearch())
     schemas = registry.schemas()
     catalogue = [(schema.name, schema.description) for schema in schemas]
-    names = await db(offered_names)(task, catalogue)
-    # Below the threshold every tool is offered; an agent that lists tool_search itself still searches them.
+    # Below the threshold every tool is offered (no hop to a database thread to learn it); an agent that lists
+    # tool_search itself still searches them.
+    names = (await db(offered_names)(task, catalogue) if len(catalogue) > settings.MAS_TOOL_DISCOVERY_THRESHOLD
+             else None)
     offered = schemas if names is None else [schema for schema in schemas if schema.name in names]
 
     async def search(*, query: str, limit: int) -> list[tuple[str, str]]:

@@ -99,6 +99,10 @@ def test_a_new_session_begins_in_three_statements_and_reads_in_three(team_a, mon
     # (one).
     assert {hop: counted[f"django query: {hop}"] for hop in ("session_begin", "session_reads")} == {
         "session_begin": 3, "session_reads": 3}
+    # The hops to a database thread: the begin, the reads, the settle (an agent with few tools offers them all,
+    # with no hop to learn which).
+    assert sorted(name for name in counted if name.startswith("db hop")) == [
+        "db hop: session_begin", "db hop: session_reads", "db hop: session_settle"]
 
 
 def root_session_begun(team):
