@@ -30,6 +30,7 @@ class Workspace(Protocol):
     async def delete(self, path: str) -> bool: ...
     async def paths(self) -> list[str]: ...
     async def contents(self) -> dict[str, str]: ...  # every file's content by path, in path order: one read
+    async def read_many(self, paths: list[str]) -> dict[str, str]: ...  # those of paths that exist: one read
 
 
 @dataclass

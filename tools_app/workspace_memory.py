@@ -33,3 +33,6 @@ class InMemoryWorkspace:
 
     async def contents(self) -> dict[str, str]:
         return dict(sorted(self.files.items()))
+
+    async def read_many(self, paths: list[str]) -> dict[str, str]:
+        return {path: self.files[path] for path in paths if path in self.files}

@@ -782,6 +782,13 @@ class DatabaseWorkspace:
                 "SELECT path, content FROM agents_app_workspacefile WHERE run_id = %s ORDER BY path", [self.store.run_id])
             return dict(await cursor.fetchall())
 
+    async def read_many(self, paths: list[str]) -> dict[str, str]:
+        async with self.store._pool().connection() as conn:
+            cursor = await conn.execute(
+                "SELECT path, content FROM agents_app_workspacefile WHERE run_id = %s AND path = ANY(%s)",
+                [self.store.run_id, paths])
+            return dict(await cursor.fetchall())
+
 
 # -- heartbeats and cancels ------------------------------------------------------------------
 

@@ -238,3 +238,27 @@ def test_the_workspace_gives_all_its_files_in_one_read(team_a, monkeypatch):
     contents = on_own_loop(read)
     assert list(contents.items()) == [("a/b.md", "a/b.mda/b.md"), ("a/z.md", "a/z.mda/z.md"), ("b.txt", "b.txtb.txt")]
     assert len(statements) == 1
+
+
+def test_the_workspace_reads_the_files_asked_for_of_its_own_run_in_one_read(team_a, monkeypatch):
+    """vfs_search reads the files it searches in batches, each one statement: the run's files of those asked for
+    (another run's file of the same path is not among them; a path with no file is left out)."""
+    run, other = (Run.objects.create(team=team_a, agent="lead", status="running") for _ in range(2))
+    workspace, elsewhere = session_workspace(team_a, run, "lead"), session_workspace(team_a, other, "lead")
+    statements = []
+    execute = psycopg.AsyncConnection.execute
+
+    async def counted(conn, query, *args, **kwargs):
+        statements.append(query)
+        return await execute(conn, query, *args, **kwargs)
+
+    async def read():
+        for path in ("b.txt", "a/z.md", "a/b.md"):
+            await workspace.write(path, path * 2)
+        await elsewhere.write("c.txt", "another run's")
+        statements.clear()
+        monkeypatch.setattr(psycopg.AsyncConnection, "execute", counted)
+        return await workspace.read_many(["a/z.md", "c.txt", "b.txt", "missing.md"])
+
+    assert on_own_loop(read) == {"a/z.md": "a/z.mda/z.md", "b.txt": "b.txtb.txt"}
+    assert len(statements) == 1

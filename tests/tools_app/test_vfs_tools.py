@@ -282,6 +282,40 @@ def test_search_no_match():
     assert outcome.content == "No matches for 'FIXME' (3 files searched)."
 
 
+class CountedWorkspace(InMemoryWorkspace):
+    """The in-memory workspace, counting its reads; a file may go between the listing and its read."""
+
+    def __init__(self, files: dict[str, str], *, gone: str | None = None) -> None:
+        super().__init__(files)
+        self.gone, self.reads = gone, []
+
+    async def paths(self) -> list[str]:
+        listed = await super().paths()
+        if self.gone is not None:
+            await self.delete(self.gone)  # deleted by another session once listed
+        return listed
+
+    async def read(self, path: str) -> str | None:
+        self.reads.append([path])
+        return await super().read(path)
+
+    async def read_many(self, paths: list[str]) -> dict[str, str]:
+        self.reads.append(list(paths))
+        return await super().read_many(paths)
+
+
+def test_search_reads_the_files_in_batches_not_one_by_one():
+    from tools_app.builtin.vfs_search import READ_BATCH
+
+    files = {f"notes/{i:03}.md": f"line\nneedle {i}" for i in range(2 * READ_BATCH + 2)}
+    workspace = CountedWorkspace(files, gone="notes/001.md")
+    ctx = ToolContext(run_id="run-1", agent="root", session_id="s-1", workspace=workspace)
+    outcome = asyncio.run(registry_for_agent(VFS).call("vfs_search", {"pattern": "needle"}, ctx))
+    names = sorted(files)
+    assert workspace.reads == [names[:READ_BATCH], names[READ_BATCH:2 * READ_BATCH], names[2 * READ_BATCH:]]
+    assert outcome.content == "\n".join(f"notes/{i:03}.md:2: needle {i}" for i in range(2 * READ_BATCH + 2) if i != 1)
+
+
 def test_search_invalid_regex():
     outcome, _ = run("vfs_search", SEARCH_FILES, pattern="(unclosed")
     assert error(outcome) == ("Invalid regular expression '(unclosed': missing ): (unclosed "

@@ -10,14 +10,17 @@ from __future__ import annotations
 import fnmatch
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from pydantic import Field
 
 from mas_core.patterns import PatternError, compiled, off_loop
-from tools_app.plugin import Params, Tool, ToolContext, ToolError
+from tools_app.plugin import Params, Tool, ToolContext, ToolError, Workspace
 
 MAX_RESULT_LINES = 200
+# Files read from the workspace at once: a search of thousands of files is dozens of reads, not thousands.
+READ_BATCH = 64
 MAX_LINE_CHARS = 200
 SEARCH_TIMEOUT_S = 10.0
 
@@ -46,6 +49,17 @@ def _scan_file(regex, path: str, content: str, scan: _Scan) -> None:
             if len(scan.hits) < MAX_RESULT_LINES:
                 text = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + "…"
                 scan.hits.append(f"{path}:{number}: {text}")
+
+
+async def _files(workspace: Workspace, paths: list[str]) -> AsyncIterator[tuple[str, str]]:
+    """(path, content) of each of ``paths`` still there (a file may be deleted meanwhile), read ``READ_BATCH`` at a
+    time."""
+    for start in range(0, len(paths), READ_BATCH):
+        batch = paths[start:start + READ_BATCH]
+        contents = await workspace.read_many(batch)
+        for path in batch:
+            if path in contents:
+                yield path, contents[path]
 
 
 class VfsSearch(Tool):
@@ -77,10 +91,7 @@ class VfsSearch(Tool):
             return "\n".join(paths) if paths else f"No files match {args.glob!r}."
         scan = _Scan(deadline=time.monotonic() + SEARCH_TIMEOUT_S)
         try:
-            for path in paths:
-                content = await ctx.workspace.read(path)
-                if content is None:  # deleted meanwhile
-                    continue
+            async for path, content in _files(ctx.workspace, paths):
                 await off_loop(_scan_file, regex, path, content, scan)
                 if scan.stop.is_set():
                     break
