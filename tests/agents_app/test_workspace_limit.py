@@ -221,21 +221,14 @@ def test_the_workspace_gives_all_its_files_in_one_read(team_a, monkeypatch):
     thousands of round trips."""
     run = Run.objects.create(team=team_a, agent="lead", status="running")
     workspace = session_workspace(team_a, run, "lead")
-    statements = []
-    execute = psycopg.AsyncConnection.execute
-
-    async def counted(conn, query, *args, **kwargs):
-        statements.append(query)
-        return await execute(conn, query, *args, **kwargs)
 
     async def read():
         for path in ("b.txt", "a/z.md", "a/b.md"):
             await workspace.write(path, path * 2)
-        statements.clear()
-        monkeypatch.setattr(psycopg.AsyncConnection, "execute", counted)
-        return await workspace.contents()
+        statements = statements_counted(monkeypatch)
+        return await workspace.contents(), statements
 
-    contents = on_own_loop(read)
+    contents, statements = on_own_loop(read)
     assert list(contents.items()) == [("a/b.md", "a/b.mda/b.md"), ("a/z.md", "a/z.mda/z.md"), ("b.txt", "b.txtb.txt")]
     assert len(statements) == 1
 
@@ -245,20 +238,27 @@ def test_the_workspace_reads_the_files_asked_for_of_its_own_run_in_one_read(team
     (another run's file of the same path is not among them; a path with no file is left out)."""
     run, other = (Run.objects.create(team=team_a, agent="lead", status="running") for _ in range(2))
     workspace, elsewhere = session_workspace(team_a, run, "lead"), session_workspace(team_a, other, "lead")
-    statements = []
+
+    async def read():
+        for path in ("b.txt", "a/z.md", "a/b.md"):
+            await workspace.write(path, path * 2)
+        await elsewhere.write("c.txt", "another run's")
+        statements = statements_counted(monkeypatch)
+        return await workspace.read_many(["a/z.md", "c.txt", "b.txt", "missing.md"]), statements
+
+    contents, statements = on_own_loop(read)
+    assert contents == {"a/z.md": "a/z.mda/z.md", "b.txt": "b.txtb.txt"}
+    assert len(statements) == 1
+
+
+def statements_counted(monkeypatch) -> list[str]:
+    """The statements the loop's connections send from now on."""
+    statements: list[str] = []
     execute = psycopg.AsyncConnection.execute
 
     async def counted(conn, query, *args, **kwargs):
         statements.append(query)
         return await execute(conn, query, *args, **kwargs)
 
-    async def read():
-        for path in ("b.txt", "a/z.md", "a/b.md"):
-            await workspace.write(path, path * 2)
-        await elsewhere.write("c.txt", "another run's")
-        statements.clear()
-        monkeypatch.setattr(psycopg.AsyncConnection, "execute", counted)
-        return await workspace.read_many(["a/z.md", "c.txt", "b.txt", "missing.md"])
-
-    assert on_own_loop(read) == {"a/z.md": "a/z.mda/z.md", "b.txt": "b.txtb.txt"}
-    assert len(statements) == 1
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", counted)
+    return statements
