@@ -33,10 +33,6 @@ class Staged:
     marks: list[tuple[int, int]] = field(default_factory=list)
 
 
-def _dumps(value: Any) -> str:
-    return jsontext.dumps(value)
-
-
 class Journal:
     def __init__(self, messages: list[Message] | None = None, seqs: list[int] | None = None, *,
                  next_seq: int = 1, compaction: int | None = None) -> None:
@@ -64,7 +60,7 @@ class Journal:
         stored = len(self.messages)
         if len(messages) >= stored and all(a is b for a, b in zip(messages, self.messages)):
             for message in messages[stored:]:
-                staged.entries.append((self.next_seq, "message", _dumps(message.to_dict()), None))
+                staged.entries.append((self.next_seq, "message", jsontext.dumps(message.to_dict()), None))
                 self.seqs.append(self.next_seq)
                 self.next_seq += 1
             self.messages = list(messages)
@@ -77,11 +73,11 @@ class Journal:
             if seq is None:
                 seq = self.next_seq
                 self.next_seq += 1
-                staged.entries.append((seq, "message", _dumps(message.to_dict()), None))
+                staged.entries.append((seq, "message", jsontext.dumps(message.to_dict()), None))
             order.append(seq)
         compaction = self.next_seq
         self.next_seq += 1
-        staged.entries.append((compaction, "compaction", _dumps({"order": order}), None))
+        staged.entries.append((compaction, "compaction", jsontext.dumps({"order": order}), None))
         kept = set(order)
         dropped = [seq for seq in self.seqs if seq not in kept]
         if self.compaction is not None:
