@@ -502,14 +502,14 @@ async def _offered_tools(registry, *, task: str, services: dict[str, Any]) -> li
     from tools_app.builtin.tool_search import ToolSearch
     from tools_app.discovery import offered_names, rank
 
-    if len(registry) > settings.MAS_TOOL_DISCOVERY_THRESHOLD and "tool_search" not in registry:
+    discovering = len(registry) > settings.MAS_TOOL_DISCOVERY_THRESHOLD
+    if discovering and "tool_search" not in registry:
         registry.register(ToolSearch())
     schemas = registry.schemas()
     catalogue = [(schema.name, schema.description) for schema in schemas]
     # Below the threshold every tool is offered (no hop to a database thread to learn it); an agent that lists
     # tool_search itself still searches them.
-    names = (await db(offered_names)(task, catalogue) if len(catalogue) > settings.MAS_TOOL_DISCOVERY_THRESHOLD
-             else None)
+    names = await db(offered_names)(task, catalogue) if discovering else None
     offered = schemas if names is None else [schema for schema in schemas if schema.name in names]
 
     async def search(*, query: str, limit: int) -> list[tuple[str, str]]:
