@@ -23,12 +23,12 @@ from typing import Any
 import orjson
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+_SORTED = _OPTIONS | orjson.OPT_SORT_KEYS
 
 
 def dumps(value: Any, *, sort_keys: bool = False) -> str:
     """``value``'s JSON text (see the module), its keys sorted with ``sort_keys``."""
     try:
-        return orjson.dumps(value, default=str, option=_OPTIONS | orjson.OPT_SORT_KEYS if sort_keys else _OPTIONS
-                            ).decode()
+        return orjson.dumps(value, default=str, option=_SORTED if sort_keys else _OPTIONS).decode()
     except orjson.JSONEncodeError:
         return json.dumps(value, default=str, sort_keys=sort_keys)
